@@ -1,0 +1,98 @@
+"""The agent's HTTP client for the service. All transport errors become agent errors here."""
+
+from __future__ import annotations
+
+import uuid
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+from pydantic import BaseModel
+
+from agent.errors import ServiceRejected, ServiceUnreachable
+from agent.wire import (
+    AppliedStateReport,
+    EnrollRequest,
+    EnrollResponse,
+    Heartbeat,
+    InventoryReport,
+    TelemetryBatch,
+    TelemetryBatchReceipt,
+)
+
+API = "/api/v1"
+
+
+class ServiceClient:
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, body: BaseModel | None = None) -> Any:
+        try:
+            response = self._http.request(
+                method,
+                API + path,
+                content=body.model_dump_json() if body is not None else None,
+                headers={"Content-Type": "application/json"} if body is not None else None,
+            )
+        except httpx.TransportError as error:
+            raise ServiceUnreachable(f"{self._http.base_url}: {error}") from error
+        if response.is_error:
+            try:
+                payload = response.json()
+                name, detail = str(payload["error"]), str(payload["detail"])
+            except (ValueError, KeyError, TypeError):
+                name, detail = "http_error", response.text[:500]
+            raise ServiceRejected(response.status_code, name, detail)
+        return response.json() if response.content else None
+
+    def enroll(self, request: EnrollRequest) -> EnrollResponse:
+        data = self._request("POST", "/nodes/enroll", request)
+        return EnrollResponse(node_id=data["node"]["id"], node_token=data["node_token"])
+
+    def heartbeat(self, node_id: uuid.UUID, beat: Heartbeat) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("POST", f"/nodes/{node_id}/heartbeat", beat)
+        return result
+
+    def put_inventory(self, node_id: uuid.UUID, report: InventoryReport) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("PUT", f"/nodes/{node_id}/inventory", report)
+        return result
+
+    def send_telemetry(self, batch: TelemetryBatch) -> TelemetryBatchReceipt:
+        return TelemetryBatchReceipt.model_validate(
+            self._request("POST", "/telemetry/batches", batch)
+        )
+
+    def policies(self, node_id: uuid.UUID) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request("GET", f"/nodes/{node_id}/policies")
+        return result
+
+    def report_applied(self, device_id: uuid.UUID, report: AppliedStateReport) -> dict[str, Any]:
+        result: dict[str, Any] = self._request(
+            "POST", f"/devices/{device_id}/applied-state", report
+        )
+        return result

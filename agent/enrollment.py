@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import blkpilot
+from agent.client import ServiceClient
+from agent.state import NodeState
+from agent.wire import EnrollRequest
+
+
+def enroll_node(
+    server_url: str,
+    enrollment_token: str,
+    state_dir: Path,
+    *,
+    hostname: str,
+    labels: dict[str, str],
+) -> NodeState:
+    """Enroll with the service and keep the node's identity in state_dir."""
+    with ServiceClient(server_url) as client:
+        enrolled = client.enroll(
+            EnrollRequest(
+                enrollment_token=enrollment_token,
+                hostname=hostname,
+                labels=labels,
+                agent_version=blkpilot.__version__,
+                kernel_version=platform.release(),
+            )
+        )
+    state = NodeState(
+        server_url=server_url,
+        node_id=enrolled.node_id,
+        node_token=enrolled.node_token,
+        hostname=hostname,
+    )
+    state.save(state_dir)
+    return state

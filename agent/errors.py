@@ -1,0 +1,34 @@
+"""The agent's exceptions.
+
+AgentError
+├── NotEnrolled           no node state on disk yet
+└── ServiceError
+    ├── ServiceUnreachable    connection refused, timed out, DNS (retry later; spool)
+    └── ServiceRejected       the service answered with an error (4xx/5xx): .status, .error
+"""
+
+from __future__ import annotations
+
+
+class AgentError(Exception):
+    pass
+
+
+class NotEnrolled(AgentError):
+    pass
+
+
+class ServiceError(AgentError):
+    pass
+
+
+class ServiceUnreachable(ServiceError):
+    pass
+
+
+class ServiceRejected(ServiceError):
+    def __init__(self, status: int, error: str, detail: str) -> None:
+        super().__init__(f"{status} {error}: {detail}")
+        self.status = status
+        self.error = error
+        self.detail = detail

@@ -1,0 +1,56 @@
+"""The node's identity on disk: which service it enrolled with and its node token."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from agent.errors import NotEnrolled
+
+STATE_FILE = "node.json"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    server_url: str
+    node_id: uuid.UUID
+    node_token: str
+    hostname: str
+
+    def save(self, state_dir: Path) -> Path:
+        """Atomically, readable by root only: the token is a credential."""
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        data = {**asdict(self), "node_id": str(self.node_id)}
+        fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=".node-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w") as handle:
+                json.dump(data, handle, indent=2)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, 0o600)
+            target = state_dir / STATE_FILE
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    @classmethod
+    def load(cls, state_dir: Path) -> NodeState:
+        path = state_dir / STATE_FILE
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise NotEnrolled(
+                f"not enrolled: {path} does not exist (run `blkpilot agent enroll`)"
+            ) from None
+        return cls(
+            server_url=data["server_url"],
+            node_id=uuid.UUID(data["node_id"]),
+            node_token=data["node_token"],
+            hostname=data["hostname"],
+        )

@@ -1,0 +1,21 @@
+"""The `blkpilot` command. Server commands load their heavy dependencies only when run, so
+a node with only the agent extra installed gets the whole `--help` and a working agent."""
+
+from __future__ import annotations
+
+import typer
+
+from agent.cli import app as agent_app
+from service.cli import register as register_service_commands
+
+app = typer.Typer(
+    help="blkpilot: tune Linux block I/O across a fleet, with canary-proven changes.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(agent_app, name="agent")
+register_service_commands(app)
+
+
+def main() -> None:
+    app()

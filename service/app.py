@@ -1,0 +1,105 @@
+"""The FastAPI application: routers under /api/v1, one error shape, metrics and limits."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+import blkpilot
+from service.audit.endpoints import router as audit_router
+from service.db import Database
+from service.devices.endpoints import router as devices_router
+from service.errors import BlkpilotError, ErrorBody
+from service.nodes.endpoints import router as nodes_router
+from service.observations.endpoints import router as observations_router
+from service.ops import metrics
+from service.ops.endpoints import router as ops_router
+from service.ops.middleware import BodySizeLimitMiddleware, RequestMetricsMiddleware
+from service.policies.endpoints import router as policies_router
+from service.settings import Settings
+from service.telemetry.endpoints import router as telemetry_router
+from service.tokens.endpoints import router as tokens_router
+
+log = logging.getLogger(__name__)
+
+_HTTP_ERRORS = {
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+}
+
+
+def _error(status: int, body: ErrorBody) -> JSONResponse:
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status)
+
+
+def _field(error: Any) -> dict[str, Any]:
+    return {"loc": list(error["loc"]), "msg": error["msg"], "type": error["type"]}
+
+
+async def _blkpilot_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, BlkpilotError)
+    return _error(error.status_code, error.body())
+
+
+async def _validation_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    fields = [_field(e) for e in error.errors()]
+    shown = "; ".join(f"{'.'.join(str(p) for p in f['loc'])}: {f['msg']}" for f in fields[:10])
+    more = f" (and {len(fields) - 10} more)" if len(fields) > 10 else ""
+    return _error(422, ErrorBody(error="validation_error", detail=shown + more, fields=fields))
+
+
+async def _http_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, StarletteHTTPException)
+    name = _HTTP_ERRORS.get(error.status_code, "http_error")
+    response = _error(error.status_code, ErrorBody(error=name, detail=str(error.detail)))
+    if error.headers:
+        response.headers.update(error.headers)
+    return response
+
+
+async def _unexpected_error(_: Request, error: Exception) -> JSONResponse:
+    log.exception("unhandled error", exc_info=error)
+    return _error(
+        500, ErrorBody(error="internal_error", detail="internal error; see the service log")
+    )
+
+
+def create_app(settings: Settings, database: Database) -> FastAPI:
+    app = FastAPI(
+        title="blkpilot",
+        version=blkpilot.__version__,
+        description="Control plane for tuning Linux block I/O across a fleet.",
+    )
+    app.state.settings = settings
+    app.state.database = database
+    metrics.DB_POOL.engine = database.engine
+
+    for router in (
+        tokens_router,
+        nodes_router,
+        devices_router,
+        telemetry_router,
+        observations_router,
+        policies_router,
+        audit_router,
+        ops_router,
+    ):
+        app.include_router(router)
+
+    app.add_exception_handler(BlkpilotError, _blkpilot_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)
+    # Outermost last: metrics see every request, including those refused for their size.
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
+    app.add_middleware(RequestMetricsMiddleware)
+    return app

@@ -1,0 +1,57 @@
+"""Every change to a policy or to a device's configuration is recorded here, in the same
+transaction as the change itself: no change without its audit entry, and no entry without it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from service.audit import repository
+from service.security import Principal
+from service.tables import AuditEvent
+
+
+def record(
+    session: Session,
+    actor: Principal | str,
+    action: str,
+    *,
+    target_type: str,
+    target_id: object,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+    detail: str = "",
+) -> AuditEvent:
+    return repository.add(
+        session,
+        actor=actor if isinstance(actor, str) else actor.name,
+        action=action,
+        target_type=target_type,
+        target_id=str(target_id),
+        before=before,
+        after=after,
+        detail=detail,
+    )
+
+
+def list_events(
+    session: Session,
+    *,
+    target_type: str | None = None,
+    target_id: str | None = None,
+    action: str | None = None,
+    actor: str | None = None,
+    before_id: int | None = None,
+    limit: int = 100,
+) -> Sequence[AuditEvent]:
+    return repository.list_events(
+        session,
+        target_type=target_type,
+        target_id=target_id,
+        action=action,
+        actor=actor,
+        before_id=before_id,
+        limit=limit,
+    )

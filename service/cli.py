@@ -1,0 +1,172 @@
+"""Server-side commands: serve, db, token, enrollment-token, demo.
+
+This module imports only typer at load time; everything else is imported when a command
+runs, so it can be registered on a node that has only the agent extra installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from service.settings import Settings
+
+db_app = typer.Typer(help="Schema migrations (Alembic).", no_args_is_help=True)
+token_app = typer.Typer(help="Operator API tokens.", no_args_is_help=True)
+enrollment_app = typer.Typer(help="One-time node enrollment tokens.", no_args_is_help=True)
+
+
+def _settings() -> Settings:
+    if (
+        importlib.util.find_spec("fastapi") is None
+        or importlib.util.find_spec("sqlalchemy") is None
+    ):
+        typer.secho(
+            "this command needs the server extra: pip install 'blkpilot[server]'",
+            err=True,
+            fg=typer.colors.RED,
+        )
+        raise typer.Exit(code=2)
+    from pydantic import ValidationError
+
+    from service.settings import Settings
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return Settings()
+    except ValidationError as error:
+        typer.secho(f"invalid configuration: {error}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(code=2) from error
+
+
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address [default: 127.0.0.1].")] = None,
+    port: Annotated[int | None, typer.Option(help="Port [default: 8000].")] = None,
+) -> None:
+    """Run the API: upgrades the schema first; starts the embedded PostgreSQL if no URL is set."""
+    settings = _settings()
+    import uvicorn
+
+    from service.app import create_app
+    from service.runtime import open_database
+
+    with open_database(settings) as database:
+        app = create_app(settings, database)
+        uvicorn.run(
+            app,
+            host=host or settings.host,
+            port=port or settings.port,
+            log_level="info",
+            access_log=False,
+        )
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
+    """Apply migrations up to REVISION."""
+    settings = _settings()
+    from service import db
+    from service.runtime import database_url
+
+    with database_url(settings) as url:
+        db.upgrade(url, revision)
+        typer.echo(f"schema at {revision}")
+
+
+@db_app.command("downgrade")
+def db_downgrade(revision: Annotated[str, typer.Argument()]) -> None:
+    """Revert migrations down to REVISION ('base' drops everything)."""
+    settings = _settings()
+    from service import db
+    from service.runtime import database_url
+
+    with database_url(settings) as url:
+        db.downgrade(url, revision)
+        typer.echo(f"schema at {revision}")
+
+
+@db_app.command("current")
+def db_current() -> None:
+    """Show the schema's revision and the migrations' head."""
+    settings = _settings()
+    from service import db
+    from service.runtime import database_url
+
+    with database_url(settings) as url:
+        engine = db.create_db_engine(url)
+        try:
+            typer.echo(f"current: {db.current_revision(engine)}  head: {db.head_revision()}")
+        finally:
+            engine.dispose()
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str, typer.Option(help="A unique name, shown in the audit log.")],
+    role: Annotated[str, typer.Option(help="viewer, operator or admin.")] = "viewer",
+) -> None:
+    """Create an API token directly in the database (how the first admin token is made)."""
+    settings = _settings()
+    from service.errors import BlkpilotError
+    from service.runtime import open_database
+    from service.security import Role
+    from service.tokens import service
+
+    try:
+        parsed = Role(role)
+    except ValueError as error:
+        raise typer.BadParameter(f"{role!r}: one of viewer, operator, admin") from error
+    with open_database(settings) as database, database.sessionmaker.begin() as session:
+        try:
+            _, secret = service.create_api_token(session, "cli", name=name, role=parsed)
+        except BlkpilotError as error:
+            typer.secho(f"error: {error.detail}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(code=1) from error
+    typer.echo(secret)
+
+
+@enrollment_app.command("create")
+def enrollment_create(
+    label: Annotated[list[str], typer.Option(help="key=value given to the node.")] = [],  # noqa: B006
+    ttl_hours: Annotated[float, typer.Option(min=0.01, max=720)] = 24.0,
+) -> None:
+    """Create a one-time enrollment token for a new node."""
+    settings = _settings()
+    from datetime import timedelta
+
+    from agent.cli import parse_labels
+    from service.runtime import open_database
+    from service.tokens import service
+
+    labels = parse_labels(label)
+    with open_database(settings) as database, database.sessionmaker.begin() as session:
+        _, secret = service.create_enrollment_token(
+            session, "cli", labels=labels, ttl=timedelta(hours=ttl_hours)
+        )
+    typer.echo(secret)
+
+
+def demo(
+    port: Annotated[int | None, typer.Option(help="Port [default: 8000].")] = None,
+    agent_state_dir: Annotated[Path | None, typer.Option(help="[default: DATA_DIR/agent]")] = None,
+) -> None:
+    """The whole loop on one machine: embedded PostgreSQL, the service, the local node enrolled."""
+    settings = _settings()
+    from service.demo import run_demo
+
+    run_demo(settings, port=port, agent_state_dir=agent_state_dir)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(serve)
+    app.command()(demo)
+    app.add_typer(db_app, name="db")
+    app.add_typer(token_app, name="token")
+    app.add_typer(enrollment_app, name="enrollment-token")

@@ -1,0 +1,91 @@
+"""Engine, sessions and schema migrations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from fastapi import Request
+from sqlalchemy import Engine, create_engine, make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def sqlalchemy_url(url: str) -> str:
+    """Use psycopg 3 whatever driver the URL names (or none)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        raise ValueError(f"blkpilot needs PostgreSQL, not {parsed.get_backend_name()}")
+    return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+
+
+def create_db_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> Engine:
+    return create_engine(
+        sqlalchemy_url(url),
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_pre_ping=True,
+    )
+
+
+class Database:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.sessionmaker = sessionmaker(engine, expire_on_commit=False)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """The request's unit of work: committed when the endpoint returns, rolled back on error.
+
+    Used with scope="function" so the commit happens before the response is sent: a client
+    never sees success for something that was not stored.
+    """
+    database: Database = request.app.state.database
+    with database.sessionmaker() as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+# --- Migrations ---------------------------------------------------------------------------
+
+
+def migrations_dir() -> Path:
+    return Path(str(resources.files("migrations")))
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    config.set_main_option("sqlalchemy.url", sqlalchemy_url(url).replace("%", "%%"))
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str = "base") -> None:
+    command.downgrade(alembic_config(url), revision)
+
+
+@lru_cache(maxsize=1)
+def head_revision() -> str | None:
+    script = ScriptDirectory.from_config(alembic_config("postgresql://localhost/unused"))
+    return script.get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()

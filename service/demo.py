@@ -1,0 +1,145 @@
+"""`blkpilot demo`: the service on the embedded database with the local node enrolled.
+
+Later work grows this into the whole loop (discovery, benchmarks, recommendations); each step
+uses the same public API an operator or agent would.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import uvicorn
+from sqlalchemy import select, update
+
+import blkpilot
+from agent.client import ServiceClient
+from agent.enrollment import enroll_node
+from agent.errors import AgentError, NotEnrolled, ServiceRejected
+from agent.state import NodeState
+from agent.wire import Heartbeat
+from service.app import create_app
+from service.db import Database
+from service.runtime import open_database
+from service.security import Role
+from service.settings import Settings
+from service.tables import ApiToken
+from service.tokens import service as token_service
+
+DEMO_TOKEN_PREFIX = "demo-admin-"
+
+
+def _fresh_admin_token(database: Database, data_dir: Path) -> tuple[str, Path]:
+    """Revoke the previous demo's admin token, make a new one, keep it in a 0600 file."""
+    with database.sessionmaker.begin() as session:
+        # Demo bookkeeping, not an operator action: done here rather than through the API.
+        session.execute(
+            update(ApiToken)
+            .where(ApiToken.name.startswith(DEMO_TOKEN_PREFIX), ApiToken.revoked_at.is_(None))
+            .values(revoked_at=datetime.now(UTC))
+        )
+        name = f"{DEMO_TOKEN_PREFIX}{int(time.time())}"
+        while session.scalar(select(ApiToken.id).where(ApiToken.name == name)) is not None:
+            name += "x"
+        _, secret = token_service.create_api_token(session, "demo", name=name, role=Role.ADMIN)
+    path = data_dir / "admin.token"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secret + "\n")
+    return secret, path
+
+
+def _enroll_local_node(base_url: str, admin_token: str, state_dir: Path) -> tuple[NodeState, bool]:
+    """Reuse the node this machine enrolled before if the service still knows it."""
+    try:
+        state = NodeState.load(state_dir)
+        if state.server_url == base_url:
+            with ServiceClient(base_url, state.node_token) as client:
+                client.heartbeat(
+                    state.node_id,
+                    Heartbeat(
+                        agent_version=blkpilot.__version__, kernel_version=platform.release()
+                    ),
+                )
+            return state, False
+    except NotEnrolled:
+        pass
+    except ServiceRejected as error:
+        if error.status != 401:
+            raise
+    response = httpx.post(
+        f"{base_url}/api/v1/enrollment-tokens",
+        json={"labels": {"demo": "true"}, "ttl_hours": 1},
+        headers={"Authorization": f"Bearer {admin_token}"},
+        timeout=10,
+    )
+    response.raise_for_status()
+    state = enroll_node(
+        base_url,
+        response.json()["token"],
+        state_dir,
+        hostname=socket.gethostname(),
+        labels={"role": "lab"},
+    )
+    return state, True
+
+
+def run_demo(settings: Settings, *, port: int | None, agent_state_dir: Path | None) -> None:
+    port = port or settings.port
+    host = settings.host
+    shown_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
+    base_url = f"http://{shown_host}:{port}"
+    state_dir = agent_state_dir or settings.data_dir / "agent"
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+
+    with open_database(settings) as database:
+        admin_token, token_path = _fresh_admin_token(database, settings.data_dir)
+        app = create_app(settings, database)
+        server = uvicorn.Server(
+            uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+        )
+        failure: list[BaseException] = []
+
+        def after_start() -> None:
+            while not server.started:
+                if server.should_exit:
+                    return
+                time.sleep(0.05)
+            try:
+                state, new = _enroll_local_node(base_url, admin_token, state_dir)
+            except (AgentError, httpx.HTTPError) as error:
+                failure.append(error)
+                server.should_exit = True
+                return
+            verb = "enrolled" if new else "already enrolled"
+            print(
+                "\n".join(
+                    [
+                        "",
+                        "blkpilot demo is running",
+                        f"  API            {base_url}/api/v1",
+                        f"  API docs       {base_url}/docs   (OpenAPI: {base_url}/openapi.json)",
+                        f"  health         {base_url}/healthz  {base_url}/readyz",
+                        f"  metrics        {base_url}/metrics",
+                        f"  admin token    {token_path}",
+                        f"  local node     {state.hostname} {verb} as {state.node_id}",
+                        f"  database       embedded PostgreSQL in {settings.data_dir / 'postgres'}"
+                        if settings.database_url is None
+                        else "  database       BLKPILOT_DATABASE_URL",
+                        "Press Ctrl-C to stop (the embedded database stops with it).",
+                        "blkpilot demo ready",
+                    ]
+                ),
+                flush=True,
+            )
+
+        threading.Thread(target=after_start, name="demo-enroll", daemon=True).start()
+        server.run()
+        if failure:
+            raise SystemExit(f"demo failed to enroll the local node: {failure[0]}")

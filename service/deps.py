@@ -1,0 +1,82 @@
+"""Dependencies injected into endpoints, as Annotated aliases."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from service.db import get_session
+from service.errors import Forbidden, Unauthorized
+from service.nodes import repository as node_repository
+from service.security import (
+    NODE_TOKEN_PREFIX,
+    OPERATOR_TOKEN_PREFIX,
+    Principal,
+    Role,
+    token_digest,
+)
+from service.settings import Settings
+from service.tokens import repository as token_repository
+
+API_PREFIX = "/api/v1"
+
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+_bearer = HTTPBearer(auto_error=False, description="An operator API token or a node token")
+
+
+def get_settings_dep(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+
+
+def authenticate(
+    session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
+    token = credentials.credentials
+    digest = token_digest(token)
+    if token.startswith(OPERATOR_TOKEN_PREFIX):
+        api_token = token_repository.get_active_api_token_by_digest(session, digest)
+        if api_token is not None:
+            return Principal(name=f"token:{api_token.name}", role=Role(api_token.role))
+    elif token.startswith(NODE_TOKEN_PREFIX):
+        node = node_repository.get_by_token_digest(session, digest)
+        if node is not None:
+            return Principal(name=f"node:{node.hostname}/{str(node.id)[:8]}", node_id=node.id)
+    raise Unauthorized("unknown or revoked token")
+
+
+AnyPrincipal = Annotated[Principal, Depends(authenticate)]
+
+
+def _require(role: Role) -> Callable[[Principal], Principal]:
+    def check(principal: AnyPrincipal) -> Principal:
+        if principal.is_node:
+            raise Forbidden(f"node tokens cannot do this; it needs an operator token ({role})")
+        if not principal.can(role):
+            raise Forbidden(f"this needs the {role} role; the token has {principal.role}")
+        return principal
+
+    return check
+
+
+def _require_node(principal: AnyPrincipal) -> Principal:
+    if not principal.is_node:
+        raise Forbidden("only a node's agent may do this, with its node token")
+    return principal
+
+
+ViewerAuth = Annotated[Principal, Depends(_require(Role.VIEWER))]
+OperatorAuth = Annotated[Principal, Depends(_require(Role.OPERATOR))]
+AdminAuth = Annotated[Principal, Depends(_require(Role.ADMIN))]
+CurrentNode = Annotated[Principal, Depends(_require_node)]

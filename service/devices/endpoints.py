@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from agent.wire import DeviceClass, InventoryReport
+from service.deps import API_PREFIX, AnyPrincipal, CurrentNode, SessionDep, ViewerAuth
+from service.devices import service
+from service.devices.schemas import DeviceRead, InventoryReceipt
+from service.errors import Forbidden, NotFound, Unauthorized, responses
+
+router = APIRouter(prefix=f"{API_PREFIX}", tags=["devices"])
+
+
+@router.put(
+    "/nodes/{node_id}/inventory",
+    response_model=InventoryReceipt,
+    responses=responses(Unauthorized, Forbidden, NotFound),
+)
+def put_inventory(
+    node_id: uuid.UUID, body: InventoryReport, session: SessionDep, node: CurrentNode
+) -> InventoryReceipt:
+    """The node's whole device list; devices missing from it are marked not present."""
+    devices, added, updated, gone = service.replace_inventory(session, node, node_id, body)
+    return InventoryReceipt(
+        devices=[DeviceRead.model_validate(d) for d in devices],
+        added=added,
+        updated=updated,
+        gone=gone,
+    )
+
+
+@router.get(
+    "/devices", response_model=list[DeviceRead], responses=responses(Unauthorized, Forbidden)
+)
+def list_devices(
+    session: SessionDep,
+    _: ViewerAuth,
+    node_id: uuid.UUID | None = None,
+    device_class: DeviceClass | None = None,
+    present: bool | None = None,
+    limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[DeviceRead]:
+    devices = service.list_devices(
+        session,
+        node_id=node_id,
+        device_class=device_class,
+        present=present,
+        limit=limit,
+        offset=offset,
+    )
+    return [DeviceRead.model_validate(device) for device in devices]
+
+
+@router.get(
+    "/devices/{device_id}",
+    response_model=DeviceRead,
+    responses=responses(Unauthorized, Forbidden, NotFound),
+)
+def get_device(device_id: uuid.UUID, session: SessionDep, principal: AnyPrincipal) -> DeviceRead:
+    return DeviceRead.model_validate(service.get_device(session, principal, device_id))

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.tables import Device
+
+
+def get(session: Session, device_id: uuid.UUID) -> Device | None:
+    return session.get(Device, device_id)
+
+
+def for_node(session: Session, node_id: uuid.UUID, *, lock: bool = False) -> Sequence[Device]:
+    query = select(Device).where(Device.node_id == node_id).order_by(Device.name)
+    if lock:
+        query = query.with_for_update()
+    return session.scalars(query).all()
+
+
+def present_ids_by_name(session: Session, node_id: uuid.UUID) -> dict[str, uuid.UUID]:
+    rows = session.execute(
+        select(Device.name, Device.id).where(Device.node_id == node_id, Device.present.is_(True))
+    )
+    return {name: device_id for name, device_id in rows}
+
+
+def list_devices(
+    session: Session,
+    *,
+    node_id: uuid.UUID | None,
+    device_class: str | None,
+    present: bool | None,
+    limit: int,
+    offset: int,
+) -> Sequence[Device]:
+    query = select(Device).order_by(Device.node_id, Device.name).limit(limit).offset(offset)
+    if node_id is not None:
+        query = query.where(Device.node_id == node_id)
+    if device_class is not None:
+        query = query.where(Device.device_class == device_class)
+    if present is not None:
+        query = query.where(Device.present.is_(present))
+    return session.scalars(query).all()
+
+
+def add(session: Session, device: Device) -> Device:
+    session.add(device)
+    session.flush()
+    return device

@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from agent.wire import DeviceClass, DeviceInventory, InventoryReport
+from service.audit import service as audit
+from service.devices import repository
+from service.errors import Forbidden, NotFound
+from service.nodes import repository as node_repository
+from service.security import Principal, Role
+from service.tables import Device
+
+
+def configuration_of(device: Device) -> dict[str, Any]:
+    """The device's configuration as its agent last reported it (the audited part)."""
+    capabilities = device.capabilities
+    return {
+        "scheduler": device.current_scheduler,
+        "scheduler_tunables": capabilities.get("scheduler_tunables", {}),
+        "nr_requests": capabilities.get("nr_requests"),
+        "read_ahead_kb": capabilities.get("read_ahead_kb"),
+    }
+
+
+def _fields(reported: DeviceInventory) -> dict[str, Any]:
+    capabilities = reported.capabilities
+    return {
+        "model": reported.model,
+        "serial": reported.serial,
+        "wwid": reported.wwid,
+        "transport": reported.transport.value,
+        "device_class": reported.device_class.value,
+        "class_evidence": list(reported.class_evidence),
+        "rotational": reported.rotational,
+        "size_bytes": reported.size_bytes,
+        "holds_data": reported.holds_data,
+        "holds_data_reasons": list(reported.holds_data_reasons),
+        "available_schedulers": [s.value for s in capabilities.available_schedulers],
+        "current_scheduler": capabilities.current_scheduler
+        and capabilities.current_scheduler.value,
+        "capabilities": capabilities.model_dump(mode="json"),
+    }
+
+
+def replace_inventory(
+    session: Session, node: Principal, node_id: uuid.UUID, report: InventoryReport
+) -> tuple[list[Device], int, int, int]:
+    """Make the node's device list what the agent reports; audit every configuration change.
+
+    Devices the node no longer reports are kept (their history matters) but marked absent.
+    """
+    if node.node_id != node_id:
+        raise Forbidden("a node may report only its own inventory")
+    found = node_repository.get(session, node_id)
+    if found is None:
+        raise NotFound(f"no node {node_id}")
+    now = datetime.now(UTC)
+    existing = {device.name: device for device in repository.for_node(session, node_id, lock=True)}
+    added = updated = 0
+    for reported in report.devices:
+        fields = _fields(reported)
+        device = existing.pop(reported.name, None)
+        if device is None:
+            device = repository.add(
+                session, Device(node_id=node_id, name=reported.name, last_seen_at=now, **fields)
+            )
+            added += 1
+            audit.record(
+                session,
+                node,
+                "device.discovered",
+                target_type="device",
+                target_id=device.id,
+                after=configuration_of(device),
+                detail=f"{reported.name} ({reported.device_class.value})",
+            )
+            continue
+        before = configuration_of(device)
+        for key, value in fields.items():
+            setattr(device, key, value)
+        device.present = True
+        device.last_seen_at = now
+        updated += 1
+        after = configuration_of(device)
+        if after != before:
+            audit.record(
+                session,
+                node,
+                "device.config_changed",
+                target_type="device",
+                target_id=device.id,
+                before=before,
+                after=after,
+                detail="reported by the agent's inventory",
+            )
+    gone = 0
+    for device in existing.values():
+        if device.present:
+            device.present = False
+            gone += 1
+    if report.kernel_version:
+        found.kernel_version = report.kernel_version
+    node_repository.touch(session, found, now)
+    return list(repository.for_node(session, node_id)), added, updated, gone
+
+
+def get_device(session: Session, principal: Principal, device_id: uuid.UUID) -> Device:
+    device = repository.get(session, device_id)
+    if device is None:
+        raise NotFound(f"no device {device_id}")
+    if not principal.may_act_for_node(device.node_id, Role.VIEWER):
+        # Not 404: the id exists, and saying otherwise would hide a misconfigured agent.
+        raise Forbidden("a node may read only its own devices")
+    return device
+
+
+def list_devices(
+    session: Session,
+    *,
+    node_id: uuid.UUID | None,
+    device_class: DeviceClass | None,
+    present: bool | None,
+    limit: int,
+    offset: int,
+) -> Sequence[Device]:
+    return repository.list_devices(
+        session,
+        node_id=node_id,
+        device_class=device_class.value if device_class else None,
+        present=present,
+        limit=limit,
+        offset=offset,
+    )

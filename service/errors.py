@@ -1,0 +1,85 @@
+"""The service's error tree. Every error leaves the API as {"error": ..., "detail": ...}.
+
+BlkpilotError (500)
+├── Unauthorized (401)   no token, or a token nobody issued
+├── Forbidden (403)      a real token without the right to do this
+├── NotFound (404)
+├── Conflict (409)
+├── PayloadTooLarge (413)
+└── Unprocessable (422)  well-formed but not acceptable (unknown device, bad policy)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class ErrorBody(BaseModel):
+    error: str
+    detail: str
+    fields: list[dict[str, Any]] | None = None
+
+
+class BlkpilotError(Exception):
+    status_code = 500
+    error = "internal_error"
+
+    def __init__(self, detail: str, *, fields: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.fields = fields
+
+    def body(self) -> ErrorBody:
+        return ErrorBody(error=self.error, detail=self.detail, fields=self.fields)
+
+
+class Unauthorized(BlkpilotError):
+    """Missing or unknown token."""
+
+    status_code = 401
+    error = "unauthorized"
+
+
+class Forbidden(BlkpilotError):
+    """The token lacks the right for this action."""
+
+    status_code = 403
+    error = "forbidden"
+
+
+class NotFound(BlkpilotError):
+    """No such resource."""
+
+    status_code = 404
+    error = "not_found"
+
+
+class Conflict(BlkpilotError):
+    """Conflicts with the current state."""
+
+    status_code = 409
+    error = "conflict"
+
+
+class PayloadTooLarge(BlkpilotError):
+    """The request body is too large."""
+
+    status_code = 413
+    error = "payload_too_large"
+
+
+class Unprocessable(BlkpilotError):
+    """The request is well-formed but cannot be accepted."""
+
+    status_code = 422
+    error = "unprocessable"
+
+
+def responses(*errors: type[BlkpilotError]) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` of an endpoint: each error it may return, in the one shape."""
+    return {
+        error.status_code: {"model": ErrorBody, "description": error.__doc__ or error.error}
+        for error in errors
+    }

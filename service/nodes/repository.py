@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.tables import Node
+
+
+def get(session: Session, node_id: uuid.UUID) -> Node | None:
+    return session.get(Node, node_id)
+
+
+def get_by_token_digest(session: Session, digest: str) -> Node | None:
+    return session.scalar(select(Node).where(Node.token_sha256 == digest))
+
+
+def list_nodes(
+    session: Session,
+    *,
+    hostname: str | None,
+    label: tuple[str, str] | None,
+    limit: int,
+    offset: int,
+) -> Sequence[Node]:
+    query = select(Node).order_by(Node.hostname, Node.id).limit(limit).offset(offset)
+    if hostname is not None:
+        query = query.where(Node.hostname == hostname)
+    if label is not None:
+        query = query.where(Node.labels.contains({label[0]: label[1]}))
+    return session.scalars(query).all()
+
+
+def add(
+    session: Session,
+    *,
+    hostname: str,
+    labels: dict[str, str],
+    digest: str,
+    agent_version: str,
+    kernel_version: str,
+    now: datetime,
+) -> Node:
+    node = Node(
+        hostname=hostname,
+        labels=labels,
+        token_sha256=digest,
+        agent_version=agent_version,
+        kernel_version=kernel_version,
+        last_seen_at=now,
+    )
+    session.add(node)
+    session.flush()
+    return node
+
+
+def touch(session: Session, node: Node, now: datetime) -> None:
+    node.last_seen_at = now
+    session.flush()

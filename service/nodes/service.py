@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from sqlalchemy.orm import Session
+
+from agent.wire import EnrollRequest, Heartbeat
+from service.audit import service as audit
+from service.errors import Forbidden, NotFound, Unauthorized, Unprocessable
+from service.nodes import repository
+from service.security import NODE_TOKEN_PREFIX, Principal, Role, new_token, token_digest
+from service.tables import Node
+from service.tokens import repository as token_repository
+
+
+def enroll(session: Session, request: EnrollRequest) -> tuple[Node, str]:
+    """Trade a one-time enrollment token for a node and its own token."""
+    now = datetime.now(UTC)
+    enrollment = token_repository.claim_enrollment_token(
+        session, token_digest(request.enrollment_token), now
+    )
+    if enrollment is None:
+        raise Unauthorized("enrollment token is unknown, already used or expired")
+    secret = new_token(NODE_TOKEN_PREFIX)
+    # Labels from the enrollment token (set by an admin) win over labels the node claims.
+    labels = {**request.labels, **enrollment.labels}
+    node = repository.add(
+        session,
+        hostname=request.hostname,
+        labels=labels,
+        digest=token_digest(secret),
+        agent_version=request.agent_version,
+        kernel_version=request.kernel_version,
+        now=now,
+    )
+    token_repository.set_enrollment_token_node(session, enrollment, node.id)
+    audit.record(
+        session,
+        f"node:{node.hostname}/{str(node.id)[:8]}",
+        "node.enrolled",
+        target_type="node",
+        target_id=node.id,
+        after={"hostname": node.hostname, "labels": labels, "enrollment_token": str(enrollment.id)},
+    )
+    return node, secret
+
+
+def get_node(session: Session, principal: Principal, node_id: uuid.UUID) -> Node:
+    if not principal.may_act_for_node(node_id, Role.VIEWER):
+        raise Forbidden("a node may read only itself")
+    node = repository.get(session, node_id)
+    if node is None:
+        raise NotFound(f"no node {node_id}")
+    return node
+
+
+def list_nodes(
+    session: Session, *, hostname: str | None, label: str | None, limit: int, offset: int
+) -> Sequence[Node]:
+    selector: tuple[str, str] | None = None
+    if label is not None:
+        key, sep, value = label.partition("=")
+        if not sep or not key:
+            raise Unprocessable("label filter must look like key=value")
+        selector = (key, value)
+    return repository.list_nodes(
+        session, hostname=hostname, label=selector, limit=limit, offset=offset
+    )
+
+
+def heartbeat(session: Session, node: Principal, node_id: uuid.UUID, beat: Heartbeat) -> Node:
+    if node.node_id != node_id:
+        raise Forbidden("a node may send heartbeats only for itself")
+    found = get_node(session, node, node_id)
+    if beat.agent_version is not None:
+        found.agent_version = beat.agent_version
+    if beat.kernel_version is not None:
+        found.kernel_version = beat.kernel_version
+    repository.touch(session, found, datetime.now(UTC))
+    return found

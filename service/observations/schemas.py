@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from agent.wire import CanaryVerdict, DeviceConfig, ObservationKind, WorkloadSpec
+
+
+class ObservationRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: uuid.UUID
+    device_id: uuid.UUID
+    kind: ObservationKind
+    tool: str
+    workload: WorkloadSpec
+    configuration: DeviceConfig
+    metrics: dict[str, float]
+    statistics: dict[str, float]
+    verdict: CanaryVerdict | None
+    started_at: datetime
+    finished_at: datetime
+    recorded_by: str
+    created_at: datetime

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.wire import AppliedStatus, DeviceConfig
+
+
+class PolicySet(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    config: DeviceConfig
+    reason: Annotated[str, Field(min_length=3, max_length=2_000, description="why, for the audit")]
+
+
+class AppliedState(BaseModel):
+    version: int
+    status: AppliedStatus
+    config: DeviceConfig | None
+    detail: str
+    at: datetime
+
+
+class PolicyRead(BaseModel):
+    device_id: uuid.UUID
+    device_name: str
+    node_id: uuid.UUID
+    config: DeviceConfig
+    version: int
+    set_by: str
+    reason: str
+    created_at: datetime
+    updated_at: datetime
+    applied: AppliedState | None
+    in_sync: bool = Field(description="the agent reported applying exactly this version")

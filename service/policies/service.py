@@ -1,0 +1,227 @@
+"""Desired configurations per device, checked against what the device can take, and the
+applied state agents report back. Every change is audited in the same transaction."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func
+from sqlalchemy.orm import Session
+
+from agent.wire import (
+    AppliedStateReport,
+    AppliedStatus,
+    CompletionMode,
+    DeviceCapabilities,
+    DeviceConfig,
+)
+from service.audit import service as audit
+from service.devices import repository as device_repository
+from service.devices import service as device_service
+from service.errors import Conflict, Forbidden, NotFound, Unprocessable
+from service.policies import repository
+from service.policies.schemas import AppliedState, PolicyRead
+from service.security import Principal, Role
+from service.tables import Device, Policy
+
+
+def _device(session: Session, device_id: uuid.UUID) -> Device:
+    device = device_repository.get(session, device_id)
+    if device is None:
+        raise NotFound(f"no device {device_id}")
+    return device
+
+
+def check_device_can_take(device: Device, config: DeviceConfig) -> None:
+    """Refuse a configuration the device cannot take, naming the field."""
+    capabilities = DeviceCapabilities.model_validate(device.capabilities)
+    problems: list[dict[str, Any]] = []
+    if not device.present:
+        problems.append({"loc": ["body"], "msg": f"{device.name} is no longer on its node"})
+    if config.scheduler is not None and config.scheduler not in capabilities.available_schedulers:
+        offered = ", ".join(s.value for s in capabilities.available_schedulers) or "nothing"
+        problems.append(
+            {
+                "loc": ["body", "config", "scheduler"],
+                "msg": f"{device.name} does not offer {config.scheduler.value} (offers {offered})",
+            }
+        )
+    poll = capabilities.poll
+    if config.completion is CompletionMode.CLASSIC_POLL and not (poll.poll_queues or poll.io_poll):
+        problems.append(
+            {
+                "loc": ["body", "config", "completion"],
+                "msg": f"{device.name} has no poll queues, so it cannot complete by polling",
+            }
+        )
+    if config.completion is CompletionMode.HYBRID_POLL and not poll.hybrid_supported:
+        problems.append(
+            {
+                "loc": ["body", "config", "completion"],
+                "msg": "hybrid polling needs poll queues and a kernel before 6.4",
+            }
+        )
+    if problems:
+        raise Unprocessable(
+            "; ".join(problem["msg"] for problem in problems) + "; nothing was changed",
+            fields=problems,
+        )
+
+
+def to_read(policy: Policy, device: Device) -> PolicyRead:
+    applied = None
+    if policy.applied_version is not None and policy.applied_status and policy.applied_at:
+        applied = AppliedState(
+            version=policy.applied_version,
+            status=AppliedStatus(policy.applied_status),
+            config=DeviceConfig.model_validate(policy.applied_config)
+            if policy.applied_config is not None
+            else None,
+            detail=policy.applied_detail or "",
+            at=policy.applied_at,
+        )
+    return PolicyRead(
+        device_id=device.id,
+        device_name=device.name,
+        node_id=device.node_id,
+        config=DeviceConfig.model_validate(policy.config),
+        version=policy.version,
+        set_by=policy.set_by,
+        reason=policy.reason,
+        created_at=policy.created_at,
+        updated_at=policy.updated_at,
+        applied=applied,
+        in_sync=policy.applied_version == policy.version
+        and policy.applied_status == AppliedStatus.APPLIED.value,
+    )
+
+
+def set_policy(
+    session: Session, operator: Principal, device_id: uuid.UUID, config: DeviceConfig, reason: str
+) -> PolicyRead:
+    device = _device(session, device_id)
+    check_device_can_take(device, config)
+    wanted = config.model_dump(mode="json")
+    policy = repository.for_device(session, device_id, lock=True)
+    if policy is None:
+        before = None
+        policy = repository.add(
+            session,
+            Policy(
+                device_id=device.id, config=wanted, version=1, set_by=operator.name, reason=reason
+            ),
+        )
+    else:
+        before = {"config": policy.config, "version": policy.version}
+        policy.config = wanted
+        policy.version += 1
+        policy.set_by = operator.name
+        policy.reason = reason
+        policy.updated_at = func.now()
+        policy = repository.save(session, policy)
+    audit.record(
+        session,
+        operator,
+        "policy.set",
+        target_type="device",
+        target_id=device.id,
+        before=before,
+        after={"config": wanted, "version": policy.version},
+        detail=reason,
+    )
+    return to_read(policy, device)
+
+
+def get_policy(session: Session, principal: Principal, device_id: uuid.UUID) -> PolicyRead:
+    device = device_service.get_device(session, principal, device_id)
+    policy = repository.for_device(session, device_id)
+    if policy is None:
+        raise NotFound(f"device {device.name} ({device_id}) has no policy")
+    return to_read(policy, device)
+
+
+def clear_policy(session: Session, operator: Principal, device_id: uuid.UUID, reason: str) -> None:
+    device = _device(session, device_id)
+    policy = repository.for_device(session, device_id, lock=True)
+    if policy is None:
+        raise NotFound(f"device {device.name} ({device_id}) has no policy")
+    before = {"config": policy.config, "version": policy.version}
+    repository.delete(session, policy)
+    audit.record(
+        session,
+        operator,
+        "policy.cleared",
+        target_type="device",
+        target_id=device.id,
+        before=before,
+        detail=reason,
+    )
+
+
+def policies_for_node(
+    session: Session, principal: Principal, node_id: uuid.UUID
+) -> Sequence[PolicyRead]:
+    if not principal.may_act_for_node(node_id, Role.VIEWER):
+        raise Forbidden("a node may read only its own policies")
+    return [to_read(policy, device) for policy, device in repository.for_node(session, node_id)]
+
+
+_AUDIT_ACTION = {
+    AppliedStatus.APPLIED: "policy.applied",
+    AppliedStatus.FAILED: "policy.apply_failed",
+    AppliedStatus.ROLLED_BACK: "policy.rolled_back",
+    AppliedStatus.DRIFT: "device.drift",
+}
+
+
+def report_applied(
+    session: Session, node: Principal, device_id: uuid.UUID, report: AppliedStateReport
+) -> PolicyRead:
+    device = _device(session, device_id)
+    if device.node_id != node.node_id:
+        raise Forbidden("a node may report applied state only for its own devices")
+    policy = repository.for_device(session, device_id, lock=True)
+    if policy is None:
+        raise NotFound(f"device {device.name} ({device_id}) has no policy to report on")
+    if report.policy_version > policy.version:
+        raise Conflict(
+            f"policy version {report.policy_version} does not exist yet (current {policy.version})"
+        )
+    before_config = device_service.configuration_of(device)
+    now = datetime.now(UTC)
+    policy.applied_version = report.policy_version
+    policy.applied_status = report.status.value
+    policy.applied_config = report.config.model_dump(mode="json")
+    policy.applied_detail = report.detail
+    policy.applied_at = now
+    _update_device_configuration(device, report.config)
+    after_config = device_service.configuration_of(device)
+    audit.record(
+        session,
+        node,
+        _AUDIT_ACTION[report.status],
+        target_type="device",
+        target_id=device.id,
+        before=before_config,
+        after=after_config,
+        detail=f"policy version {report.policy_version}: {report.detail}".rstrip(": "),
+    )
+    policy = repository.save(session, policy)
+    return to_read(policy, device)
+
+
+def _update_device_configuration(device: Device, config: DeviceConfig) -> None:
+    """What the agent reports as now in effect becomes the device's known configuration."""
+    capabilities = dict(device.capabilities)
+    if config.scheduler is not None:
+        device.current_scheduler = config.scheduler.value
+        capabilities["current_scheduler"] = config.scheduler.value
+        capabilities["scheduler_tunables"] = dict(config.scheduler_tunables)
+    if config.nr_requests is not None:
+        capabilities["nr_requests"] = config.nr_requests
+    if config.read_ahead_kb is not None:
+        capabilities["read_ahead_kb"] = config.read_ahead_kb
+    device.capabilities = capabilities

@@ -1,0 +1,49 @@
+"""One typed configuration for the service, read from BLKPILOT_* environment variables."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from functools import lru_cache
+from pathlib import Path
+from typing import Self
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Environment(StrEnum):
+    DEVELOPMENT = "development"
+    PRODUCTION = "production"
+
+
+def _default_data_dir() -> Path:
+    return Path.home() / ".local" / "share" / "blkpilot"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="BLKPILOT_", extra="ignore")
+
+    environment: Environment = Environment.DEVELOPMENT
+    # Unset: an embedded PostgreSQL (pgserver) is started in data_dir.
+    database_url: str | None = None
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65_535)
+    db_pool_size: int = Field(default=10, ge=1, le=200)
+    db_max_overflow: int = Field(default=10, ge=0, le=200)
+    max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1_024)
+    enrollment_token_ttl_hours: float = Field(default=24.0, gt=0, le=24 * 30)
+
+    @model_validator(mode="after")
+    def _refuse_unsafe_defaults(self) -> Self:
+        if self.environment is Environment.PRODUCTION and self.database_url is None:
+            raise ValueError(
+                "BLKPILOT_DATABASE_URL must name a PostgreSQL server in production;"
+                " the embedded database is for development and demos"
+            )
+        return self
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

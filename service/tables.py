@@ -1,0 +1,209 @@
+"""The schema, as SQLAlchemy 2 typed tables. It changes only through Alembic migrations."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSONB, uuid.UUID: UUID(as_uuid=True)}
+
+
+def _now() -> Any:
+    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+class ApiToken(Base):
+    """An operator's token. Only its SHA-256 is stored."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (CheckConstraint("role IN ('viewer', 'operator', 'admin')", name="role"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_by: Mapped[str] = mapped_column(String(160))
+    created_at: Mapped[datetime] = _now()
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class EnrollmentToken(Base):
+    """A one-time secret a new node trades for its own node token."""
+
+    __tablename__ = "enrollment_tokens"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_by: Mapped[str] = mapped_column(String(160))
+    created_at: Mapped[datetime] = _now()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    used_by_node_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("nodes.id"))
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    hostname: Mapped[str] = mapped_column(String(253), index=True)
+    labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    agent_version: Mapped[str] = mapped_column(String(255), default="")
+    kernel_version: Mapped[str] = mapped_column(String(255), default="")
+    enrolled_at: Mapped[datetime] = _now()
+    last_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Device(Base):
+    __tablename__ = "devices"
+    __table_args__ = (UniqueConstraint("node_id", "name"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    node_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(255), default="")
+    serial: Mapped[str] = mapped_column(String(255), default="")
+    wwid: Mapped[str] = mapped_column(String(255), default="")
+    transport: Mapped[str] = mapped_column(String(16))
+    device_class: Mapped[str] = mapped_column(String(16), index=True)
+    class_evidence: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)
+    rotational: Mapped[bool] = mapped_column(Boolean)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    holds_data: Mapped[bool] = mapped_column(Boolean)
+    holds_data_reasons: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)
+    available_schedulers: Mapped[list[str]] = mapped_column(ARRAY(String(16)), default=list)
+    current_scheduler: Mapped[str | None] = mapped_column(String(16))
+    capabilities: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    present: Mapped[bool] = mapped_column(Boolean, default=True)
+    first_seen_at: Mapped[datetime] = _now()
+    last_seen_at: Mapped[datetime] = _now()
+
+
+class TelemetryBatch(Base):
+    """One row per ingested batch id: what makes ingest idempotent."""
+
+    __tablename__ = "telemetry_batches"
+
+    batch_id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    node_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    windows: Mapped[int] = mapped_column(Integer)
+    received_at: Mapped[datetime] = _now()
+
+
+class TelemetryWindow(Base):
+    __tablename__ = "telemetry_windows"
+    __table_args__ = (
+        UniqueConstraint("device_id", "window_start", "window_end"),
+        Index("ix_telemetry_windows_device_start", "device_id", "window_start"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    device_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
+    batch_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("telemetry_batches.batch_id", ondelete="CASCADE"), index=True
+    )
+    window_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    window_end: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    read_ios: Mapped[int] = mapped_column(BigInteger)
+    write_ios: Mapped[int] = mapped_column(BigInteger)
+    read_bytes: Mapped[int] = mapped_column(BigInteger)
+    write_bytes: Mapped[int] = mapped_column(BigInteger)
+    iops: Mapped[float] = mapped_column(Double)
+    read_share: Mapped[float] = mapped_column(Double)
+    mean_request_bytes: Mapped[float] = mapped_column(Double)
+    mean_latency_us: Mapped[float] = mapped_column(Double)
+    queue_depth: Mapped[float] = mapped_column(Double)
+    utilisation: Mapped[float] = mapped_column(Double)
+    power_watts: Mapped[float | None] = mapped_column(Double)
+    energy_joules: Mapped[float | None] = mapped_column(Double)
+    power_scope: Mapped[str | None] = mapped_column(String(16))
+
+
+class Observation(Base):
+    """A benchmark or canary result: device, workload, configuration, metrics."""
+
+    __tablename__ = "observations"
+    __table_args__ = (Index("ix_observations_device_finished", "device_id", "finished_at"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    device_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    tool: Mapped[str] = mapped_column(String(16))
+    workload_name: Mapped[str] = mapped_column(String(128), index=True)
+    workload: Mapped[dict[str, Any]] = mapped_column()
+    configuration: Mapped[dict[str, Any]] = mapped_column()
+    metrics: Mapped[dict[str, Any]] = mapped_column()
+    statistics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    verdict: Mapped[str | None] = mapped_column(String(16))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    recorded_by: Mapped[str] = mapped_column(String(160))
+    created_at: Mapped[datetime] = _now()
+
+
+class Policy(Base):
+    """The desired configuration of one device, and what its agent last reported applying."""
+
+    __tablename__ = "policies"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    device_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("devices.id", ondelete="CASCADE"), unique=True
+    )
+    config: Mapped[dict[str, Any]] = mapped_column()
+    version: Mapped[int] = mapped_column(Integer)
+    set_by: Mapped[str] = mapped_column(String(160))
+    reason: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    applied_version: Mapped[int | None] = mapped_column(Integer)
+    applied_status: Mapped[str | None] = mapped_column(String(16))
+    applied_config: Mapped[dict[str, Any] | None] = mapped_column()
+    applied_detail: Mapped[str | None] = mapped_column(Text)
+    applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AuditEvent(Base):
+    __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_events_target", "target_type", "target_id", "at"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = _now()
+    actor: Mapped[str] = mapped_column(String(160))
+    action: Mapped[str] = mapped_column(String(64), index=True)
+    target_type: Mapped[str] = mapped_column(String(32))
+    target_id: Mapped[str] = mapped_column(String(64))
+    before: Mapped[dict[str, Any] | None] = mapped_column()
+    after: Mapped[dict[str, Any] | None] = mapped_column()
+    detail: Mapped[str] = mapped_column(Text, default="")

@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from agent.wire import TelemetryBatch, TelemetryBatchReceipt
+from service.devices import repository as device_repository
+from service.devices import service as device_service
+from service.errors import Conflict, Unprocessable
+from service.ops import metrics
+from service.ops.transactions import on_commit
+from service.security import Principal
+from service.tables import TelemetryWindow
+from service.telemetry import repository
+
+
+def ingest(session: Session, node: Principal, batch: TelemetryBatch) -> TelemetryBatchReceipt:
+    """Store a batch whole or not at all; a batch id seen before is acknowledged, not stored."""
+    assert node.node_id is not None
+    device_ids = device_repository.present_ids_by_name(session, node.node_id)
+    unknown = [
+        {"loc": ["body", "windows", index, "device"], "msg": f"unknown device {window.device!r}"}
+        for index, window in enumerate(batch.windows)
+        if window.device not in device_ids
+    ]
+    if unknown:
+        names = sorted({str(field["msg"]).split()[-1] for field in unknown})
+        raise Unprocessable(
+            f"{len(unknown)} window(s) name devices this node has not reported in its inventory:"
+            f" {', '.join(names)}; nothing from this batch was stored",
+            fields=unknown,
+        )
+    keys = [(w.device, w.start, w.end) for w in batch.windows]
+    if len(set(keys)) != len(keys):
+        raise Unprocessable("the batch holds the same device and interval twice")
+
+    if not repository.claim_batch(session, batch.batch_id, node.node_id, len(batch.windows)):
+        owner = repository.batch_owner(session, batch.batch_id)
+        if owner != node.node_id:
+            raise Conflict(f"batch id {batch.batch_id} was already used by another node")
+        on_commit(session, lambda: metrics.TELEMETRY_BATCHES.labels(outcome="duplicate").inc())
+        return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=False, windows=0)
+
+    rows = [
+        {
+            "device_id": device_ids[w.device],
+            "batch_id": batch.batch_id,
+            "window_start": w.start,
+            "window_end": w.end,
+            "read_ios": w.read_ios,
+            "write_ios": w.write_ios,
+            "read_bytes": w.read_bytes,
+            "write_bytes": w.write_bytes,
+            "iops": w.iops,
+            "read_share": w.read_share,
+            "mean_request_bytes": w.mean_request_bytes,
+            "mean_latency_us": w.mean_latency_us,
+            "queue_depth": w.queue_depth,
+            "utilisation": w.utilisation,
+            "power_watts": w.power_watts,
+            "energy_joules": w.energy_joules,
+            "power_scope": w.power_scope and w.power_scope.value,
+        }
+        for w in batch.windows
+    ]
+    repository.insert_windows(session, rows)
+    count = len(rows)
+
+    def count_ingested() -> None:
+        metrics.TELEMETRY_BATCHES.labels(outcome="accepted").inc()
+        metrics.TELEMETRY_WINDOWS.inc(count)
+
+    on_commit(session, count_ingested)
+    return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=True, windows=count)
+
+
+def windows_for_device(
+    session: Session,
+    principal: Principal,
+    device_id: uuid.UUID,
+    *,
+    since: datetime | None,
+    until: datetime | None,
+    limit: int,
+) -> Sequence[TelemetryWindow]:
+    device_service.get_device(session, principal, device_id)
+    return repository.windows_for_device(session, device_id, since=since, until=until, limit=limit)

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from fastapi import APIRouter, status
+
+from service.deps import API_PREFIX, AdminAuth, SessionDep, SettingsDep
+from service.errors import Conflict, Forbidden, NotFound, Unauthorized, responses
+from service.tokens import service
+from service.tokens.schemas import (
+    ApiTokenCreate,
+    ApiTokenCreated,
+    ApiTokenRead,
+    EnrollmentTokenCreate,
+    EnrollmentTokenCreated,
+)
+
+router = APIRouter(prefix=f"{API_PREFIX}", tags=["tokens"])
+
+
+@router.post(
+    "/api-tokens",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ApiTokenCreated,
+    responses=responses(Unauthorized, Forbidden, Conflict),
+)
+def create_api_token(
+    body: ApiTokenCreate, session: SessionDep, admin: AdminAuth
+) -> ApiTokenCreated:
+    token, secret = service.create_api_token(session, admin, name=body.name, role=body.role)
+    return ApiTokenCreated.model_validate(
+        {**ApiTokenRead.model_validate(token).model_dump(), "token": secret}
+    )
+
+
+@router.get(
+    "/api-tokens", response_model=list[ApiTokenRead], responses=responses(Unauthorized, Forbidden)
+)
+def list_api_tokens(session: SessionDep, _: AdminAuth) -> list[ApiTokenRead]:
+    return [ApiTokenRead.model_validate(token) for token in service.list_api_tokens(session)]
+
+
+@router.delete(
+    "/api-tokens/{token_id}",
+    response_model=ApiTokenRead,
+    responses=responses(Unauthorized, Forbidden, NotFound),
+)
+def revoke_api_token(token_id: uuid.UUID, session: SessionDep, admin: AdminAuth) -> ApiTokenRead:
+    return ApiTokenRead.model_validate(service.revoke_api_token(session, admin, token_id))
+
+
+@router.post(
+    "/enrollment-tokens",
+    status_code=status.HTTP_201_CREATED,
+    response_model=EnrollmentTokenCreated,
+    responses=responses(Unauthorized, Forbidden),
+)
+def create_enrollment_token(
+    body: EnrollmentTokenCreate, session: SessionDep, admin: AdminAuth, settings: SettingsDep
+) -> EnrollmentTokenCreated:
+    ttl = timedelta(hours=body.ttl_hours or settings.enrollment_token_ttl_hours)
+    token, secret = service.create_enrollment_token(session, admin, labels=body.labels, ttl=ttl)
+    return EnrollmentTokenCreated(
+        id=token.id, token=secret, labels=dict(token.labels), expires_at=token.expires_at
+    )

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from service.tables import ApiToken, EnrollmentToken
+
+
+def get_active_api_token_by_digest(session: Session, digest: str) -> ApiToken | None:
+    return session.scalar(
+        select(ApiToken).where(ApiToken.token_sha256 == digest, ApiToken.revoked_at.is_(None))
+    )
+
+
+def get_api_token_by_name(session: Session, name: str) -> ApiToken | None:
+    return session.scalar(select(ApiToken).where(ApiToken.name == name))
+
+
+def get_api_token(session: Session, token_id: uuid.UUID) -> ApiToken | None:
+    return session.get(ApiToken, token_id)
+
+
+def list_api_tokens(session: Session) -> Sequence[ApiToken]:
+    return session.scalars(select(ApiToken).order_by(ApiToken.created_at)).all()
+
+
+def add_api_token(
+    session: Session, *, name: str, role: str, digest: str, created_by: str
+) -> ApiToken:
+    token = ApiToken(name=name, role=role, token_sha256=digest, created_by=created_by)
+    session.add(token)
+    session.flush()
+    return token
+
+
+def add_enrollment_token(
+    session: Session,
+    *,
+    digest: str,
+    labels: dict[str, str],
+    created_by: str,
+    expires_at: datetime,
+) -> EnrollmentToken:
+    token = EnrollmentToken(
+        token_sha256=digest, labels=labels, created_by=created_by, expires_at=expires_at
+    )
+    session.add(token)
+    session.flush()
+    return token
+
+
+def claim_enrollment_token(session: Session, digest: str, now: datetime) -> EnrollmentToken | None:
+    """Mark an unused, unexpired token used; None if there is no such token.
+
+    One UPDATE, so two nodes racing with the same token cannot both win.
+    """
+    return session.scalar(
+        update(EnrollmentToken)
+        .where(
+            EnrollmentToken.token_sha256 == digest,
+            EnrollmentToken.used_at.is_(None),
+            EnrollmentToken.expires_at > now,
+        )
+        .values(used_at=now)
+        .returning(EnrollmentToken)
+    )
+
+
+def set_enrollment_token_node(session: Session, token: EnrollmentToken, node_id: uuid.UUID) -> None:
+    token.used_by_node_id = node_id
+    session.flush()

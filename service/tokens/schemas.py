@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.wire import Labels
+from service.security import Role
+
+TokenName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@-]+$")]
+
+
+class ApiTokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: TokenName
+    role: Role
+
+
+class ApiTokenRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: uuid.UUID
+    name: str
+    role: Role
+    created_by: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class ApiTokenCreated(ApiTokenRead):
+    token: str = Field(description="shown once; only its hash is stored")
+
+
+class EnrollmentTokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    labels: Labels = Field(default_factory=dict, description="labels given to the node")
+    ttl_hours: Annotated[float | None, Field(gt=0, le=24 * 30)] = None
+
+
+class EnrollmentTokenCreated(BaseModel):
+    id: uuid.UUID
+    token: str = Field(description="one-time; shown once")
+    labels: dict[str, str]
+    expires_at: datetime
