@@ -1,0 +1,121 @@
+"""Tests run on a real PostgreSQL: BLKPILOT_TEST_DATABASE_URL, or an embedded one (pgserver).
+
+The schema is built with `alembic upgrade head`; each test runs inside a transaction that is
+rolled back at its end, while the code under test commits and rolls back savepoints inside it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, make_url
+from sqlalchemy.orm import Session
+
+from service import db
+from service.app import create_app
+from service.db import Database, get_session
+from service.embedded import EmbeddedPostgres
+from service.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A PostgreSQL server's URL (its maintenance database)."""
+    given = os.environ.get("BLKPILOT_TEST_DATABASE_URL")
+    if given:
+        yield given
+        return
+    embedded = EmbeddedPostgres(tmp_path_factory.mktemp("pg"))
+    try:
+        yield embedded.start()
+    finally:
+        embedded.stop()
+
+
+def _conninfo(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def create_database(server_url: str, name: str) -> str:
+    """A fresh, empty database on the server; returns its URL."""
+    with psycopg.connect(_conninfo(server_url), autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        connection.execute(f'CREATE DATABASE "{name}"')
+    return make_url(server_url).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_database(server_url: str, name: str) -> None:
+    with psycopg.connect(_conninfo(server_url), autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def database_url(server_url: str) -> Iterator[str]:
+    name = f"blkpilot_test_{os.getpid()}"
+    url = create_database(server_url, name)
+    db.upgrade(url)
+    yield url
+    drop_database(server_url, name)
+
+
+@pytest.fixture(scope="session")
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = db.create_db_engine(database_url, pool_size=2)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def session(engine: Engine) -> Iterator[Session]:
+    with engine.connect() as connection:
+        outer = connection.begin()
+        session = Session(
+            bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
+        )
+        try:
+            yield session
+        finally:
+            session.close()
+            outer.rollback()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> Settings:
+    return Settings(database_url=database_url, data_dir=tmp_path, max_request_bytes=4 * 1024 * 1024)
+
+
+@pytest.fixture
+def app(settings: Settings, engine: Engine, session: Session) -> FastAPI:
+    app = create_app(settings, Database(engine))
+
+    def test_session() -> Iterator[Session]:
+        # The same unit-of-work contract as service.db.get_session, on the test's transaction.
+        # What the test set up beforehand exists before the request, as it would in reality.
+        session.commit()
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+    app.dependency_overrides[get_session] = test_session
+    return app
+
+
+@pytest.fixture
+def client(app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.fixture
+def unique() -> str:
+    return uuid.uuid4().hex[:8]

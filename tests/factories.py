@@ -1,0 +1,127 @@
+"""Small typed factories that build state through the services, as the API would."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from agent.wire import (
+    DeviceCapabilities,
+    DeviceClass,
+    DeviceInventory,
+    EnrollRequest,
+    InventoryReport,
+    PollCapabilities,
+    Scheduler,
+    Transport,
+)
+from service.devices import service as device_service
+from service.nodes import service as node_service
+from service.security import Principal, Role
+from service.tables import Device, Node
+from service.tokens import service as token_service
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def create_api_token(session: Session, *, role: Role, name: str | None = None) -> str:
+    _, secret = token_service.create_api_token(
+        session, "tests", name=name or f"{role.value}-{id(session)}-{datetime.now().timestamp()}", role=role
+    )
+    return secret
+
+
+def create_enrollment_token(session: Session, *, labels: dict[str, str] | None = None) -> str:
+    _, secret = token_service.create_enrollment_token(
+        session, "tests", labels=labels or {}, ttl=timedelta(hours=1)
+    )
+    return secret
+
+
+def create_node(
+    session: Session, *, hostname: str = "node-a", labels: dict[str, str] | None = None
+) -> tuple[Node, str]:
+    node, secret = node_service.enroll(
+        session,
+        EnrollRequest(
+            enrollment_token=create_enrollment_token(session),
+            hostname=hostname,
+            labels=labels or {},
+        ),
+    )
+    return node, secret
+
+
+def device_inventory(
+    name: str = "loop0",
+    *,
+    device_class: DeviceClass = DeviceClass.ULL,
+    scheduler: Scheduler = Scheduler.NONE,
+    holds_data: bool = False,
+    poll_queues: int | None = None,
+    hybrid: bool = False,
+    **overrides: Any,
+) -> DeviceInventory:
+    return DeviceInventory(
+        name=name,
+        model=overrides.pop("model", ""),
+        transport=overrides.pop("transport", Transport.LOOP),
+        device_class=device_class,
+        class_evidence=["test fixture"],
+        rotational=overrides.pop("rotational", False),
+        size_bytes=overrides.pop("size_bytes", 1 << 30),
+        holds_data=holds_data,
+        capabilities=DeviceCapabilities(
+            available_schedulers=[
+                Scheduler.NONE,
+                Scheduler.MQ_DEADLINE,
+                Scheduler.KYBER,
+                Scheduler.BFQ,
+            ],
+            current_scheduler=scheduler,
+            scheduler_tunables=overrides.pop("scheduler_tunables", {}),
+            nr_requests=overrides.pop("nr_requests", 128),
+            read_ahead_kb=overrides.pop("read_ahead_kb", 128),
+            nr_hw_queues=1,
+            poll=PollCapabilities(poll_queues=poll_queues, hybrid_supported=hybrid),
+            kernel_version="6.1.0-18-amd64",
+        ),
+        **overrides,
+    )
+
+
+def report_inventory(session: Session, node: Node, *devices: DeviceInventory) -> list[Device]:
+    found, *_ = device_service.replace_inventory(
+        session,
+        Principal(name=f"node:{node.hostname}", node_id=node.id),
+        node.id,
+        InventoryReport(kernel_version="6.1.0-18-amd64", devices=list(devices)),
+    )
+    return found
+
+
+def telemetry_window(device: str = "loop0", *, index: int = 0, **overrides: Any) -> dict[str, Any]:
+    start = T0 + timedelta(seconds=10 * index)
+    window: dict[str, Any] = {
+        "device": device,
+        "start": start.isoformat(),
+        "end": (start + timedelta(seconds=10)).isoformat(),
+        "read_ios": 1000,
+        "write_ios": 250,
+        "read_bytes": 4096 * 1000,
+        "write_bytes": 4096 * 250,
+        "iops": 125.0,
+        "read_share": 0.8,
+        "mean_request_bytes": 4096.0,
+        "mean_latency_us": 85.5,
+        "queue_depth": 1.2,
+        "utilisation": 0.4,
+    }
+    window.update(overrides)
+    return window
