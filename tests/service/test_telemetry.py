@@ -1,0 +1,245 @@
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from agent.wire import MAX_WINDOWS_PER_BATCH
+from service.ops import metrics
+from service.security import Role
+from service.tables import Node, TelemetryBatch, TelemetryWindow
+from tests.factories import (
+    bearer,
+    create_api_token,
+    create_node,
+    device_inventory,
+    report_inventory,
+    telemetry_window,
+)
+
+URL = "/api/v1/telemetry/batches"
+
+
+@pytest.fixture
+def node(session: Session) -> tuple[Node, str]:
+    node, token = create_node(session)
+    report_inventory(session, node, device_inventory("loop0"), device_inventory("loop1"))
+    return node, token
+
+
+def _batch(*windows: dict[str, Any], batch_id: uuid.UUID | None = None) -> dict[str, Any]:
+    return {"batch_id": str(batch_id or uuid.uuid4()), "windows": list(windows)}
+
+
+def _stored(session: Session) -> int:
+    return session.scalar(select(func.count()).select_from(TelemetryWindow)) or 0
+
+
+def _counter(counter: Any, **labels: str) -> float:
+    sample = counter.labels(**labels) if labels else counter
+    return float(sample._value.get())
+
+
+class TestIngestBatch:
+    def test_stores_every_window(self, client: TestClient, session: Session, node: tuple[Node, str]) -> None:
+        _, token = node
+        windows = [telemetry_window("loop0", index=i) for i in range(3)]
+        windows.append(
+            telemetry_window(
+                "loop1", index=0, power_watts=12.5, energy_joules=125.0, power_scope="cpu_package"
+            )
+        )
+        accepted_before = _counter(metrics.TELEMETRY_WINDOWS)
+        response = client.post(URL, json=_batch(*windows), headers=bearer(token))
+        assert response.status_code == 201, response.text
+        assert response.json()["accepted"] is True
+        assert response.json()["windows"] == 4
+        assert _stored(session) == 4
+        assert _counter(metrics.TELEMETRY_WINDOWS) - accepted_before == 4
+        powered = session.scalars(
+            select(TelemetryWindow).where(TelemetryWindow.power_watts.is_not(None))
+        ).one()
+        assert (powered.energy_joules, powered.power_scope) == (125.0, "cpu_package")
+
+    def test_a_repeated_batch_is_accepted_once(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        _, token = node
+        batch = _batch(telemetry_window("loop0", index=0), telemetry_window("loop0", index=1))
+        duplicates_before = _counter(metrics.TELEMETRY_BATCHES, outcome="duplicate")
+        first = client.post(URL, json=batch, headers=bearer(token))
+        again = client.post(URL, json=batch, headers=bearer(token))
+        assert first.status_code == 201
+        assert again.status_code == 200
+        assert again.json() == {"batch_id": batch["batch_id"], "accepted": False, "windows": 0}
+        assert _stored(session) == 2
+        assert _counter(metrics.TELEMETRY_BATCHES, outcome="duplicate") - duplicates_before == 1
+
+    def test_unknown_device_rejects_the_whole_batch(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        _, token = node
+        good = telemetry_window("loop0", index=0)
+        batch_id = uuid.uuid4()
+        response = client.post(
+            URL, json=_batch(good, telemetry_window("sdz", index=0), batch_id=batch_id), headers=bearer(token)
+        )
+        assert response.status_code == 422
+        body = response.json()
+        assert "sdz" in body["detail"]
+        assert body["fields"] == [
+            {"loc": ["body", "windows", 1, "device"], "msg": "unknown device 'sdz'"}
+        ]
+        assert _stored(session) == 0
+        # the batch id was not used up: the corrected batch goes through under the same id
+        fixed = client.post(URL, json=_batch(good, batch_id=batch_id), headers=bearer(token))
+        assert fixed.status_code == 201
+        assert _stored(session) == 1
+
+    def test_another_nodes_device_is_unknown_to_this_node(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        other, _ = create_node(session, hostname="other")
+        report_inventory(session, other, device_inventory("nvme0n1"))
+        _, token = node
+        response = client.post(URL, json=_batch(telemetry_window("nvme0n1")), headers=bearer(token))
+        assert response.status_code == 422
+        assert _stored(session) == 0
+
+    @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+    def test_non_finite_numbers_are_rejected(
+        self, client: TestClient, session: Session, node: tuple[Node, str], literal: str
+    ) -> None:
+        _, token = node
+        text = json.dumps(_batch(telemetry_window("loop0"))).replace('"mean_latency_us": 85.5', f'"mean_latency_us": {literal}')
+        assert literal in text
+        response = client.post(
+            URL, content=text, headers={**bearer(token), "Content-Type": "application/json"}
+        )
+        assert response.status_code == 422
+        assert response.json()["fields"][0]["loc"] == ["body", "windows", 0, "mean_latency_us"]
+        assert _stored(session) == 0
+
+    @pytest.mark.parametrize(
+        ("field", "value"),
+        [
+            ("read_ios", -1),
+            ("write_bytes", -4096),
+            ("iops", -0.5),
+            ("read_share", 1.5),
+            ("utilisation", -0.1),
+            ("end", "2026-11-01T11:59:00+00:00"),
+            ("start", "2026-11-01T12:00:00"),  # no timezone
+            ("power_watts", 10.0),  # without a scope
+            ("surprise", 1),
+        ],
+    )
+    def test_bad_windows_are_rejected_naming_the_field(
+        self, client: TestClient, session: Session, node: tuple[Node, str], field: str, value: Any
+    ) -> None:
+        _, token = node
+        bad = telemetry_window("loop0", index=1, **{field: value})
+        response = client.post(
+            URL, json=_batch(telemetry_window("loop0", index=0), bad), headers=bearer(token)
+        )
+        assert response.status_code == 422, response.text
+        locs = [field_error["loc"] for field_error in response.json()["fields"]]
+        assert any(loc[:3] == ["body", "windows", 1] for loc in locs), locs
+        assert _stored(session) == 0
+
+    def test_oversized_batch_is_rejected(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        _, token = node
+        windows = [telemetry_window("loop0", index=i) for i in range(MAX_WINDOWS_PER_BATCH + 1)]
+        response = client.post(URL, json=_batch(*windows), headers=bearer(token))
+        assert response.status_code == 422
+        assert f"at most {MAX_WINDOWS_PER_BATCH}" in response.json()["detail"]
+        assert _stored(session) == 0
+
+    def test_body_over_the_byte_limit_is_413(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        _, token = node
+        padding = "x" * (5 * 1024 * 1024)  # the test settings cap bodies at 4 MiB
+        response = client.post(
+            URL,
+            content=json.dumps({"batch_id": str(uuid.uuid4()), "windows": [], "pad": padding}),
+            headers={**bearer(token), "Content-Type": "application/json"},
+        )
+        assert response.status_code == 413
+        assert response.json()["error"] == "payload_too_large"
+
+    def test_empty_batch_is_rejected(self, client: TestClient, node: tuple[Node, str]) -> None:
+        _, token = node
+        response = client.post(URL, json=_batch(), headers=bearer(token))
+        assert response.status_code == 422
+
+    def test_same_window_twice_in_a_batch_is_rejected(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        _, token = node
+        window = telemetry_window("loop0")
+        response = client.post(URL, json=_batch(window, window), headers=bearer(token))
+        assert response.status_code == 422
+        assert _stored(session) == 0
+
+    def test_window_already_stored_by_another_batch_is_409_and_nothing_stored(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        _, token = node
+        client.post(URL, json=_batch(telemetry_window("loop0", index=0)), headers=bearer(token))
+        response = client.post(
+            URL,
+            json=_batch(telemetry_window("loop0", index=1), telemetry_window("loop0", index=0)),
+            headers=bearer(token),
+        )
+        assert response.status_code == 409
+        assert _stored(session) == 1
+        assert session.scalar(select(func.count()).select_from(TelemetryBatch)) == 1
+
+    def test_batch_id_of_another_node_is_409(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        other, other_token = create_node(session, hostname="other")
+        report_inventory(session, other, device_inventory("loop0"))
+        _, token = node
+        batch_id = uuid.uuid4()
+        client.post(URL, json=_batch(telemetry_window("loop0"), batch_id=batch_id), headers=bearer(token))
+        response = client.post(
+            URL,
+            json=_batch(telemetry_window("loop0", index=5), batch_id=batch_id),
+            headers=bearer(other_token),
+        )
+        assert response.status_code == 409
+
+    def test_operator_token_cannot_ingest(self, client: TestClient, session: Session) -> None:
+        admin = create_api_token(session, role=Role.ADMIN)
+        response = client.post(URL, json=_batch(telemetry_window()), headers=bearer(admin))
+        assert response.status_code == 403
+
+
+class TestDeviceTelemetry:
+    def test_lists_windows_newest_first(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        the_node, token = node
+        windows = [telemetry_window("loop0", index=i) for i in range(5)]
+        client.post(URL, json=_batch(*windows), headers=bearer(token))
+        viewer = create_api_token(session, role=Role.VIEWER)
+        device_id = client.get(
+            "/api/v1/devices", params={"node_id": str(the_node.id)}, headers=bearer(viewer)
+        ).json()[0]["id"]
+        listed = client.get(
+            f"/api/v1/devices/{device_id}/telemetry", params={"limit": 3}, headers=bearer(viewer)
+        ).json()
+        assert [w["window_start"] for w in listed] == sorted(
+            (w["window_start"] for w in listed), reverse=True
+        )
+        assert len(listed) == 3
+        assert listed[0]["mean_latency_us"] == 85.5
