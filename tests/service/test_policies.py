@@ -1,0 +1,215 @@
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.security import Role
+from service.tables import AuditEvent, Device, Node, Policy
+from tests.factories import bearer, create_api_token, create_node, device_inventory, report_inventory
+
+
+def _url(device: Device) -> str:
+    return f"/api/v1/devices/{device.id}/policy"
+
+
+def _set(config: dict[str, Any], reason: str = "bfq for the interactive tier") -> dict[str, Any]:
+    return {"config": config, "reason": reason}
+
+
+def _setup(session: Session, **device: Any) -> tuple[Node, str, Device, str]:
+    node, node_token = create_node(session)
+    (dev,) = report_inventory(session, node, device_inventory("loop0", **device))
+    operator = create_api_token(session, role=Role.OPERATOR)
+    return node, node_token, dev, operator
+
+
+def _count(session: Session, table: Any) -> int:
+    return session.scalar(select(func.count()).select_from(table)) or 0
+
+
+class TestSetPolicy:
+    def test_operator_sets_and_updates_with_audit(self, client: TestClient, session: Session) -> None:
+        _, _, device, operator = _setup(session)
+        first = client.put(
+            _url(device),
+            json=_set({"scheduler": "bfq", "scheduler_tunables": {"slice_idle_us": 0, "low_latency": 1}}),
+            headers=bearer(operator),
+        )
+        assert first.status_code == 200, first.text
+        assert first.json()["version"] == 1
+        assert first.json()["in_sync"] is False
+        second = client.put(
+            _url(device), json=_set({"scheduler": "none"}, "back to none"), headers=bearer(operator)
+        )
+        assert second.json()["version"] == 2
+        assert second.json()["set_by"].startswith("token:")
+        events = client.get(
+            "/api/v1/audit",
+            params={"target_id": str(device.id), "action": "policy.set"},
+            headers=bearer(operator),
+        ).json()
+        assert [e["after"]["version"] for e in events] == [2, 1]
+        assert events[0]["before"]["config"]["scheduler"] == "bfq"
+        assert events[0]["detail"] == "back to none"
+
+    def test_viewer_and_node_are_403(self, client: TestClient, session: Session) -> None:
+        _, node_token, device, _ = _setup(session)
+        viewer = create_api_token(session, role=Role.VIEWER)
+        for token in (viewer, node_token):
+            response = client.put(_url(device), json=_set({"scheduler": "none"}), headers=bearer(token))
+            assert response.status_code == 403
+        assert _count(session, Policy) == 0
+
+    def test_scheduler_the_device_lacks_is_refused_and_nothing_changes(
+        self, client: TestClient, session: Session
+    ) -> None:
+        _, _, device, operator = _setup(session)
+        audit_before = _count(session, AuditEvent)
+        response = client.put(_url(device), json=_set({"scheduler": "fios"}), headers=bearer(operator))
+        assert response.status_code == 422
+        assert response.json()["fields"][0]["loc"] == ["body", "config", "scheduler"]
+        assert "does not offer fios" in response.json()["detail"]
+        assert _count(session, Policy) == 0
+        assert _count(session, AuditEvent) == audit_before
+
+    def test_tunable_off_the_allow_list_is_422(self, client: TestClient, session: Session) -> None:
+        _, _, device, operator = _setup(session)
+        response = client.put(
+            _url(device),
+            json=_set({"scheduler": "mq-deadline", "scheduler_tunables": {"slice_idle_us": 0}}),
+            headers=bearer(operator),
+        )
+        assert response.status_code == 422
+        assert "slice_idle_us" in response.json()["detail"]
+
+    def test_out_of_range_values_are_422(self, client: TestClient, session: Session) -> None:
+        _, _, device, operator = _setup(session)
+        for config in (
+            {"scheduler": "bfq", "scheduler_tunables": {"low_latency": 2}},
+            {"scheduler": "kyber", "scheduler_tunables": {"read_lat_nsec": -5}},
+            {"nr_requests": 1},
+            {"read_ahead_kb": 10_000_000},
+            {"scheduler_tunables": {"fifo_batch": 16}},
+        ):
+            response = client.put(_url(device), json=_set(config), headers=bearer(operator))
+            assert response.status_code == 422, config
+
+    def test_polling_needs_poll_queues(self, client: TestClient, session: Session) -> None:
+        node, _, device, operator = _setup(session)
+        refused = client.put(
+            _url(device), json=_set({"completion": "classic_poll"}), headers=bearer(operator)
+        )
+        assert refused.status_code == 422
+        assert "poll queues" in refused.json()["detail"]
+        devices = report_inventory(
+            session,
+            node,
+            device_inventory("loop0"),
+            device_inventory("nvme0n1", poll_queues=4, hybrid=False),
+        )
+        nvme = next(d for d in devices if d.name == "nvme0n1")
+        assert client.put(
+            _url(nvme), json=_set({"completion": "classic_poll"}), headers=bearer(operator)
+        ).status_code == 200
+        hybrid = client.put(_url(nvme), json=_set({"completion": "hybrid_poll"}), headers=bearer(operator))
+        assert hybrid.status_code == 422
+        assert "6.4" in hybrid.json()["detail"]
+
+    def test_unknown_device_is_404(self, client: TestClient, session: Session) -> None:
+        operator = create_api_token(session, role=Role.OPERATOR)
+        response = client.put(
+            "/api/v1/devices/00000000-0000-0000-0000-000000000000/policy",
+            json=_set({"scheduler": "none"}),
+            headers=bearer(operator),
+        )
+        assert response.status_code == 404
+
+    def test_reason_is_required(self, client: TestClient, session: Session) -> None:
+        _, _, device, operator = _setup(session)
+        response = client.put(_url(device), json={"config": {"scheduler": "none"}}, headers=bearer(operator))
+        assert response.status_code == 422
+        assert response.json()["fields"][0]["loc"] == ["body", "reason"]
+
+
+class TestNodePolicies:
+    def test_node_fetches_its_own_not_others(self, client: TestClient, session: Session) -> None:
+        node, node_token, device, operator = _setup(session)
+        other, _ = create_node(session, hostname="other")
+        client.put(_url(device), json=_set({"scheduler": "kyber"}), headers=bearer(operator))
+        mine = client.get(f"/api/v1/nodes/{node.id}/policies", headers=bearer(node_token))
+        assert [(p["device_name"], p["config"]["scheduler"]) for p in mine.json()] == [("loop0", "kyber")]
+        theirs = client.get(f"/api/v1/nodes/{other.id}/policies", headers=bearer(node_token))
+        assert theirs.status_code == 403
+
+
+class TestAppliedState:
+    def test_applied_report_syncs_policy_device_and_audit(
+        self, client: TestClient, session: Session
+    ) -> None:
+        _, node_token, device, operator = _setup(session)
+        config = {"scheduler": "bfq", "scheduler_tunables": {"slice_idle_us": 0}}
+        client.put(_url(device), json=_set(config), headers=bearer(operator))
+        response = client.post(
+            f"/api/v1/devices/{device.id}/applied-state",
+            json={"policy_version": 1, "status": "applied", "config": config, "detail": "read back ok"},
+            headers=bearer(node_token),
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["in_sync"] is True
+        shown = client.get(f"/api/v1/devices/{device.id}", headers=bearer(operator)).json()
+        assert shown["capabilities"]["current_scheduler"] == "bfq"
+        assert shown["capabilities"]["scheduler_tunables"] == {"slice_idle_us": 0}
+        (event,) = client.get(
+            "/api/v1/audit", params={"action": "policy.applied"}, headers=bearer(operator)
+        ).json()
+        assert (event["before"]["scheduler"], event["after"]["scheduler"]) == ("none", "bfq")
+        assert event["actor"].startswith("node:")
+
+    def test_failed_apply_is_not_in_sync(self, client: TestClient, session: Session) -> None:
+        _, node_token, device, operator = _setup(session)
+        client.put(_url(device), json=_set({"scheduler": "bfq"}), headers=bearer(operator))
+        response = client.post(
+            f"/api/v1/devices/{device.id}/applied-state",
+            json={"policy_version": 1, "status": "rolled_back", "config": {"scheduler": "none"}},
+            headers=bearer(node_token),
+        )
+        assert response.json()["in_sync"] is False
+        assert response.json()["applied"]["status"] == "rolled_back"
+
+    def test_future_version_is_409(self, client: TestClient, session: Session) -> None:
+        _, node_token, device, operator = _setup(session)
+        client.put(_url(device), json=_set({"scheduler": "bfq"}), headers=bearer(operator))
+        response = client.post(
+            f"/api/v1/devices/{device.id}/applied-state",
+            json={"policy_version": 7, "status": "applied", "config": {"scheduler": "bfq"}},
+            headers=bearer(node_token),
+        )
+        assert response.status_code == 409
+
+    def test_other_node_is_403(self, client: TestClient, session: Session) -> None:
+        _, _, device, operator = _setup(session)
+        _, stranger = create_node(session, hostname="stranger")
+        client.put(_url(device), json=_set({"scheduler": "bfq"}), headers=bearer(operator))
+        response = client.post(
+            f"/api/v1/devices/{device.id}/applied-state",
+            json={"policy_version": 1, "status": "applied", "config": {"scheduler": "bfq"}},
+            headers=bearer(stranger),
+        )
+        assert response.status_code == 403
+
+
+class TestClearPolicy:
+    def test_clears_with_reason_and_audit(self, client: TestClient, session: Session) -> None:
+        _, _, device, operator = _setup(session)
+        client.put(_url(device), json=_set({"scheduler": "bfq"}), headers=bearer(operator))
+        response = client.delete(_url(device), params={"reason": "experiment over"}, headers=bearer(operator))
+        assert response.status_code == 204
+        assert client.get(_url(device), headers=bearer(operator)).status_code == 404
+        (event,) = client.get(
+            "/api/v1/audit", params={"action": "policy.cleared"}, headers=bearer(operator)
+        ).json()
+        assert event["before"]["config"]["scheduler"] == "bfq"
+        assert event["detail"] == "experiment over"
