@@ -55,9 +55,9 @@ def serve(
     import uvicorn
 
     from service.app import create_app
-    from service.runtime import open_database
+    from service.runtime import exit_cleanly_on_signals, open_database
 
-    with open_database(settings) as database:
+    with exit_cleanly_on_signals(), open_database(settings) as database:
         app = create_app(settings, database)
         uvicorn.run(
             app,

@@ -26,7 +26,7 @@ from agent.state import NodeState
 from agent.wire import Heartbeat
 from service.app import create_app
 from service.db import Database
-from service.runtime import open_database
+from service.runtime import exit_cleanly_on_signals, open_database
 from service.security import Role
 from service.settings import Settings
 from service.tables import ApiToken
@@ -98,7 +98,7 @@ def run_demo(settings: Settings, *, port: int | None, agent_state_dir: Path | No
     state_dir = agent_state_dir or settings.data_dir / "agent"
     settings.data_dir.mkdir(parents=True, exist_ok=True)
 
-    with open_database(settings) as database:
+    with exit_cleanly_on_signals(), open_database(settings) as database:
         admin_token, token_path = _fresh_admin_token(database, settings.data_dir)
         app = create_app(settings, database)
         server = uvicorn.Server(

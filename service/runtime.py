@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -38,3 +39,22 @@ def open_database(settings: Settings, *, migrate: bool = True) -> Iterator[db.Da
             yield database
         finally:
             database.dispose()
+
+
+@contextmanager
+def exit_cleanly_on_signals() -> Iterator[None]:
+    """Make SIGTERM and SIGINT end the process through normal unwinding (exit code 0).
+
+    uvicorn shuts down gracefully on these signals and then re-raises them; with the default
+    handlers that would kill the process before the embedded PostgreSQL is stopped.
+    """
+
+    def shutdown(signum: int, _: object) -> None:
+        raise SystemExit(0)
+
+    previous = {sig: signal.signal(sig, shutdown) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

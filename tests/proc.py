@@ -1,0 +1,60 @@
+"""Helpers for tests that run blkpilot as a real process on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+BLKPILOT = str(Path(sys.executable).parent / "blkpilot")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def clean_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment of a fresh machine: embedded database in data_dir, nothing inherited."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BLKPILOT_")}
+    env["BLKPILOT_DATA_DIR"] = str(data_dir)
+    env.update(extra)
+    return env
+
+
+def run(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [BLKPILOT, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def wait_ready(url: str, process: subprocess.Popen[str], timeout: float) -> float:
+    """Seconds until GET url answers 200; fails if the process dies first."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if process.poll() is not None:
+            raise AssertionError(f"process exited with {process.returncode} before it was ready")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return time.monotonic() - started
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{url} not ready within {timeout} s")
+
+
+def stop(process: subprocess.Popen[str], sig: signal.Signals = signal.SIGTERM) -> int:
+    process.send_signal(sig)
+    try:
+        return process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise

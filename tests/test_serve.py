@@ -1,0 +1,146 @@
+"""`blkpilot serve` as a real process on the embedded default, used over loopback HTTP by the
+real agent CLI and client."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agent.client import ServiceClient
+from agent.errors import ServiceRejected, ServiceUnreachable
+from agent.state import NodeState
+from agent.wire import InventoryReport, TelemetryBatch, TelemetryWindow
+from tests.factories import device_inventory, telemetry_window
+from tests.proc import BLKPILOT, clean_env, free_port, run, stop, wait_ready
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Served:
+    base_url: str
+    data_dir: Path
+    env: dict[str, str]
+    process: subprocess.Popen[str]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    data_dir = tmp_path_factory.mktemp("served")
+    port = free_port()
+    env = clean_env(data_dir)
+    log = (data_dir / "serve.log").open("w")
+    process = subprocess.Popen(
+        [BLKPILOT, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT, text=True
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(f"{base_url}/readyz", process, timeout=90)
+        yield Served(base_url, data_dir, env, process)
+    finally:
+        code = stop(process)
+        log.close()
+        # stopping the service stops the embedded PostgreSQL it started
+        assert code == 0, (data_dir / "serve.log").read_text()[-3000:]
+        assert not (data_dir / "postgres" / "postmaster.pid").exists()
+
+
+@pytest.fixture(scope="module")
+def admin_token(served: Served) -> str:
+    result = run("token", "create", "--name", "test-admin", "--role", "admin", env=served.env)
+    assert result.returncode == 0, result.stderr
+    token = result.stdout.strip().splitlines()[-1]
+    assert token.startswith("bpo_")
+    return token
+
+
+def test_binds_loopback_by_default(served: Served) -> None:
+    assert served.base_url.startswith("http://127.0.0.1:")
+    assert httpx.get(f"{served.base_url}/healthz").json() == {"status": "ok"}
+    assert httpx.get(f"{served.base_url}/readyz").json()["status"] == "ok"
+
+
+def test_openapi_is_served(served: Served) -> None:
+    spec = httpx.get(f"{served.base_url}/openapi.json").json()
+    assert "/api/v1/telemetry/batches" in spec["paths"]
+
+
+def test_agent_enrolls_reports_and_sends_telemetry(served: Served, admin_token: str, tmp_path: Path) -> None:
+    enrollment = httpx.post(
+        f"{served.base_url}/api/v1/enrollment-tokens",
+        json={"labels": {"rack": "r1"}},
+        headers={"Authorization": f"Bearer {admin_token}"},
+    )
+    assert enrollment.status_code == 201
+    state_dir = tmp_path / "agent"
+    enrolled = run(
+        "agent", "enroll", "--server", served.base_url, "--token", enrollment.json()["token"],
+        "--state-dir", str(state_dir), "--hostname", "lab-node", env=served.env,
+    )  # fmt: skip
+    assert enrolled.returncode == 0, enrolled.stderr
+    assert (state_dir / "node.json").stat().st_mode & 0o777 == 0o600
+    beat = run("agent", "heartbeat", "--state-dir", str(state_dir), env=served.env)
+    assert beat.returncode == 0, beat.stderr
+
+    # the same one-time token a second time: refused by the real service, reported clearly
+    again = run(
+        "agent", "enroll", "--server", served.base_url, "--token", enrollment.json()["token"],
+        "--state-dir", str(tmp_path / "other"), env=served.env,
+    )  # fmt: skip
+    assert again.returncode == 1
+    assert "401" in again.stderr
+
+    state = NodeState.load(state_dir)
+    with ServiceClient(state.server_url, state.node_token) as client:
+        client.put_inventory(
+            state.node_id, InventoryReport(devices=[device_inventory("loop0")])
+        )
+        batch = TelemetryBatch(
+            batch_id=uuid.uuid4(),
+            windows=[TelemetryWindow.model_validate(telemetry_window("loop0", index=i)) for i in range(3)],
+        )
+        assert client.send_telemetry(batch).accepted is True
+        assert client.send_telemetry(batch).accepted is False
+        with pytest.raises(ServiceRejected) as refused:
+            client.send_telemetry(
+                TelemetryBatch(
+                    batch_id=uuid.uuid4(),
+                    windows=[TelemetryWindow.model_validate(telemetry_window("sdq"))],
+                )
+            )
+        assert refused.value.status == 422
+        assert "sdq" in refused.value.detail
+
+    nodes = httpx.get(
+        f"{served.base_url}/api/v1/nodes",
+        params={"hostname": "lab-node"},
+        headers={"Authorization": f"Bearer {admin_token}"},
+    ).json()
+    assert [n["labels"] for n in nodes] == [{"rack": "r1"}]
+
+
+def test_agent_reports_an_unreachable_service(tmp_path: Path) -> None:
+    with (
+        ServiceClient(f"http://127.0.0.1:{free_port()}", "bpn_x", timeout=2) as client,
+        pytest.raises(ServiceUnreachable),
+    ):
+        client.heartbeat(uuid.uuid4(), __import__("agent.wire").wire.Heartbeat())
+
+
+def test_db_current_reports_head(served: Served) -> None:
+    result = run("db", "current", env=served.env)
+    assert result.returncode == 0, result.stderr
+    current, head = result.stdout.split()[1], result.stdout.split()[3]
+    assert current == head != "None"
+
+
+def test_production_refuses_the_embedded_database(tmp_path: Path) -> None:
+    result = run("serve", env=clean_env(tmp_path, BLKPILOT_ENVIRONMENT="production"))
+    assert result.returncode == 2
+    assert "BLKPILOT_DATABASE_URL" in result.stderr
