@@ -32,7 +32,10 @@ def bearer(token: str) -> dict[str, str]:
 
 def create_api_token(session: Session, *, role: Role, name: str | None = None) -> str:
     _, secret = token_service.create_api_token(
-        session, "tests", name=name or f"{role.value}-{id(session)}-{datetime.now().timestamp()}", role=role
+        session,
+        "tests",
+        name=name or f"{role.value}-{id(session)}-{datetime.now().timestamp()}",
+        role=role,
     )
     return secret
 

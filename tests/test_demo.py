@@ -44,7 +44,9 @@ def test_demo_serves_enrolls_the_local_node_and_stops_cleanly(tmp_path: Path) ->
         assert httpx.get(f"{base}/readyz").json()["status"] == "ok"
         token = (tmp_path / "admin.token").read_text().strip()
         assert (tmp_path / "admin.token").stat().st_mode & 0o777 == 0o600
-        nodes = httpx.get(f"{base}/api/v1/nodes", headers={"Authorization": f"Bearer {token}"}).json()
+        nodes = httpx.get(
+            f"{base}/api/v1/nodes", headers={"Authorization": f"Bearer {token}"}
+        ).json()
         assert len(nodes) == 1
         assert nodes[0]["labels"] == {"demo": "true", "role": "lab"}
     finally:
@@ -57,9 +59,16 @@ def test_demo_serves_enrolls_the_local_node_and_stops_cleanly(tmp_path: Path) ->
     try:
         assert any("already enrolled" in line for line in lines)
         base = f"http://127.0.0.1:{port}"
-        assert httpx.get(f"{base}/api/v1/nodes", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+        assert (
+            httpx.get(
+                f"{base}/api/v1/nodes", headers={"Authorization": f"Bearer {token}"}
+            ).status_code
+            == 401
+        )
         fresh = (tmp_path / "admin.token").read_text().strip()
-        nodes = httpx.get(f"{base}/api/v1/nodes", headers={"Authorization": f"Bearer {fresh}"}).json()
+        nodes = httpx.get(
+            f"{base}/api/v1/nodes", headers={"Authorization": f"Bearer {fresh}"}
+        ).json()
         assert len(nodes) == 1
     finally:
         assert stop(process, signal.SIGINT) == 0

@@ -15,7 +15,7 @@ import pytest
 from agent.client import ServiceClient
 from agent.errors import ServiceRejected, ServiceUnreachable
 from agent.state import NodeState
-from agent.wire import InventoryReport, TelemetryBatch, TelemetryWindow
+from agent.wire import Heartbeat, InventoryReport, TelemetryBatch, TelemetryWindow
 from tests.factories import device_inventory, telemetry_window
 from tests.proc import BLKPILOT, clean_env, free_port, run, stop, wait_ready
 
@@ -37,7 +37,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     env = clean_env(data_dir)
     log = (data_dir / "serve.log").open("w")
     process = subprocess.Popen(
-        [BLKPILOT, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT, text=True
+        [BLKPILOT, "serve", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     base_url = f"http://127.0.0.1:{port}"
     try:
@@ -71,7 +75,9 @@ def test_openapi_is_served(served: Served) -> None:
     assert "/api/v1/telemetry/batches" in spec["paths"]
 
 
-def test_agent_enrolls_reports_and_sends_telemetry(served: Served, admin_token: str, tmp_path: Path) -> None:
+def test_agent_enrolls_reports_and_sends_telemetry(
+    served: Served, admin_token: str, tmp_path: Path
+) -> None:
     enrollment = httpx.post(
         f"{served.base_url}/api/v1/enrollment-tokens",
         json={"labels": {"rack": "r1"}},
@@ -98,12 +104,12 @@ def test_agent_enrolls_reports_and_sends_telemetry(served: Served, admin_token: 
 
     state = NodeState.load(state_dir)
     with ServiceClient(state.server_url, state.node_token) as client:
-        client.put_inventory(
-            state.node_id, InventoryReport(devices=[device_inventory("loop0")])
-        )
+        client.put_inventory(state.node_id, InventoryReport(devices=[device_inventory("loop0")]))
         batch = TelemetryBatch(
             batch_id=uuid.uuid4(),
-            windows=[TelemetryWindow.model_validate(telemetry_window("loop0", index=i)) for i in range(3)],
+            windows=[
+                TelemetryWindow.model_validate(telemetry_window("loop0", index=i)) for i in range(3)
+            ],
         )
         assert client.send_telemetry(batch).accepted is True
         assert client.send_telemetry(batch).accepted is False
@@ -130,7 +136,7 @@ def test_agent_reports_an_unreachable_service(tmp_path: Path) -> None:
         ServiceClient(f"http://127.0.0.1:{free_port()}", "bpn_x", timeout=2) as client,
         pytest.raises(ServiceUnreachable),
     ):
-        client.heartbeat(uuid.uuid4(), __import__("agent.wire").wire.Heartbeat())
+        client.heartbeat(uuid.uuid4(), Heartbeat())
 
 
 def test_db_current_reports_head(served: Served) -> None:

@@ -43,7 +43,9 @@ class TestPutInventory:
         node, token = create_node(session)
         url = f"/api/v1/nodes/{node.id}/inventory"
         client.put(
-            url, json=_inventory(device_inventory("loop0"), device_inventory("loop1")), headers=bearer(token)
+            url,
+            json=_inventory(device_inventory("loop0"), device_inventory("loop1")),
+            headers=bearer(token),
         )
         second = client.put(
             url,
@@ -78,7 +80,9 @@ class TestPutInventory:
         node, _ = create_node(session)
         admin = create_api_token(session, role=Role.ADMIN)
         response = client.put(
-            f"/api/v1/nodes/{node.id}/inventory", json=_inventory(device_inventory()), headers=bearer(admin)
+            f"/api/v1/nodes/{node.id}/inventory",
+            json=_inventory(device_inventory()),
+            headers=bearer(admin),
         )
         assert response.status_code == 403
 
@@ -97,7 +101,9 @@ class TestPutInventory:
         assert response.status_code == 422
         assert response.json()["fields"][0]["loc"][:3] == ["body", "devices", 1]
         viewer = create_api_token(session, role=Role.VIEWER)
-        listed = client.get("/api/v1/devices", params={"node_id": str(node.id)}, headers=bearer(viewer))
+        listed = client.get(
+            "/api/v1/devices", params={"node_id": str(node.id)}, headers=bearer(viewer)
+        )
         assert listed.json() == []
 
     def test_duplicate_device_names_are_422(self, client: TestClient, session: Session) -> None:
@@ -135,7 +141,9 @@ class TestListDevices:
         viewer = create_api_token(session, role=Role.VIEWER)
         hdds = client.get("/api/v1/devices", params={"device_class": "hdd"}, headers=bearer(viewer))
         assert [d["name"] for d in hdds.json()] == ["sda"]
-        bad = client.get("/api/v1/devices", params={"device_class": "floppy"}, headers=bearer(viewer))
+        bad = client.get(
+            "/api/v1/devices", params={"device_class": "floppy"}, headers=bearer(viewer)
+        )
         assert bad.status_code == 422
 
 

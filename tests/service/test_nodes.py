@@ -16,7 +16,11 @@ class TestEnroll:
         token = create_enrollment_token(session, labels={"rack": "r1"})
         response = client.post(
             "/api/v1/nodes/enroll",
-            json={"enrollment_token": token, "hostname": "db-07", "labels": {"rack": "r9", "az": "a"}},
+            json={
+                "enrollment_token": token,
+                "hostname": "db-07",
+                "labels": {"rack": "r9", "az": "a"},
+            },
         )
         assert response.status_code == 201, response.text
         body = response.json()
@@ -31,8 +35,12 @@ class TestEnroll:
 
     def test_token_works_only_once(self, client: TestClient, session: Session) -> None:
         token = create_enrollment_token(session)
-        first = client.post("/api/v1/nodes/enroll", json={"enrollment_token": token, "hostname": "a"})
-        second = client.post("/api/v1/nodes/enroll", json={"enrollment_token": token, "hostname": "b"})
+        first = client.post(
+            "/api/v1/nodes/enroll", json={"enrollment_token": token, "hostname": "a"}
+        )
+        second = client.post(
+            "/api/v1/nodes/enroll", json={"enrollment_token": token, "hostname": "b"}
+        )
         assert first.status_code == 201
         assert second.status_code == 401
         assert second.json()["error"] == "unauthorized"
@@ -42,10 +50,14 @@ class TestEnroll:
         session.execute(
             update(EnrollmentToken).values(expires_at=datetime.now(UTC) - timedelta(minutes=1))
         )
-        response = client.post("/api/v1/nodes/enroll", json={"enrollment_token": token, "hostname": "a"})
+        response = client.post(
+            "/api/v1/nodes/enroll", json={"enrollment_token": token, "hostname": "a"}
+        )
         assert response.status_code == 401
 
-    def test_bad_hostname_is_a_422_naming_the_field(self, client: TestClient, session: Session) -> None:
+    def test_bad_hostname_is_a_422_naming_the_field(
+        self, client: TestClient, session: Session
+    ) -> None:
         token = create_enrollment_token(session)
         response = client.post(
             "/api/v1/nodes/enroll", json={"enrollment_token": token, "hostname": "bad host!"}
@@ -87,7 +99,9 @@ class TestListNodes:
     def test_revoked_token_is_401(self, client: TestClient, session: Session) -> None:
         admin = create_api_token(session, role=Role.ADMIN)
         created = client.post(
-            "/api/v1/api-tokens", json={"name": "short-lived", "role": "viewer"}, headers=bearer(admin)
+            "/api/v1/api-tokens",
+            json={"name": "short-lived", "role": "viewer"},
+            headers=bearer(admin),
         ).json()
         assert client.get("/api/v1/nodes", headers=bearer(created["token"])).status_code == 200
         client.delete(f"/api/v1/api-tokens/{created['id']}", headers=bearer(admin))
@@ -141,7 +155,9 @@ class TestHeartbeat:
     def test_for_another_node_is_403(self, client: TestClient, session: Session) -> None:
         _, token = create_node(session, hostname="a")
         other, _ = create_node(session, hostname="b")
-        response = client.post(f"/api/v1/nodes/{other.id}/heartbeat", json={}, headers=bearer(token))
+        response = client.post(
+            f"/api/v1/nodes/{other.id}/heartbeat", json={}, headers=bearer(token)
+        )
         assert response.status_code == 403
 
     def test_operator_token_is_403(self, client: TestClient, session: Session) -> None:

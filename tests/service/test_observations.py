@@ -7,7 +7,13 @@ from sqlalchemy.orm import Session
 
 from service.security import Role
 from service.tables import Device
-from tests.factories import bearer, create_api_token, create_node, device_inventory, report_inventory
+from tests.factories import (
+    bearer,
+    create_api_token,
+    create_node,
+    device_inventory,
+    report_inventory,
+)
 
 URL = "/api/v1/observations"
 
@@ -37,7 +43,9 @@ class TestRecordObservation:
         assert body["metrics"]["clat_p50_us"] == 12.5
         assert body["recorded_by"].startswith("node:")
 
-    def test_canary_keeps_verdict_and_statistics(self, client: TestClient, session: Session) -> None:
+    def test_canary_keeps_verdict_and_statistics(
+        self, client: TestClient, session: Session
+    ) -> None:
         node, token = create_node(session)
         (device,) = report_inventory(session, node, device_inventory("loop0"))
         body = _observation(
@@ -70,8 +78,12 @@ class TestRecordObservation:
         (device,) = report_inventory(session, node, device_inventory("loop0"))
         operator = create_api_token(session, role=Role.OPERATOR)
         viewer = create_api_token(session, role=Role.VIEWER)
-        assert client.post(URL, json=_observation(device), headers=bearer(operator)).status_code == 201
-        assert client.post(URL, json=_observation(device), headers=bearer(viewer)).status_code == 403
+        assert (
+            client.post(URL, json=_observation(device), headers=bearer(operator)).status_code == 201
+        )
+        assert (
+            client.post(URL, json=_observation(device), headers=bearer(viewer)).status_code == 403
+        )
 
     def test_unknown_device_is_422(self, client: TestClient, session: Session) -> None:
         node, token = create_node(session)
@@ -93,7 +105,9 @@ class TestRecordObservation:
         node, token = create_node(session)
         (device,) = report_inventory(session, node, device_inventory("loop0"))
         for metrics in ({}, {"Bad Name": 1.0}, {"iops": "fast"}):
-            response = client.post(URL, json=_observation(device, metrics=metrics), headers=bearer(token))
+            response = client.post(
+                URL, json=_observation(device, metrics=metrics), headers=bearer(token)
+            )
             assert response.status_code == 422, metrics
 
     def test_finished_before_started_is_422(self, client: TestClient, session: Session) -> None:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -64,9 +64,15 @@ class TestMetrics:
         client.get("/api/v1/nodes/00000000-0000-0000-0000-000000000000", headers=bearer("x"))
         text = client.get("/metrics").text
         samples = _samples(text)
-        assert samples[
-            ("blkpilot_http_requests_total", (("method", "GET"), ("route", "/api/v1/nodes"), ("status", "401")))
-        ] >= 1
+        assert (
+            samples[
+                (
+                    "blkpilot_http_requests_total",
+                    (("method", "GET"), ("route", "/api/v1/nodes"), ("status", "401")),
+                )
+            ]
+            >= 1
+        )
         assert (
             "blkpilot_http_requests_total",
             (("method", "GET"), ("route", "/api/v1/nodes/{node_id}"), ("status", "401")),
@@ -100,19 +106,22 @@ class TestErrorShape:
 
     def test_malformed_json_is_422(self, client: TestClient) -> None:
         response = client.post(
-            "/api/v1/nodes/enroll", content=b"{not json", headers={"Content-Type": "application/json"}
+            "/api/v1/nodes/enroll",
+            content=b"{not json",
+            headers={"Content-Type": "application/json"},
         )
         assert response.status_code == 422
         assert response.json()["error"] == "validation_error"
 
 
 @pytest.fixture
-def openapi(client: TestClient) -> Iterator[dict]:  # type: ignore[type-arg]
-    yield client.get("/openapi.json").json()
+def openapi(client: TestClient) -> dict[str, Any]:
+    spec: dict[str, Any] = client.get("/openapi.json").json()
+    return spec
 
 
 class TestOpenAPI:
-    def test_every_api_operation_lists_its_errors(self, openapi: dict) -> None:  # type: ignore[type-arg]
+    def test_every_api_operation_lists_its_errors(self, openapi: dict[str, Any]) -> None:
         paths = openapi["paths"]
         api_paths = [path for path in paths if path.startswith("/api/v1/")]
         assert len(api_paths) >= 12
@@ -123,5 +132,8 @@ class TestOpenAPI:
                     assert "401" in codes, (method, path)
                 assert "422" in codes or method == "get" or method == "delete", (method, path)
 
-    def test_errors_document_the_error_shape(self, openapi: dict) -> None:  # type: ignore[type-arg]
-        assert set(openapi["components"]["schemas"]["ErrorBody"]["properties"]) >= {"error", "detail"}
+    def test_errors_document_the_error_shape(self, openapi: dict[str, Any]) -> None:
+        assert set(openapi["components"]["schemas"]["ErrorBody"]["properties"]) >= {
+            "error",
+            "detail",
+        }

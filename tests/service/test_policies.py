@@ -8,7 +8,13 @@ from sqlalchemy.orm import Session
 
 from service.security import Role
 from service.tables import AuditEvent, Device, Node, Policy
-from tests.factories import bearer, create_api_token, create_node, device_inventory, report_inventory
+from tests.factories import (
+    bearer,
+    create_api_token,
+    create_node,
+    device_inventory,
+    report_inventory,
+)
 
 
 def _url(device: Device) -> str:
@@ -31,11 +37,15 @@ def _count(session: Session, table: Any) -> int:
 
 
 class TestSetPolicy:
-    def test_operator_sets_and_updates_with_audit(self, client: TestClient, session: Session) -> None:
+    def test_operator_sets_and_updates_with_audit(
+        self, client: TestClient, session: Session
+    ) -> None:
         _, _, device, operator = _setup(session)
         first = client.put(
             _url(device),
-            json=_set({"scheduler": "bfq", "scheduler_tunables": {"slice_idle_us": 0, "low_latency": 1}}),
+            json=_set(
+                {"scheduler": "bfq", "scheduler_tunables": {"slice_idle_us": 0, "low_latency": 1}}
+            ),
             headers=bearer(operator),
         )
         assert first.status_code == 200, first.text
@@ -59,7 +69,9 @@ class TestSetPolicy:
         _, node_token, device, _ = _setup(session)
         viewer = create_api_token(session, role=Role.VIEWER)
         for token in (viewer, node_token):
-            response = client.put(_url(device), json=_set({"scheduler": "none"}), headers=bearer(token))
+            response = client.put(
+                _url(device), json=_set({"scheduler": "none"}), headers=bearer(token)
+            )
             assert response.status_code == 403
         assert _count(session, Policy) == 0
 
@@ -68,7 +80,9 @@ class TestSetPolicy:
     ) -> None:
         _, _, device, operator = _setup(session)
         audit_before = _count(session, AuditEvent)
-        response = client.put(_url(device), json=_set({"scheduler": "fios"}), headers=bearer(operator))
+        response = client.put(
+            _url(device), json=_set({"scheduler": "fios"}), headers=bearer(operator)
+        )
         assert response.status_code == 422
         assert response.json()["fields"][0]["loc"] == ["body", "config", "scheduler"]
         assert "does not offer fios" in response.json()["detail"]
@@ -111,10 +125,15 @@ class TestSetPolicy:
             device_inventory("nvme0n1", poll_queues=4, hybrid=False),
         )
         nvme = next(d for d in devices if d.name == "nvme0n1")
-        assert client.put(
-            _url(nvme), json=_set({"completion": "classic_poll"}), headers=bearer(operator)
-        ).status_code == 200
-        hybrid = client.put(_url(nvme), json=_set({"completion": "hybrid_poll"}), headers=bearer(operator))
+        assert (
+            client.put(
+                _url(nvme), json=_set({"completion": "classic_poll"}), headers=bearer(operator)
+            ).status_code
+            == 200
+        )
+        hybrid = client.put(
+            _url(nvme), json=_set({"completion": "hybrid_poll"}), headers=bearer(operator)
+        )
         assert hybrid.status_code == 422
         assert "6.4" in hybrid.json()["detail"]
 
@@ -129,7 +148,9 @@ class TestSetPolicy:
 
     def test_reason_is_required(self, client: TestClient, session: Session) -> None:
         _, _, device, operator = _setup(session)
-        response = client.put(_url(device), json={"config": {"scheduler": "none"}}, headers=bearer(operator))
+        response = client.put(
+            _url(device), json={"config": {"scheduler": "none"}}, headers=bearer(operator)
+        )
         assert response.status_code == 422
         assert response.json()["fields"][0]["loc"] == ["body", "reason"]
 
@@ -140,7 +161,9 @@ class TestNodePolicies:
         other, _ = create_node(session, hostname="other")
         client.put(_url(device), json=_set({"scheduler": "kyber"}), headers=bearer(operator))
         mine = client.get(f"/api/v1/nodes/{node.id}/policies", headers=bearer(node_token))
-        assert [(p["device_name"], p["config"]["scheduler"]) for p in mine.json()] == [("loop0", "kyber")]
+        assert [(p["device_name"], p["config"]["scheduler"]) for p in mine.json()] == [
+            ("loop0", "kyber")
+        ]
         theirs = client.get(f"/api/v1/nodes/{other.id}/policies", headers=bearer(node_token))
         assert theirs.status_code == 403
 
@@ -154,7 +177,12 @@ class TestAppliedState:
         client.put(_url(device), json=_set(config), headers=bearer(operator))
         response = client.post(
             f"/api/v1/devices/{device.id}/applied-state",
-            json={"policy_version": 1, "status": "applied", "config": config, "detail": "read back ok"},
+            json={
+                "policy_version": 1,
+                "status": "applied",
+                "config": config,
+                "detail": "read back ok",
+            },
             headers=bearer(node_token),
         )
         assert response.status_code == 200, response.text
@@ -205,7 +233,9 @@ class TestClearPolicy:
     def test_clears_with_reason_and_audit(self, client: TestClient, session: Session) -> None:
         _, _, device, operator = _setup(session)
         client.put(_url(device), json=_set({"scheduler": "bfq"}), headers=bearer(operator))
-        response = client.delete(_url(device), params={"reason": "experiment over"}, headers=bearer(operator))
+        response = client.delete(
+            _url(device), params={"reason": "experiment over"}, headers=bearer(operator)
+        )
         assert response.status_code == 204
         assert client.get(_url(device), headers=bearer(operator)).status_code == 404
         (event,) = client.get(

@@ -46,7 +46,9 @@ def _counter(counter: Any, **labels: str) -> float:
 
 
 class TestIngestBatch:
-    def test_stores_every_window(self, client: TestClient, session: Session, node: tuple[Node, str]) -> None:
+    def test_stores_every_window(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
         _, token = node
         windows = [telemetry_window("loop0", index=i) for i in range(3)]
         windows.append(
@@ -87,7 +89,9 @@ class TestIngestBatch:
         good = telemetry_window("loop0", index=0)
         batch_id = uuid.uuid4()
         response = client.post(
-            URL, json=_batch(good, telemetry_window("sdz", index=0), batch_id=batch_id), headers=bearer(token)
+            URL,
+            json=_batch(good, telemetry_window("sdz", index=0), batch_id=batch_id),
+            headers=bearer(token),
         )
         assert response.status_code == 422
         body = response.json()
@@ -116,7 +120,9 @@ class TestIngestBatch:
         self, client: TestClient, session: Session, node: tuple[Node, str], literal: str
     ) -> None:
         _, token = node
-        text = json.dumps(_batch(telemetry_window("loop0"))).replace('"mean_latency_us": 85.5', f'"mean_latency_us": {literal}')
+        text = json.dumps(_batch(telemetry_window("loop0"))).replace(
+            '"mean_latency_us": 85.5', f'"mean_latency_us": {literal}'
+        )
         assert literal in text
         response = client.post(
             URL, content=text, headers={**bearer(token), "Content-Type": "application/json"}
@@ -210,7 +216,9 @@ class TestIngestBatch:
         report_inventory(session, other, device_inventory("loop0"))
         _, token = node
         batch_id = uuid.uuid4()
-        client.post(URL, json=_batch(telemetry_window("loop0"), batch_id=batch_id), headers=bearer(token))
+        client.post(
+            URL, json=_batch(telemetry_window("loop0"), batch_id=batch_id), headers=bearer(token)
+        )
         response = client.post(
             URL,
             json=_batch(telemetry_window("loop0", index=5), batch_id=batch_id),

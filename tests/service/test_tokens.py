@@ -15,7 +15,9 @@ class TestCreateApiToken:
     ) -> None:
         admin = create_api_token(session, role=Role.ADMIN)
         response = client.post(
-            "/api/v1/api-tokens", json={"name": "ops-alice", "role": "operator"}, headers=bearer(admin)
+            "/api/v1/api-tokens",
+            json={"name": "ops-alice", "role": "operator"},
+            headers=bearer(admin),
         )
         assert response.status_code == 201
         secret = response.json()["token"]
@@ -38,7 +40,9 @@ class TestCreateApiToken:
     def test_duplicate_name_is_409(self, client: TestClient, session: Session) -> None:
         admin = create_api_token(session, role=Role.ADMIN)
         body = {"name": "twice", "role": "viewer"}
-        assert client.post("/api/v1/api-tokens", json=body, headers=bearer(admin)).status_code == 201
+        assert (
+            client.post("/api/v1/api-tokens", json=body, headers=bearer(admin)).status_code == 201
+        )
         second = client.post("/api/v1/api-tokens", json=body, headers=bearer(admin))
         assert second.status_code == 409
         assert second.json()["error"] == "conflict"
