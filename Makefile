@@ -1,0 +1,60 @@
+# The two commands: `make demo` (the main job) and `make test` (every test).
+# Both do all set-up on a fresh Debian 12 machine as root; nothing is installed by hand.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+UV_VERSION := 0.13.8
+TOOLS := $(CURDIR)/.tools
+UV := $(TOOLS)/bin/uv
+VENV := $(CURDIR)/.venv
+DEBIAN_PACKAGES := python3 python3-venv ca-certificates git
+
+export PATH := $(TOOLS)/bin:$(VENV)/bin:$(PATH)
+# Use the machine's Python; never download one.
+export UV_PYTHON := $(PYTHON)
+export UV_PYTHON_DOWNLOADS := never
+
+.PHONY: demo test setup system-packages lint typecheck unit bench clean
+
+# The demo keeps its database, tokens and agent state in .demo/ unless told otherwise.
+demo: setup
+	BLKPILOT_DATA_DIR=$${BLKPILOT_DATA_DIR:-$(CURDIR)/.demo} blkpilot demo
+
+test: setup lint typecheck unit
+
+setup: system-packages $(VENV)/.synced
+
+system-packages:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if ! $(PYTHON) -c 'import venv, ensurepip' 2>/dev/null; then missing="$$missing python3-venv"; fi; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+# Everything from uv.lock, exactly: the project with all extras and the dev tools.
+$(VENV)/.synced: $(UV) pyproject.toml uv.lock
+	$(UV) sync --frozen --all-extras
+	@touch $@
+
+lint:
+	ruff check .
+	ruff format --check .
+
+typecheck:
+	mypy
+
+unit:
+	pytest
+
+bench: setup
+	python bench/ingest.py
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache
