@@ -13,17 +13,15 @@ def get(session: Session, device_id: uuid.UUID) -> Device | None:
     return session.get(Device, device_id)
 
 
-def for_node(session: Session, node_id: uuid.UUID, *, lock: bool = False) -> Sequence[Device]:
-    query = select(Device).where(Device.node_id == node_id).order_by(Device.name)
-    if lock:
-        query = query.with_for_update()
-    return session.scalars(query).all()
+def for_node(session: Session, node_id: uuid.UUID) -> Sequence[Device]:
+    return session.scalars(
+        select(Device).where(Device.node_id == node_id).order_by(Device.name)
+    ).all()
 
 
-def present_ids_by_name(session: Session, node_id: uuid.UUID) -> dict[str, uuid.UUID]:
-    rows = session.execute(
-        select(Device.name, Device.id).where(Device.node_id == node_id, Device.present.is_(True))
-    )
+def ids_by_name(session: Session, node_id: uuid.UUID) -> dict[str, uuid.UUID]:
+    """Every device the node has ever reported, present or not."""
+    rows = session.execute(select(Device.name, Device.id).where(Device.node_id == node_id))
     return {name: device_id for name, device_id in rows}
 
 

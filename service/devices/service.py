@@ -56,11 +56,12 @@ def replace_inventory(
     """
     if node.node_id != node_id:
         raise Forbidden("a node may report only its own inventory")
-    found = node_repository.get(session, node_id)
+    # Locking the node serializes inventory reports per node (no racing device inserts).
+    found = node_repository.get(session, node_id, lock=True)
     if found is None:
         raise NotFound(f"no node {node_id}")
     now = datetime.now(UTC)
-    existing = {device.name: device for device in repository.for_node(session, node_id, lock=True)}
+    existing = {device.name: device for device in repository.for_node(session, node_id)}
     added = updated = 0
     for reported in report.devices:
         fields = _fields(reported)

@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 from service.tables import Node
 
 
-def get(session: Session, node_id: uuid.UUID) -> Node | None:
-    return session.get(Node, node_id)
+def get(session: Session, node_id: uuid.UUID, *, lock: bool = False) -> Node | None:
+    return session.get(Node, node_id, with_for_update=lock)
 
 
 def get_by_token_digest(session: Session, digest: str) -> Node | None:

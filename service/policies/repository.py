@@ -23,7 +23,7 @@ def for_node(session: Session, node_id: uuid.UUID) -> Sequence[tuple[Policy, Dev
         .where(Device.node_id == node_id)
         .order_by(Device.name)
     )
-    return [(policy, device) for policy, device in rows.tuples()]
+    return [(policy, device) for policy, device in rows]
 
 
 def add(session: Session, policy: Policy) -> Policy:

@@ -18,9 +18,13 @@ from service.telemetry import repository
 
 
 def ingest(session: Session, node: Principal, batch: TelemetryBatch) -> TelemetryBatchReceipt:
-    """Store a batch whole or not at all; a batch id seen before is acknowledged, not stored."""
+    """Store a batch whole or not at all; a batch id seen before is acknowledged, not stored.
+
+    Windows may name devices the node no longer has (spooled before they went away);
+    only names the node never reported are unknown.
+    """
     assert node.node_id is not None
-    device_ids = device_repository.present_ids_by_name(session, node.node_id)
+    device_ids = device_repository.ids_by_name(session, node.node_id)
     unknown = [
         {"loc": ["body", "windows", index, "device"], "msg": f"unknown device {window.device!r}"}
         for index, window in enumerate(batch.windows)

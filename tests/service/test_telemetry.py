@@ -105,6 +105,15 @@ class TestIngestBatch:
         assert fixed.status_code == 201
         assert _stored(session) == 1
 
+    def test_windows_of_a_device_since_removed_are_still_accepted(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        the_node, token = node
+        report_inventory(session, the_node, device_inventory("loop0"))  # loop1 went away
+        response = client.post(URL, json=_batch(telemetry_window("loop1")), headers=bearer(token))
+        assert response.status_code == 201
+        assert _stored(session) == 1
+
     def test_another_nodes_device_is_unknown_to_this_node(
         self, client: TestClient, session: Session, node: tuple[Node, str]
     ) -> None:
