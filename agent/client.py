@@ -71,7 +71,7 @@ class ServiceClient:
         return response.json() if response.content else None
 
     def enroll(self, request: EnrollRequest) -> EnrollResponse:
-        data = self._request("POST", "/nodes/enroll", request)
+        data = self._request("POST", "/nodes", request)
         return EnrollResponse(node_id=data["node"]["id"], node_token=data["node_token"])
 
     def heartbeat(self, node_id: uuid.UUID, beat: Heartbeat) -> dict[str, Any]:

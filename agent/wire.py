@@ -13,7 +13,7 @@ import re
 import uuid
 from datetime import timedelta
 from enum import StrEnum
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -29,12 +29,49 @@ from pydantic import (
 MAX_WINDOWS_PER_BATCH = 5_000
 MAX_WINDOW_SPAN = timedelta(hours=1)
 MAX_DEVICES_PER_NODE = 1_024
+INT64_MAX = 2**63 - 1
+
+# A counter: what the kernel counts in 64 bits, and what PostgreSQL's BIGINT holds.
+Counter = Annotated[int, Field(ge=0, le=INT64_MAX)]
 
 
-class WireModel(BaseModel):
-    """Strict base: unknown fields, NaN and infinities are errors, not silently dropped."""
+def reject_nul(value: object) -> None:
+    """NUL characters cannot be stored in PostgreSQL text and mean nothing in a device's world."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("text must not contain NUL (\\u0000) characters")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            reject_nul(key)
+            reject_nul(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            reject_nul(item)
+
+
+def _no_nul(value: str) -> str:
+    reject_nul(value)
+    return value
+
+
+# Free text from outside (query strings, names): bounded and storable.
+SafeText = Annotated[str, AfterValidator(_no_nul), Field(max_length=255)]
+
+
+class InputModel(BaseModel):
+    """What comes in from the network: unknown fields, NaN, infinities and NUL are errors."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul_anywhere(cls, data: Any) -> Any:
+        reject_nul(data)
+        return data
+
+
+class WireModel(InputModel):
+    """Strict base of the protocol's messages."""
 
 
 class DeviceClass(StrEnum):
@@ -127,13 +164,9 @@ def _in_range(name: str, value: int, limits: tuple[int, int]) -> None:
         raise ValueError(f"{name}={value} is outside the allowed range [{low}, {high}]")
 
 
-def _check_queue_limit(name: str) -> AfterValidator:
-    def check(value: int | None) -> int | None:
-        if value is not None:
-            _in_range(name, value, QUEUE_LIMITS[name])
-        return value
-
-    return AfterValidator(check)
+def _queue_limit(name: str) -> Any:
+    low, high = QUEUE_LIMITS[name]
+    return Field(default=None, ge=low, le=high)
 
 
 class DeviceConfig(WireModel):
@@ -141,8 +174,8 @@ class DeviceConfig(WireModel):
 
     scheduler: Scheduler | None = None
     scheduler_tunables: dict[str, int] = Field(default_factory=dict)
-    nr_requests: Annotated[int | None, _check_queue_limit("nr_requests")] = None
-    read_ahead_kb: Annotated[int | None, _check_queue_limit("read_ahead_kb")] = None
+    nr_requests: int | None = _queue_limit("nr_requests")
+    read_ahead_kb: int | None = _queue_limit("read_ahead_kb")
     completion: CompletionMode | None = None
 
     @model_validator(mode="after")
@@ -169,12 +202,6 @@ _DEVICE_NAME = re.compile(r"^[a-z][a-z0-9_.:!-]{0,63}$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_./-]{0,62}$")
 
 
-def _device_name(value: str) -> str:
-    if not _DEVICE_NAME.match(value):
-        raise ValueError(f"{value!r} is not a kernel block device name")
-    return value
-
-
 def _labels(value: dict[str, str]) -> dict[str, str]:
     if len(value) > 64:
         raise ValueError("at most 64 labels")
@@ -186,7 +213,9 @@ def _labels(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
-DeviceName = Annotated[str, AfterValidator(_device_name)]
+DeviceName = Annotated[
+    str, Field(pattern=_DEVICE_NAME.pattern, description="kernel name: sda, nvme0n1, loop0, dm-0")
+]
 Labels = Annotated[dict[str, str], AfterValidator(_labels)]
 Hostname = Annotated[
     str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
@@ -255,7 +284,7 @@ class DeviceInventory(WireModel):
     device_class: DeviceClass = DeviceClass.UNKNOWN
     class_evidence: list[ShortText] = Field(default_factory=list, max_length=32)
     rotational: bool = False
-    size_bytes: NonNegativeInt = 0
+    size_bytes: Counter = 0
     holds_data: bool = True  # the safe default: unknown means "do not write"
     holds_data_reasons: list[ShortText] = Field(default_factory=list, max_length=32)
     capabilities: DeviceCapabilities = Field(default_factory=DeviceCapabilities)
@@ -289,10 +318,10 @@ class TelemetryWindow(WireModel):
     device: DeviceName
     start: AwareDatetime
     end: AwareDatetime
-    read_ios: NonNegativeInt
-    write_ios: NonNegativeInt
-    read_bytes: NonNegativeInt
-    write_bytes: NonNegativeInt
+    read_ios: Counter
+    write_ios: Counter
+    read_bytes: Counter
+    write_bytes: Counter
     iops: NonNegativeFloat
     read_share: Annotated[float, Field(ge=0.0, le=1.0)]
     mean_request_bytes: NonNegativeFloat

@@ -79,7 +79,7 @@ def enroll(base: str, admin: str, name: str, devices: list[str]) -> str:
     headers = {"Authorization": f"Bearer {admin}"}
     token = httpx.post(f"{base}/api/v1/enrollment-tokens", json={}, headers=headers).json()["token"]
     enrolled = httpx.post(
-        f"{base}/api/v1/nodes/enroll", json={"enrollment_token": token, "hostname": name}
+        f"{base}/api/v1/nodes", json={"enrollment_token": token, "hostname": name}
     ).json()
     node_token: str = enrolled["node_token"]
     inventory = {"devices": [device_inventory(d).model_dump(mode="json") for d in devices]}

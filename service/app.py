@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 import blkpilot
 from service.audit.endpoints import router as audit_router
@@ -57,12 +60,39 @@ async def _validation_error(_: Request, error: Exception) -> JSONResponse:
     return _error(422, ErrorBody(error="validation_error", detail=shown + more, fields=fields))
 
 
-async def _http_error(_: Request, error: Exception) -> JSONResponse:
+_METHODS = ("DELETE", "GET", "PATCH", "POST", "PUT")
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method served at this path (Starlette names only the first route's)."""
+    allowed = {
+        method
+        for method in _METHODS
+        for route in request.app.router.routes
+        if route.matches({**request.scope, "method": method})[0] is Match.FULL
+    }
+    return ", ".join(sorted(allowed))
+
+
+async def _http_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
+    if error.status_code == 400:
+        # FastAPI's "error parsing the body" (e.g. bytes that are not UTF-8): a bad payload,
+        # reported like every other bad payload.
+        return _error(
+            422,
+            ErrorBody(
+                error="validation_error",
+                detail=f"body: {error.detail}",
+                fields=[{"loc": ["body"], "msg": str(error.detail), "type": "body_unparsable"}],
+            ),
+        )
     name = _HTTP_ERRORS.get(error.status_code, "http_error")
     response = _error(error.status_code, ErrorBody(error=name, detail=str(error.detail)))
     if error.headers:
         response.headers.update(error.headers)
+    if error.status_code == 405:
+        response.headers["Allow"] = _allowed_methods(request)
     return response
 
 
@@ -71,6 +101,39 @@ async def _unexpected_error(_: Request, error: Exception) -> JSONResponse:
     return _error(
         500, ErrorBody(error="internal_error", detail="internal error; see the service log")
     )
+
+
+def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """FastAPI documents its own 422 body; ours is ErrorBody, like every other error."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        spec = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+        schemas["ErrorBody"] = ErrorBody.model_json_schema(
+            ref_template="#/components/schemas/{model}"
+        )
+        for methods in spec.get("paths", {}).values():
+            for operation in methods.values():
+                responses = operation.get("responses", {})
+                if "422" in responses:
+                    responses["422"] = {
+                        "description": "Validation error: the fields name what was wrong",
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/ErrorBody"}
+                            }
+                        },
+                    }
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
+        app.openapi_schema = spec
+        return spec
+
+    return openapi
 
 
 def create_app(settings: Settings, database: Database) -> FastAPI:
@@ -95,6 +158,7 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
     ):
         app.include_router(router)
 
+    app.openapi = _openapi_with_one_error_shape(app)  # type: ignore[method-assign]
     app.add_exception_handler(BlkpilotError, _blkpilot_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

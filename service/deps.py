@@ -23,6 +23,8 @@ from service.settings import Settings
 from service.tokens import repository as token_repository
 
 API_PREFIX = "/api/v1"
+# Deeper pages are a sign of a missing filter, and offsets must fit PostgreSQL's BIGINT.
+MAX_OFFSET = 1_000_000
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 

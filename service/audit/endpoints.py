@@ -4,6 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from agent.wire import INT64_MAX, SafeText
 from service.audit import service
 from service.audit.schemas import AuditEventRead
 from service.deps import API_PREFIX, SessionDep, ViewerAuth
@@ -16,11 +17,13 @@ router = APIRouter(prefix=f"{API_PREFIX}/audit", tags=["audit"])
 def list_audit_events(
     session: SessionDep,
     _: ViewerAuth,
-    target_type: str | None = None,
-    target_id: str | None = None,
-    action: str | None = None,
-    actor: str | None = None,
-    before_id: Annotated[int | None, Query(description="page backwards from this id")] = None,
+    target_type: SafeText | None = None,
+    target_id: SafeText | None = None,
+    action: SafeText | None = None,
+    actor: SafeText | None = None,
+    before_id: Annotated[
+        int | None, Query(ge=1, le=INT64_MAX, description="page backwards from this id")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
 ) -> list[AuditEventRead]:
     """Newest first."""

@@ -6,7 +6,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from agent.wire import DeviceClass, InventoryReport
-from service.deps import API_PREFIX, AnyPrincipal, CurrentNode, SessionDep, ViewerAuth
+from service.deps import API_PREFIX, MAX_OFFSET, AnyPrincipal, CurrentNode, SessionDep, ViewerAuth
 from service.devices import service
 from service.devices.schemas import DeviceRead, InventoryReceipt
 from service.errors import Forbidden, NotFound, Unauthorized, responses
@@ -42,7 +42,7 @@ def list_devices(
     device_class: DeviceClass | None = None,
     present: bool | None = None,
     limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> list[DeviceRead]:
     devices = service.list_devices(
         session,

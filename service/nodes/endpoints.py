@@ -5,8 +5,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from agent.wire import EnrollRequest, Heartbeat
-from service.deps import API_PREFIX, AnyPrincipal, CurrentNode, SessionDep, ViewerAuth
+from agent.wire import EnrollRequest, Heartbeat, SafeText
+from service.deps import API_PREFIX, MAX_OFFSET, AnyPrincipal, CurrentNode, SessionDep, ViewerAuth
 from service.errors import Forbidden, NotFound, Unauthorized, Unprocessable, responses
 from service.nodes import service
 from service.nodes.schemas import NodeEnrolled, NodeRead
@@ -15,7 +15,7 @@ router = APIRouter(prefix=f"{API_PREFIX}/nodes", tags=["nodes"])
 
 
 @router.post(
-    "/enroll",
+    "",
     status_code=status.HTTP_201_CREATED,
     response_model=NodeEnrolled,
     responses=responses(Unauthorized),
@@ -32,10 +32,10 @@ def enroll_node(body: EnrollRequest, session: SessionDep) -> NodeEnrolled:
 def list_nodes(
     session: SessionDep,
     _: ViewerAuth,
-    hostname: str | None = None,
-    label: Annotated[str | None, Query(description="key=value")] = None,
+    hostname: SafeText | None = None,
+    label: Annotated[SafeText | None, Query(description="key=value")] = None,
     limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> list[NodeRead]:
     nodes = service.list_nodes(session, hostname=hostname, label=label, limit=limit, offset=offset)
     return [NodeRead.model_validate(node) for node in nodes]

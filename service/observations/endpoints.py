@@ -5,8 +5,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from agent.wire import ObservationCreate, ObservationKind
-from service.deps import API_PREFIX, AnyPrincipal, SessionDep, ViewerAuth
+from agent.wire import ObservationCreate, ObservationKind, SafeText
+from service.deps import API_PREFIX, MAX_OFFSET, AnyPrincipal, SessionDep, ViewerAuth
 from service.errors import Forbidden, NotFound, Unauthorized, Unprocessable, responses
 from service.observations import service
 from service.observations.schemas import ObservationRead
@@ -33,9 +33,9 @@ def list_observations(
     _: ViewerAuth,
     device_id: uuid.UUID | None = None,
     kind: ObservationKind | None = None,
-    workload: str | None = None,
+    workload: SafeText | None = None,
     limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> list[ObservationRead]:
     observations = service.list_observations(
         session, device_id=device_id, kind=kind, workload_name=workload, limit=limit, offset=offset

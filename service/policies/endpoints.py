@@ -5,7 +5,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
-from agent.wire import AppliedStateReport
+from agent.wire import AppliedStateReport, SafeText
 from service.deps import API_PREFIX, AnyPrincipal, CurrentNode, OperatorAuth, SessionDep
 from service.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable, responses
 from service.policies import service
@@ -44,7 +44,7 @@ def clear_policy(
     device_id: uuid.UUID,
     session: SessionDep,
     operator: OperatorAuth,
-    reason: Annotated[str, Query(min_length=3, max_length=2_000)],
+    reason: Annotated[SafeText, Query(min_length=3)],
 ) -> Response:
     service.clear_policy(session, operator, device_id, reason)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

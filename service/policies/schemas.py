@@ -4,14 +4,12 @@ import uuid
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from agent.wire import AppliedStatus, DeviceConfig
+from agent.wire import AppliedStatus, DeviceConfig, InputModel
 
 
-class PolicySet(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class PolicySet(InputModel):
     config: DeviceConfig
     reason: Annotated[str, Field(min_length=3, max_length=2_000, description="why, for the audit")]
 

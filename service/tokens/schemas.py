@@ -6,15 +6,13 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.wire import Labels
+from agent.wire import InputModel, Labels
 from service.security import Role
 
 TokenName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@-]+$")]
 
 
-class ApiTokenCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ApiTokenCreate(InputModel):
     name: TokenName
     role: Role
 
@@ -34,9 +32,7 @@ class ApiTokenCreated(ApiTokenRead):
     token: str = Field(description="shown once; only its hash is stored")
 
 
-class EnrollmentTokenCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class EnrollmentTokenCreate(InputModel):
     labels: Labels = Field(default_factory=dict, description="labels given to the node")
     ttl_hours: Annotated[float | None, Field(gt=0, le=24 * 30)] = None
 

@@ -15,7 +15,7 @@ class TestEnroll:
     def test_returns_a_node_token_that_works(self, client: TestClient, session: Session) -> None:
         token = create_enrollment_token(session, labels={"rack": "r1"})
         response = client.post(
-            "/api/v1/nodes/enroll",
+            "/api/v1/nodes",
             json={
                 "enrollment_token": token,
                 "hostname": "db-07",
@@ -35,12 +35,8 @@ class TestEnroll:
 
     def test_token_works_only_once(self, client: TestClient, session: Session) -> None:
         token = create_enrollment_token(session)
-        first = client.post(
-            "/api/v1/nodes/enroll", json={"enrollment_token": token, "hostname": "a"}
-        )
-        second = client.post(
-            "/api/v1/nodes/enroll", json={"enrollment_token": token, "hostname": "b"}
-        )
+        first = client.post("/api/v1/nodes", json={"enrollment_token": token, "hostname": "a"})
+        second = client.post("/api/v1/nodes", json={"enrollment_token": token, "hostname": "b"})
         assert first.status_code == 201
         assert second.status_code == 401
         assert second.json()["error"] == "unauthorized"
@@ -50,9 +46,7 @@ class TestEnroll:
         session.execute(
             update(EnrollmentToken).values(expires_at=datetime.now(UTC) - timedelta(minutes=1))
         )
-        response = client.post(
-            "/api/v1/nodes/enroll", json={"enrollment_token": token, "hostname": "a"}
-        )
+        response = client.post("/api/v1/nodes", json={"enrollment_token": token, "hostname": "a"})
         assert response.status_code == 401
 
     def test_bad_hostname_is_a_422_naming_the_field(
@@ -60,7 +54,7 @@ class TestEnroll:
     ) -> None:
         token = create_enrollment_token(session)
         response = client.post(
-            "/api/v1/nodes/enroll", json={"enrollment_token": token, "hostname": "bad host!"}
+            "/api/v1/nodes", json={"enrollment_token": token, "hostname": "bad host!"}
         )
         assert response.status_code == 422
         body = response.json()

@@ -100,13 +100,15 @@ class TestErrorShape:
         assert response.json() == {"error": "not_found", "detail": "Not Found"}
 
     def test_wrong_method_is_405_in_the_one_shape(self, client: TestClient) -> None:
-        response = client.delete("/api/v1/nodes")
+        response = client.delete("/api/v1/api-tokens")
         assert response.status_code == 405
         assert response.json()["error"] == "method_not_allowed"
+        # every method the path serves, not only the first route's
+        assert response.headers["Allow"] == "GET, POST"
 
     def test_malformed_json_is_422(self, client: TestClient) -> None:
         response = client.post(
-            "/api/v1/nodes/enroll",
+            "/api/v1/nodes",
             content=b"{not json",
             headers={"Content-Type": "application/json"},
         )
@@ -128,9 +130,19 @@ class TestOpenAPI:
         for path in api_paths:
             for method, operation in paths[path].items():
                 codes = set(operation["responses"])
-                if path != "/api/v1/nodes/enroll":
+                if (method, path) != ("post", "/api/v1/nodes"):  # enrollment: token in body
                     assert "401" in codes, (method, path)
                 assert "422" in codes or method == "get" or method == "delete", (method, path)
+
+    def test_validation_errors_are_documented_in_the_one_shape(
+        self, openapi: dict[str, Any]
+    ) -> None:
+        assert "HTTPValidationError" not in openapi["components"]["schemas"]
+        for methods in openapi["paths"].values():
+            for operation in methods.values():
+                if "422" in operation["responses"]:
+                    content = operation["responses"]["422"]["content"]["application/json"]
+                    assert content["schema"] == {"$ref": "#/components/schemas/ErrorBody"}
 
     def test_errors_document_the_error_shape(self, openapi: dict[str, Any]) -> None:
         assert set(openapi["components"]["schemas"]["ErrorBody"]["properties"]) >= {

@@ -144,6 +144,7 @@ class TestIngestBatch:
         ("field", "value"),
         [
             ("read_ios", -1),
+            ("read_ios", 2**63),  # would overflow the database's BIGINT
             ("write_bytes", -4096),
             ("iops", -0.5),
             ("read_share", 1.5),
@@ -260,3 +261,20 @@ class TestDeviceTelemetry:
         )
         assert len(listed) == 3
         assert listed[0]["mean_latency_us"] == 85.5
+
+
+class TestTextInput:
+    def test_nul_characters_are_refused_not_a_server_error(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        the_node, token = node
+        response = client.put(
+            f"/api/v1/nodes/{the_node.id}/inventory",
+            json={"kernel_version": "6.1\u0000", "devices": []},
+            headers=bearer(token),
+        )
+        assert response.status_code == 422
+        assert "NUL" in response.json()["detail"]
+        viewer = create_api_token(session, role=Role.VIEWER)
+        query = client.get("/api/v1/audit", params={"actor": "a\u0000b"}, headers=bearer(viewer))
+        assert query.status_code == 422
