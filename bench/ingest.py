@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.factories import device_inventory  # noqa: E402
-from tests.proc import BLKPILOT, clean_env, free_port, stop, wait_ready  # noqa: E402
+from tests.proc import BLKPILOT, clean_env, free_port, start_serve, stop, wait_ready  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 TARGET_WINDOWS_PER_SECOND = 10_000
@@ -135,14 +135,7 @@ def main() -> int:
     env = clean_env(data_dir, **extra)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    log = (data_dir / "serve.log").open("w")
-    server = subprocess.Popen(
-        [BLKPILOT, "serve", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    server = start_serve(data_dir, env, port)
     try:
         wait_ready(f"{base}/readyz", server, timeout=90)
         admin = subprocess.run(
@@ -167,7 +160,6 @@ def main() -> int:
         counted = ingested_total(base) - before
     finally:
         stop(server)
-        log.close()
 
     sent = args.clients * args.batches * args.windows
     assert stored == sent == counted, (stored, sent, counted)

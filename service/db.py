@@ -50,12 +50,17 @@ def get_session(request: Request) -> Iterator[Session]:
     """
     database: Database = request.app.state.database
     with database.sessionmaker() as session:
-        try:
-            yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
+        yield from unit_of_work(session)
+
+
+def unit_of_work(session: Session) -> Iterator[Session]:
+    """Yield the session; commit if the caller finished, roll back if it raised."""
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
 
 
 # --- Migrations ---------------------------------------------------------------------------

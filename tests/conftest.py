@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from service import db
 from service.app import create_app
-from service.db import Database, get_session
+from service.db import Database, get_session, unit_of_work
 from service.embedded import EmbeddedPostgres
 from service.settings import Settings
 
@@ -96,15 +96,10 @@ def app(settings: Settings, engine: Engine, session: Session) -> FastAPI:
     app = create_app(settings, Database(engine))
 
     def test_session() -> Iterator[Session]:
-        # The same unit-of-work contract as service.db.get_session, on the test's transaction.
-        # What the test set up beforehand exists before the request, as it would in reality.
+        # What the test set up beforehand exists before the request, as it would in reality;
+        # then the request gets get_session's own unit of work, on the test's transaction.
         session.commit()
-        try:
-            yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
+        yield from unit_of_work(session)
 
     app.dependency_overrides[get_session] = test_session
     return app

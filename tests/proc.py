@@ -50,6 +50,18 @@ def wait_ready(url: str, process: subprocess.Popen[str], timeout: float) -> floa
     raise AssertionError(f"{url} not ready within {timeout} s")
 
 
+def start_serve(data_dir: Path, env: dict[str, str], port: int) -> subprocess.Popen[str]:
+    """`blkpilot serve` on loopback, its output in data_dir/serve.log."""
+    with (data_dir / "serve.log").open("w") as log:
+        return subprocess.Popen(
+            [BLKPILOT, "serve", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+
 def stop(process: subprocess.Popen[str], sig: signal.Signals = signal.SIGTERM) -> int:
     process.send_signal(sig)
     try:

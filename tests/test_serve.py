@@ -17,7 +17,7 @@ from agent.errors import ServiceRejected, ServiceUnreachable
 from agent.state import NodeState
 from agent.wire import Heartbeat, InventoryReport, TelemetryBatch, TelemetryWindow
 from tests.factories import device_inventory, telemetry_window
-from tests.proc import BLKPILOT, clean_env, free_port, run, stop, wait_ready
+from tests.proc import clean_env, free_port, run, start_serve, stop, wait_ready
 
 pytestmark = pytest.mark.slow
 
@@ -35,21 +35,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     data_dir = tmp_path_factory.mktemp("served")
     port = free_port()
     env = clean_env(data_dir)
-    log = (data_dir / "serve.log").open("w")
-    process = subprocess.Popen(
-        [BLKPILOT, "serve", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = start_serve(data_dir, env, port)
     base_url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(f"{base_url}/readyz", process, timeout=90)
         yield Served(base_url, data_dir, env, process)
     finally:
         code = stop(process)
-        log.close()
         # stopping the service stops the embedded PostgreSQL it started
         assert code == 0, (data_dir / "serve.log").read_text()[-3000:]
         assert not (data_dir / "postgres" / "postmaster.pid").exists()
