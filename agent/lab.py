@@ -1,0 +1,57 @@
+"""Lab block devices: loop devices with direct I/O on a tmpfs file (memory speed, ULL-like)
+or on a file on disk (SSD-like). They are created empty; nothing else ever lives on them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+TMPFS = Path("/dev/shm")
+DEFAULT_SCHEDULER = "none"  # what the kernel gives a new loop device
+
+
+class LabError(RuntimeError):
+    pass
+
+
+def _losetup(*args: str) -> str:
+    result = subprocess.run(
+        ["losetup", *args], capture_output=True, text=True, timeout=30, check=False
+    )
+    if result.returncode != 0:
+        raise LabError(f"losetup {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+def attach(backing: Path, size_bytes: int, *, direct_io: bool = True) -> str:
+    """Create a zeroed sparse backing file and attach it; returns the device name (loopN)."""
+    if backing.exists():
+        raise LabError(f"{backing} exists; lab devices start from an empty file")
+    backing.parent.mkdir(parents=True, exist_ok=True)
+    with backing.open("wb") as handle:
+        handle.truncate(size_bytes)
+    try:
+        path = _losetup(
+            "--find", "--show", f"--direct-io={'on' if direct_io else 'off'}", str(backing)
+        )
+    except LabError:
+        backing.unlink()
+        raise
+    name = os.path.basename(path)
+    # Loop devices are reused and keep their queue settings across attachments: start clean.
+    Path(f"/sys/block/{name}/queue/scheduler").write_text(DEFAULT_SCHEDULER)
+    return name
+
+
+def detach(name: str, backing: Path | None = None) -> None:
+    _losetup("--detach", f"/dev/{name}")
+    if backing is not None:
+        backing.unlink(missing_ok=True)
+
+
+def backing_of(name: str) -> str | None:
+    try:
+        return Path(f"/sys/block/{name}/loop/backing_file").read_text().strip()
+    except OSError:
+        return None
