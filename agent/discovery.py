@@ -65,7 +65,7 @@ class Discovery:
 
 
 def parse_scheduler(text: str) -> tuple[list[str], str | None]:
-    """'none [mq-deadline] kyber bfq' -> (['none', 'mq-deadline', 'kyber', 'bfq'], 'mq-deadline')."""
+    """'none [mq-deadline] kyber' -> (['none', 'mq-deadline', 'kyber'], 'mq-deadline')."""
     names, current = [], None
     for word in text.split():
         if word.startswith("[") and word.endswith("]"):

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-TMPFS = Path("/dev/shm")
+TMPFS = Path("/dev/shm")  # noqa: S108 (a tmpfs, by design)
 DEFAULT_SCHEDULER = "none"  # what the kernel gives a new loop device
 
 

@@ -20,7 +20,8 @@ class TestOnThisMachine:
         assert inventory.transport is Transport.LOOP
         assert inventory.device_class is DeviceClass.VIRTUAL
         assert inventory.size_bytes == 64 << 20
-        assert device.backing_file is not None and device.backing_file.startswith("/dev/shm/")
+        assert device.backing_file is not None
+        assert device.backing_file.startswith("/dev/shm/")
         capabilities = inventory.capabilities
         assert set(capabilities.available_schedulers) == {
             Scheduler.NONE, Scheduler.MQ_DEADLINE, Scheduler.KYBER, Scheduler.BFQ,
