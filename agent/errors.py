@@ -18,6 +18,20 @@ class NotEnrolled(AgentError):
     pass
 
 
+class ChangeRefused(AgentError):
+    pass
+
+
+class ChangeFailed(AgentError):
+    def __init__(self, message: str, *, restored: bool) -> None:
+        super().__init__(message + ("" if restored else " (restoring the snapshot ALSO failed)"))
+        self.restored = restored
+
+
+class NoSnapshot(AgentError):
+    pass
+
+
 class ServiceError(AgentError):
     pass
 

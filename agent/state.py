@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from agent.errors import NotEnrolled
+from agent.fsutil import write_json_atomic
 
 STATE_FILE = "node.json"
 
@@ -23,20 +22,8 @@ class NodeState:
 
     def save(self, state_dir: Path) -> Path:
         """Atomically, readable by root only: the token is a credential."""
-        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        data = {**asdict(self), "node_id": str(self.node_id)}
-        fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=".node-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(data, handle, indent=2)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(tmp, 0o600)
-            target = state_dir / STATE_FILE
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        target = state_dir / STATE_FILE
+        write_json_atomic(target, {**asdict(self), "node_id": str(self.node_id)})
         return target
 
     @classmethod

@@ -1,0 +1,290 @@
+"""Applying a device configuration through sysfs, safely.
+
+Only attributes on the allow-list (agent.wire), only values in range, only below the device's
+own queue directory. Before writing: a snapshot, recorded in an fsync'd journal. Each write is
+read back. Any refusal or mismatch restores the snapshot at once; a crash mid-change leaves the
+journal behind and `recover()` (run when the agent starts) restores it. The last snapshot per
+device is kept for `rollback`, and the applied values for drift detection.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from agent.discovery import KernelFacts, parse_scheduler
+from agent.effects import Effects, SysfsWriteError
+from agent.errors import ChangeFailed, ChangeRefused, NoSnapshot
+from agent.fsutil import read_json, remove_durably, write_json_atomic
+from agent.host import HostPaths, read_text
+from agent.wire import QUEUE_LIMITS, SCHEDULER_TUNABLES, CompletionMode, DeviceConfig, Scheduler
+
+log = logging.getLogger(__name__)
+
+_DEVICE = re.compile(r"^[a-z][a-z0-9_.:!-]{0,63}$")
+_TUNABLE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+Values = dict[str, str]  # attribute below queue/ ("scheduler", "iosched/slice_idle_us") -> value
+
+
+@dataclass(frozen=True)
+class Drift:
+    attribute: str
+    expected: str
+    actual: str | None
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    device: str
+    txid: str
+    before: Values
+    after: Values
+
+
+def plan(config: DeviceConfig, kernel: KernelFacts, current_scheduler: str | None) -> Values:
+    """The writes a configuration needs, in the order they must happen. Refuses what the
+    allow-list, the ranges or the kernel do not permit — before anything is written."""
+    try:  # re-check even a config built without validation (model_construct)
+        config = DeviceConfig.model_validate(config.model_dump())
+    except ValidationError as error:
+        raise ChangeRefused(f"configuration refused: {error}") from error
+    writes: Values = {}
+    scheduler = config.scheduler.value if config.scheduler else current_scheduler
+    if config.scheduler is not None:
+        writes["scheduler"] = config.scheduler.value
+    # A scheduler switch resets nr_requests, so it comes after; tunables belong to the new one.
+    for name in ("nr_requests", "read_ahead_kb"):
+        value = getattr(config, name)
+        if value is not None:
+            writes[name] = str(value)
+    if config.scheduler_tunables:
+        allowed = SCHEDULER_TUNABLES.get(Scheduler(scheduler)) if scheduler else None
+        for name, value in sorted(config.scheduler_tunables.items()):
+            if allowed is None or name not in allowed or not _TUNABLE.match(name):
+                raise ChangeRefused(f"{name!r} is not an allowed tunable of {scheduler}")
+            writes[f"iosched/{name}"] = str(value)
+    if config.completion is not None:
+        writes.update(_completion_writes(config.completion, kernel))
+    return writes
+
+
+def _completion_writes(mode: CompletionMode, kernel: KernelFacts) -> Values:
+    if mode is CompletionMode.HYBRID_POLL and not kernel.hybrid_polling:
+        raise ChangeRefused(f"hybrid polling was removed in Linux 6.4 (this is {kernel.release})")
+    writes: Values = {}
+    if mode is CompletionMode.INTERRUPT:
+        if kernel.io_poll_writable:  # since 5.16 polling is only what the application asks for
+            writes["io_poll"] = "0"
+        return writes
+    # Since 5.16 the kernel ignores this write but still checks it: EINVAL if the queue
+    # cannot poll (no poll queues) — which is exactly what a polling policy must learn.
+    writes["io_poll"] = "1"
+    if kernel.hybrid_polling:
+        writes["io_poll_delay"] = "0" if mode is CompletionMode.HYBRID_POLL else "-1"
+    return writes
+
+
+class Applier:
+    def __init__(self, paths: HostPaths, state_dir: Path, effects: Effects | None = None) -> None:
+        self.paths = paths
+        self.state_dir = state_dir
+        self.effects = effects or Effects()
+        self.kernel = KernelFacts.of(paths)
+
+    # --- paths -----------------------------------------------------------------------------
+
+    def _queue(self, device: str) -> Path:
+        if not _DEVICE.match(device):
+            raise ChangeRefused(f"{device!r} is not a block device name")
+        queue = self.paths.queue(device)
+        if not (queue / "scheduler").exists():
+            raise ChangeRefused(f"{device} has no request queue under {self.paths.block}")
+        return queue
+
+    def _attribute(self, device: str, attribute: str) -> Path:
+        """The file for an allowed attribute, proven to lie inside the device's queue/."""
+        name = attribute.removeprefix("iosched/")
+        on_list = (
+            attribute in ("scheduler", "io_poll") or attribute in QUEUE_LIMITS
+            if "/" not in attribute
+            else attribute.startswith("iosched/") and _TUNABLE.match(name) is not None
+        )
+        if not on_list:
+            raise ChangeRefused(f"{attribute!r} is not on the allow-list")
+        queue = self._queue(device)
+        path = queue / attribute
+        real_queue = os.path.realpath(queue)
+        if os.path.commonpath([os.path.realpath(path), real_queue]) != real_queue:
+            raise ChangeRefused(f"{attribute!r} leaves {device}'s queue directory")
+        return path
+
+    def read(self, device: str, attribute: str) -> str | None:
+        text = read_text(self._attribute(device, attribute))
+        if text is not None and attribute == "scheduler":
+            return parse_scheduler(text)[1]
+        return text
+
+    # --- snapshots and the journal -----------------------------------------------------------
+
+    def snapshot(self, device: str, attributes: list[str]) -> Values:
+        """Current values of what will change, plus the current scheduler and its tunables
+        (a scheduler switch loses them)."""
+        values: Values = {}
+        current = self.read(device, "scheduler")
+        if current:
+            values["scheduler"] = current
+            iosched = self._queue(device) / "iosched"
+            if iosched.is_dir():
+                for entry in sorted(iosched.iterdir()):
+                    text = read_text(entry)
+                    if text is not None and _TUNABLE.match(entry.name):
+                        values[f"iosched/{entry.name}"] = text
+        for attribute in ("nr_requests", "read_ahead_kb", *attributes):
+            if attribute not in values and not attribute.startswith("iosched/"):
+                value = self.read(device, attribute)
+                if value is not None:
+                    values[attribute] = value
+        return values
+
+    @property
+    def _journal(self) -> Path:
+        return self.state_dir / "journal.json"
+
+    def _snapshot_file(self, device: str) -> Path:
+        return self.state_dir / "snapshots" / f"{device}.json"
+
+    def _applied_file(self, device: str) -> Path:
+        return self.state_dir / "applied" / f"{device}.json"
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """One change at a time on this node, whether from the daemon or the command line."""
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with (self.state_dir / "apply.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    # --- changing things ---------------------------------------------------------------------
+
+    def apply(self, device: str, config: DeviceConfig) -> ApplyResult:
+        writes = plan(config, self.kernel, self.read(device, "scheduler"))
+        if not writes:
+            raise ChangeRefused("the configuration asks for no change")
+        for attribute in writes:
+            self._attribute(device, attribute)  # refuse before snapshotting anything
+        with self._exclusive():
+            self._recover_locked()
+            txid = uuid.uuid4().hex
+            before = self.snapshot(device, list(writes))
+            write_json_atomic(
+                self._journal,
+                {"txid": txid, "device": device, "snapshot": before, "writes": writes,
+                 "started_at": datetime.now(UTC).isoformat()},
+            )  # fmt: skip
+            try:
+                self._write_all(device, writes)
+            except (SysfsWriteError, ChangeFailed) as error:
+                restored = self._restore(device, before)
+                remove_durably(self._journal)
+                raise ChangeFailed(
+                    f"{device}: {error}; restored the snapshot", restored=restored
+                ) from error
+            write_json_atomic(self._snapshot_file(device), {"txid": txid, "values": before})
+            write_json_atomic(self._applied_file(device), {"txid": txid, "values": writes})
+            remove_durably(self._journal)
+        log.info("applied %s to %s (tx %s)", writes, device, txid)
+        return ApplyResult(device, txid, before, writes)
+
+    def _write_all(self, device: str, writes: Values) -> None:
+        for attribute, value in writes.items():
+            self.effects.write_attribute(self._attribute(device, attribute), value)
+            if self.effects.dry_run:
+                continue
+            actual = self.read(device, attribute)
+            if attribute == "io_poll" and not self.kernel.io_poll_writable:
+                continue  # ignored by the kernel since 5.16: nothing to read back
+            if actual != value:
+                raise ChangeFailed(
+                    f"read-back of {attribute} gave {actual!r}, not {value!r}", restored=False
+                )
+
+    def _restore(self, device: str, values: Values) -> bool:
+        """Scheduler first (switching resets the rest), then its tunables, then the queue."""
+        ok = True
+        order = sorted(values, key=lambda a: (a != "scheduler", a.startswith("io_poll"), a))
+        for attribute in order:
+            if attribute == "io_poll" and not self.kernel.io_poll_writable:
+                continue
+            try:
+                if self.read(device, attribute) != values[attribute]:
+                    self.effects.write_attribute(
+                        self._attribute(device, attribute), values[attribute]
+                    )
+            except (OSError, ChangeRefused) as error:
+                log.error("restoring %s on %s failed: %s", attribute, device, error)
+                ok = False
+        return ok
+
+    def recover(self) -> str | None:
+        """Undo a change a crash interrupted; returns the device it restored, if any."""
+        with self._exclusive():
+            return self._recover_locked()
+
+    def _recover_locked(self) -> str | None:
+        if not self._journal.exists():
+            return None
+        entry = read_json(self._journal)
+        device = str(entry["device"])
+        restored = self._restore(device, dict(entry["snapshot"]))
+        log.warning(
+            "recovered interrupted change %s on %s: snapshot %s",
+            entry["txid"], device, "restored" if restored else "NOT fully restored",
+        )  # fmt: skip
+        remove_durably(self._journal)
+        return device
+
+    def rollback(self, device: str) -> Values:
+        """Restore the snapshot taken before the last change applied to the device."""
+        self._queue(device)
+        path = self._snapshot_file(device)
+        if not path.exists():
+            raise NoSnapshot(f"no snapshot for {device}: nothing was applied to it by blkpilot")
+        snapshot: Values = dict(read_json(path)["values"])
+        with self._exclusive():
+            if not self._restore(device, snapshot):
+                raise ChangeFailed(f"{device}: rollback incomplete", restored=False)
+            remove_durably(path)
+            remove_durably(self._applied_file(device))
+        return snapshot
+
+    def applied(self, device: str) -> Values | None:
+        path = self._applied_file(device)
+        return dict(read_json(path)["values"]) if path.exists() else None
+
+    def drift(self, device: str) -> list[Drift]:
+        """Applied values something else has since changed (udev rules, TuneD, an admin)."""
+        expected = self.applied(device)
+        if not expected:
+            return []
+        found = []
+        for attribute, value in expected.items():
+            if attribute == "io_poll" and not self.kernel.io_poll_writable:
+                continue
+            actual = self.read(device, attribute)
+            if actual != value:
+                found.append(Drift(attribute, value, actual))
+        return found

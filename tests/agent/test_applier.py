@@ -1,0 +1,182 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agent.applier import Applier
+from agent.effects import Effects
+from agent.errors import ChangeFailed, ChangeRefused, NoSnapshot
+from agent.host import HostPaths
+from agent.wire import CompletionMode, DeviceConfig, Scheduler
+from tests.agent.conftest import LoopFactory
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def queue_state(device: str) -> dict[str, str]:
+    """Every readable attribute of the device's queue, tunables included."""
+    queue = Path(f"/sys/block/{device}/queue")
+    state = {}
+    for path in sorted([*queue.iterdir(), *(queue / "iosched").glob("*")]):
+        if path.is_file():
+            try:
+                state[str(path.relative_to(queue))] = path.read_text()
+            except OSError:
+                pass
+    return state
+
+
+@pytest.fixture
+def applier(tmp_path: Path) -> Applier:
+    return Applier(HostPaths(), tmp_path / "agent")
+
+
+class TestApply:
+    def test_writes_reads_back_and_rolls_back(
+        self, applier: Applier, loop_device: LoopFactory
+    ) -> None:
+        device = loop_device()
+        original = queue_state(device)
+        config = DeviceConfig(
+            scheduler=Scheduler.BFQ,
+            scheduler_tunables={"slice_idle_us": 0, "low_latency": 0},
+            nr_requests=64,
+            read_ahead_kb=512,
+        )
+        result = applier.apply(device, config)
+        assert result.before["scheduler"] == "none"
+        after = queue_state(device)
+        assert "[bfq]" in after["scheduler"]
+        assert after["iosched/slice_idle_us"] == "0\n"
+        assert after["iosched/low_latency"] == "0\n"
+        assert after["nr_requests"] == "64\n"
+        assert after["read_ahead_kb"] == "512\n"
+        assert applier.drift(device) == []
+        applier.rollback(device)
+        assert queue_state(device) == original
+        with pytest.raises(NoSnapshot):
+            applier.rollback(device)
+
+    def test_out_of_range_value_changes_nothing(
+        self, applier: Applier, loop_device: LoopFactory
+    ) -> None:
+        device = loop_device()
+        original = queue_state(device)
+        unchecked = DeviceConfig.model_construct(
+            scheduler=Scheduler.BFQ, scheduler_tunables={"low_latency": 7}
+        )
+        with pytest.raises(ChangeRefused, match="low_latency"):
+            applier.apply(device, unchecked)
+        assert queue_state(device) == original
+        assert applier.effects.writes == []
+
+    def test_kernel_einval_restores_what_was_written(
+        self, applier: Applier, loop_device: LoopFactory
+    ) -> None:
+        device = loop_device()
+        original = queue_state(device)
+        config = DeviceConfig(scheduler=Scheduler.KYBER, completion=CompletionMode.CLASSIC_POLL)
+        with pytest.raises(ChangeFailed, match="EINVAL") as failure:
+            applier.apply(device, config)
+        assert failure.value.restored is True
+        written = [str(path) for path, _ in applier.effects.writes]
+        assert any(p.endswith("/queue/scheduler") for p in written)  # it got that far
+        assert queue_state(device) == original
+        assert not (applier.state_dir / "journal.json").exists()
+
+    def test_attribute_off_the_allow_list_is_refused(
+        self, applier: Applier, loop_device: LoopFactory
+    ) -> None:
+        device = loop_device()
+        original = queue_state(device)
+        for attribute in ("rq_affinity", "../../../../../../etc/hostname", "iosched/../scheduler"):
+            with pytest.raises(ChangeRefused):
+                applier.read(device, attribute)
+        tunable_escape = DeviceConfig.model_construct(
+            scheduler=Scheduler.BFQ, scheduler_tunables={"../../../../dev/sda": 1}
+        )
+        with pytest.raises(ChangeRefused):
+            applier.apply(device, tunable_escape)
+        assert queue_state(device) == original
+        assert applier.effects.writes == []
+
+    @pytest.mark.parametrize("name", ["../vda", "loop0/../../vda", "vda/..", "", "x" * 70])
+    def test_device_path_traversal_is_refused(self, applier: Applier, name: str) -> None:
+        with pytest.raises(ChangeRefused):
+            applier.apply(name, DeviceConfig(scheduler=Scheduler.NONE))
+        assert applier.effects.writes == []
+
+    def test_hybrid_polling_is_refused_on_kernels_without_it(
+        self, applier: Applier, loop_device: LoopFactory
+    ) -> None:
+        device = loop_device()
+        if applier.kernel.hybrid_polling:
+            pytest.fail("this test expects a kernel of 6.4 or later, as on this machine")
+        with pytest.raises(ChangeRefused, match="6.4"):
+            applier.apply(device, DeviceConfig(completion=CompletionMode.HYBRID_POLL))
+
+    def test_dry_run_records_but_does_not_write(
+        self, tmp_path: Path, loop_device: LoopFactory
+    ) -> None:
+        device = loop_device()
+        original = queue_state(device)
+        applier = Applier(HostPaths(), tmp_path / "agent", Effects(dry_run=True))
+        applier.apply(device, DeviceConfig(scheduler=Scheduler.MQ_DEADLINE, read_ahead_kb=64))
+        assert [Path(p).name for p, _ in applier.effects.writes] == ["scheduler", "read_ahead_kb"]
+        assert queue_state(device) == original
+
+
+class TestDrift:
+    def test_a_value_changed_behind_our_back_is_reported(
+        self, applier: Applier, loop_device: LoopFactory
+    ) -> None:
+        device = loop_device()
+        applier.apply(device, DeviceConfig(scheduler=Scheduler.BFQ, read_ahead_kb=256))
+        # what a udev rule or TuneD would do
+        Path(f"/sys/block/{device}/queue/scheduler").write_text("mq-deadline")
+        drift = {d.attribute: (d.expected, d.actual) for d in applier.drift(device)}
+        assert drift == {"scheduler": ("bfq", "mq-deadline")}
+
+
+class TestRecovery:
+    def test_a_change_killed_midway_is_undone_on_restart(
+        self, tmp_path: Path, loop_device: LoopFactory
+    ) -> None:
+        device = loop_device()
+        original = queue_state(device)
+        state_dir = tmp_path / "agent"
+        # A real agent process, killed with SIGKILL right after its first sysfs write.
+        script = textwrap.dedent(
+            f"""
+            import os, signal, sys
+            sys.path.insert(0, {str(ROOT)!r})
+            from pathlib import Path
+            from agent.applier import Applier
+            from agent.effects import Effects
+            from agent.host import HostPaths
+            from agent.wire import DeviceConfig, Scheduler
+
+            class DiesAfterFirstWrite(Effects):
+                def write_attribute(self, path, value):
+                    super().write_attribute(path, value)
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+            Applier(HostPaths(), Path({str(state_dir)!r}), DiesAfterFirstWrite()).apply(
+                {device!r}, DeviceConfig(scheduler=Scheduler.BFQ, read_ahead_kb=1024)
+            )
+            """
+        )
+        killed = subprocess.run([sys.executable, "-c", script], check=False, timeout=60)
+        assert killed.returncode == -9
+        assert "[bfq]" in queue_state(device)["scheduler"]  # half-applied
+        assert (state_dir / "journal.json").exists()
+
+        restarted = Applier(HostPaths(), state_dir)
+        assert restarted.recover() == device
+        assert queue_state(device) == original
+        assert not (state_dir / "journal.json").exists()
+        assert restarted.recover() is None
