@@ -312,8 +312,28 @@ class PowerScope(StrEnum):
     SYSTEM = "system"
 
 
+class PowerSource(StrEnum):
+    RAPL = "rapl"
+    HWMON = "hwmon"
+    IPMI = "ipmi"
+    REDFISH = "redfish"
+    METER = "meter"
+
+
+class PowerReading(WireModel):
+    """One power source over the window."""
+
+    source: PowerSource
+    zone: Annotated[str, Field(max_length=128)]
+    scope: PowerScope
+    watts: NonNegativeFloat
+    energy_joules: NonNegativeFloat
+
+
 class TelemetryWindow(WireModel):
-    """One device over one interval, from /proc/diskstats deltas and the node's power source."""
+    """One device over one interval, from /proc/diskstats deltas, /proc/stat and the node's
+    power sources. power_* is the reading that speaks for the node (the widest scope);
+    power_readings has every source. Power is absent, never invented, without a source."""
 
     device: DeviceName
     start: AwareDatetime
@@ -328,9 +348,13 @@ class TelemetryWindow(WireModel):
     mean_latency_us: NonNegativeFloat
     queue_depth: NonNegativeFloat
     utilisation: Annotated[float, Field(ge=0.0, le=1.0)]
+    cpu_utilisation: Annotated[float | None, Field(ge=0.0, le=1.0)] = None  # the node's
+    context_switches_per_s: NonNegativeFloat | None = None  # the node's
     power_watts: NonNegativeFloat | None = None
     energy_joules: NonNegativeFloat | None = None
     power_scope: PowerScope | None = None
+    power_source: PowerSource | None = None
+    power_readings: list[PowerReading] = Field(default_factory=list, max_length=32)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

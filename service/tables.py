@@ -145,9 +145,13 @@ class TelemetryWindow(Base):
     mean_latency_us: Mapped[float] = mapped_column(Double)
     queue_depth: Mapped[float] = mapped_column(Double)
     utilisation: Mapped[float] = mapped_column(Double)
+    cpu_utilisation: Mapped[float | None] = mapped_column(Double)
+    context_switches_per_s: Mapped[float | None] = mapped_column(Double)
     power_watts: Mapped[float | None] = mapped_column(Double)
     energy_joules: Mapped[float | None] = mapped_column(Double)
     power_scope: Mapped[str | None] = mapped_column(String(16))
+    power_source: Mapped[str | None] = mapped_column(String(16))
+    power_readings: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
 
 
 class Observation(Base):

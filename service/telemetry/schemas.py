@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 
 class TelemetryWindowRead(BaseModel):
@@ -23,6 +24,18 @@ class TelemetryWindowRead(BaseModel):
     mean_latency_us: float
     queue_depth: float
     utilisation: float
+    cpu_utilisation: float | None
+    context_switches_per_s: float | None
     power_watts: float | None
     energy_joules: float | None
     power_scope: str | None
+    power_source: str | None
+    power_readings: list[dict[str, Any]] | None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def bytes_per_joule(self) -> float | None:
+        """The device's bytes over the node's energy in the window (the papers' metric)."""
+        if not self.energy_joules:
+            return None
+        return (self.read_bytes + self.write_bytes) / self.energy_joules

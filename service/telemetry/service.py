@@ -67,6 +67,10 @@ def ingest(session: Session, node: Principal, batch: TelemetryBatch) -> Telemetr
             "power_watts": w.power_watts,
             "energy_joules": w.energy_joules,
             "power_scope": w.power_scope and w.power_scope.value,
+            "cpu_utilisation": w.cpu_utilisation,
+            "context_switches_per_s": w.context_switches_per_s,
+            "power_source": w.power_source and w.power_source.value,
+            "power_readings": [r.model_dump(mode="json") for r in w.power_readings] or None,
         }
         for w in batch.windows
     ]

@@ -1,0 +1,93 @@
+"""A bounded on-disk spool of telemetry batches, drained oldest first.
+
+Every batch is written here (durably) before it is sent, so neither an outage of the service
+nor a crash of the agent loses it. A batch leaves the spool only when the service has
+acknowledged it (stored, or already stored: ingest is idempotent by batch id). A batch the
+service refuses as invalid goes to rejected/ with the reason, not back into the queue. When
+the bounds are reached the oldest batches are dropped, and counted."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.errors import ServiceRejected, ServiceUnreachable
+from agent.fsutil import remove_durably, write_json_atomic
+from agent.wire import TelemetryBatch, TelemetryBatchReceipt
+
+log = logging.getLogger(__name__)
+
+RETRY_LATER = {401, 403, 408, 429}  # the service may take it later: keep it
+
+
+@dataclass
+class DrainResult:
+    sent: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    stopped: str = ""  # why draining stopped early, if it did
+
+
+class Spool:
+    def __init__(
+        self, directory: Path, *, max_batches: int = 50_000, max_bytes: int = 256 << 20
+    ) -> None:
+        self.directory = directory
+        self.rejected_dir = directory / "rejected"
+        self.max_batches = max_batches
+        self.max_bytes = max_bytes
+        self.dropped = 0
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        files = self.pending()
+        self._next = int(files[-1].stem) + 1 if files else 1
+
+    def pending(self) -> list[Path]:
+        return sorted(self.directory.glob("[0-9]*.json"))
+
+    def size_bytes(self) -> int:
+        return sum(path.stat().st_size for path in self.pending())
+
+    def put(self, batch: TelemetryBatch) -> Path:
+        path = self.directory / f"{self._next:016d}.json"
+        self._next += 1
+        write_json_atomic(path, batch.model_dump(mode="json"))
+        self._enforce_bounds()
+        return path
+
+    def _enforce_bounds(self) -> None:
+        files = self.pending()
+        total = sum(path.stat().st_size for path in files)
+        while files and (len(files) > self.max_batches or total > self.max_bytes):
+            oldest = files.pop(0)
+            total -= oldest.stat().st_size
+            oldest.unlink()
+            self.dropped += 1
+            log.warning("spool full: dropped the oldest batch %s", oldest.name)
+
+    def drain(self, send: Callable[[TelemetryBatch], TelemetryBatchReceipt]) -> DrainResult:
+        result = DrainResult()
+        for path in self.pending():
+            batch = TelemetryBatch.model_validate_json(path.read_text())
+            try:
+                receipt = send(batch)
+            except ServiceUnreachable as error:
+                result.stopped = f"service unreachable: {error}"
+                break
+            except ServiceRejected as error:
+                if error.status >= 500 or error.status in RETRY_LATER:
+                    result.stopped = str(error)
+                    break
+                self.rejected_dir.mkdir(exist_ok=True)
+                path.rename(self.rejected_dir / path.name)
+                (self.rejected_dir / f"{path.stem}.reason").write_text(str(error) + "\n")
+                result.rejected += 1
+                log.error("service refused batch %s for good: %s", batch.batch_id, error)
+                continue
+            if receipt.accepted:
+                result.sent += 1
+            else:
+                result.duplicates += 1
+            remove_durably(path)
+        return result

@@ -1,0 +1,112 @@
+"""Telemetry windows: what each device did between two collections, with the node's CPU,
+context switches and power over the same interval."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from agent.collectors.cpu import CpuStat
+from agent.collectors.diskstats import SECTOR, DiskStats
+from agent.power import PowerSample, WindowEnergy, primary, window_energy
+from agent.wire import PowerReading, PowerSource, TelemetryWindow
+
+
+@dataclass(frozen=True)
+class Collection:
+    at: float  # wall clock, seconds
+    monotonic: float
+    disks: dict[str, DiskStats]
+    cpu: CpuStat | None = None
+    power: list[PowerSample] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NodeWindow:
+    cpu_utilisation: float | None
+    context_switches_per_s: float | None
+    energies: list[WindowEnergy]
+    primary: WindowEnergy | None
+
+
+def node_window(before: Collection, after: Collection) -> NodeWindow:
+    seconds = after.monotonic - before.monotonic
+    cpu = switches = None
+    if before.cpu and after.cpu and seconds > 0:
+        total = after.cpu.total_ticks - before.cpu.total_ticks
+        if total > 0:
+            cpu = min(1.0, max(0.0, (after.cpu.busy_ticks - before.cpu.busy_ticks) / total))
+        delta = after.cpu.context_switches - before.cpu.context_switches
+        switches = delta / seconds if delta >= 0 else None
+    earlier = {sample.key: sample for sample in before.power}
+    energies = [
+        energy
+        for sample in after.power
+        if sample.key in earlier and (energy := window_energy(earlier[sample.key], sample))
+    ]
+    return NodeWindow(cpu, switches, energies, primary(energies))
+
+
+def device_window(
+    device: str, before: DiskStats, after: DiskStats, start: datetime, end: datetime,
+    seconds: float, node: NodeWindow,
+) -> TelemetryWindow | None:  # fmt: skip
+    """None when the counters went backwards (the device was re-created in between)."""
+    reads, writes = after.reads - before.reads, after.writes - before.writes
+    read_sectors = after.read_sectors - before.read_sectors
+    write_sectors = after.write_sectors - before.write_sectors
+    busy_ms = (after.read_ms - before.read_ms) + (after.write_ms - before.write_ms)
+    io_ms, weighted_ms = after.io_ms - before.io_ms, after.weighted_ms - before.weighted_ms
+    if min(reads, writes, read_sectors, write_sectors, busy_ms, io_ms, weighted_ms) < 0:
+        return None
+    ios = reads + writes
+    total_bytes = (read_sectors + write_sectors) * SECTOR
+    power = node.primary
+    return TelemetryWindow(
+        device=device,
+        start=start,
+        end=end,
+        read_ios=reads,
+        write_ios=writes,
+        read_bytes=read_sectors * SECTOR,
+        write_bytes=write_sectors * SECTOR,
+        iops=ios / seconds,
+        read_share=reads / ios if ios else 0.0,
+        mean_request_bytes=total_bytes / ios if ios else 0.0,
+        mean_latency_us=busy_ms * 1000 / ios if ios else 0.0,
+        queue_depth=weighted_ms / (seconds * 1000),
+        utilisation=min(1.0, io_ms / (seconds * 1000)),
+        cpu_utilisation=node.cpu_utilisation,
+        context_switches_per_s=node.context_switches_per_s,
+        power_watts=power.watts if power else None,
+        energy_joules=power.joules if power else None,
+        power_scope=power.scope if power else None,
+        power_source=PowerSource(power.source) if power else None,
+        power_readings=[
+            PowerReading(
+                source=PowerSource(e.source), zone=e.zone[:128], scope=e.scope,
+                watts=e.watts, energy_joules=e.joules,
+            )
+            for e in node.energies
+        ],
+    )  # fmt: skip
+
+
+def windows(before: Collection, after: Collection, devices: set[str]) -> list[TelemetryWindow]:
+    seconds = after.monotonic - before.monotonic
+    if seconds <= 0:
+        return []
+    start = datetime.fromtimestamp(before.at, UTC)
+    end = datetime.fromtimestamp(after.at, UTC)
+    if end <= start:
+        return []
+    node = node_window(before, after)
+    found = []
+    for device in sorted(devices):
+        if device in before.disks and device in after.disks:
+            window = device_window(
+                device, before.disks[device], after.disks[device], start, end, seconds, node
+            )
+            if window is not None:
+                found.append(window)
+    return found
