@@ -6,15 +6,18 @@ import os
 import platform
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 import blkpilot
 from agent.errors import AgentError
 
+if TYPE_CHECKING:
+    from agent.config import AgentConfig
+
 app = typer.Typer(
-    help="The node agent: enrollment with the service (discovery, telemetry and tuning follow).",
+    help="The node agent: discovery, telemetry with power, safe sysfs changes, reporting.",
     no_args_is_help=True,
 )
 
@@ -24,6 +27,16 @@ def default_state_dir() -> Path:
         return Path("/var/lib/blkpilot/agent")
     return Path.home() / ".local" / "state" / "blkpilot" / "agent"
 
+
+ConfigFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        envvar="BLKPILOT_AGENT_CONFIG",
+        help="TOML [default: /etc/blkpilot/agent.toml if present].",
+    ),
+]
+Devices = Annotated[list[str], typer.Option("--device", help="Only this device; repeatable.")]
 
 StateDir = Annotated[
     Path,
@@ -88,3 +101,219 @@ def heartbeat(state_dir: StateDir) -> None:
     except AgentError as error:
         raise _fail(error) from error
     typer.echo(f"node {state.node_id}: heartbeat accepted by {state.server_url}")
+
+
+def _load_config(path: Path | None) -> AgentConfig:
+    from pydantic import ValidationError
+
+    from agent.config import AgentConfig
+
+    try:
+        return AgentConfig.load(path)
+    except (OSError, ValidationError, ValueError) as error:
+        typer.secho(f"error: configuration: {error}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(code=2) from error
+
+
+@app.command()
+def discover(
+    config: ConfigFile = None,
+    device: Devices = [],  # noqa: B006
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    probe: Annotated[
+        bool, typer.Option(help="Also measure 4 KB QD1 random-read latency (read-only).")
+    ] = False,
+) -> None:
+    """List block devices: identity, class and why, queue settings, whether they hold data."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from agent.discovery import discover as run_discovery
+
+    cfg = _load_config(config)
+    found = run_discovery(cfg.paths, with_probe=probe, only=set(device) or None)
+    if as_json:
+        typer.echo(json.dumps({
+            "kernel": found.kernel.release,
+            "devices": [d.inventory.model_dump(mode="json") for d in found.devices],
+            "skipped": found.skipped,
+        }, indent=2))  # fmt: skip
+        return
+    table = Table(title=f"block devices (kernel {found.kernel.release})")
+    for column in ("device", "class", "transport", "model", "scheduler", "holds data", "evidence"):
+        table.add_column(column)
+    for d in found.devices:
+        inv = d.inventory
+        current = inv.capabilities.current_scheduler
+        table.add_row(
+            inv.name, inv.device_class.value, inv.transport.value, inv.model or "-",
+            current.value if current else "-",
+            "yes: " + "; ".join(inv.holds_data_reasons) if inv.holds_data else "no",
+            "; ".join(inv.class_evidence),
+        )  # fmt: skip
+    Console().print(table)
+    for name, why in sorted(found.skipped.items()):
+        typer.echo(f"skipped {name}: {why}")
+
+
+@app.command()
+def run(
+    state_dir: StateDir,
+    config: ConfigFile = None,
+    device: Devices = [],  # noqa: B006
+    interval: Annotated[float | None, typer.Option(help="Seconds per telemetry window.")] = None,
+    push_interval: Annotated[float | None, typer.Option(help="Seconds between sends.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="0 turns the exporter off.")] = None,
+    offline: Annotated[bool, typer.Option(help="Collect and spool without a service.")] = False,
+) -> None:
+    """Run the agent: telemetry, inventory, policies and drift, and /metrics on a local port."""
+    import logging
+    import signal
+    import threading
+
+    from prometheus_client import start_http_server
+
+    from agent.exporter import registry_for
+    from agent.runner import Agent
+    from agent.state import NodeState
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    cfg = _load_config(config)
+    overrides = {
+        "interval_s": interval, "push_interval_s": push_interval, "metrics_port": metrics_port,
+        "devices": list(device) or None,
+    }  # fmt: skip
+    cfg = cfg.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    state = None
+    if not offline:
+        try:
+            state = NodeState.load(cfg.state_dir or state_dir)
+        except AgentError as error:
+            raise _fail(error) from error
+    agent = Agent(cfg, state, cfg.state_dir or state_dir)
+    server = None
+    if cfg.metrics_port:
+        server, _ = start_http_server(cfg.metrics_port, cfg.metrics_address, registry_for(agent))
+        typer.echo(f"metrics on http://{cfg.metrics_address}:{cfg.metrics_port}/metrics")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        agent.run(stop)
+    finally:
+        if server is not None:
+            server.shutdown()
+
+
+def _parse_tunables(values: list[str]) -> dict[str, int]:
+    parsed: dict[str, int] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        try:
+            parsed[key] = int(value)
+        except ValueError:
+            raise typer.BadParameter(
+                f"{item!r} is not name=integer", param_hint="--tunable"
+            ) from None
+        if not sep:
+            raise typer.BadParameter(f"{item!r} is not name=integer", param_hint="--tunable")
+    return parsed
+
+
+@app.command()
+def apply(
+    device: Annotated[str, typer.Argument(help="e.g. nvme0n1")],
+    state_dir: StateDir,
+    scheduler: Annotated[
+        str | None, typer.Option(help="none, mq-deadline, kyber, bfq, fios")
+    ] = None,
+    tunable: Annotated[
+        list[str], typer.Option(help="name=value under queue/iosched; repeatable")
+    ] = [],  # noqa: B006
+    nr_requests: Annotated[int | None, typer.Option()] = None,
+    read_ahead_kb: Annotated[int | None, typer.Option()] = None,
+    completion: Annotated[
+        str | None, typer.Option(help="interrupt, classic_poll, hybrid_poll")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option(help="Show the writes; make none.")] = False,
+    config: ConfigFile = None,
+) -> None:
+    """Change a device's configuration now: checked, snapshotted, journaled, read back."""
+    from pydantic import ValidationError
+
+    from agent.applier import Applier
+    from agent.effects import Effects
+    from agent.wire import DeviceConfig
+
+    cfg = _load_config(config)
+    try:
+        wanted = DeviceConfig.model_validate({
+            "scheduler": scheduler, "scheduler_tunables": _parse_tunables(tunable),
+            "nr_requests": nr_requests, "read_ahead_kb": read_ahead_kb, "completion": completion,
+        })  # fmt: skip
+    except ValidationError as error:
+        typer.secho(f"error: refused: {error}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(code=2) from error
+    applier = Applier(cfg.paths, cfg.state_dir or state_dir, Effects(dry_run=dry_run))
+    try:
+        result = applier.apply(device, wanted)
+    except AgentError as error:
+        raise _fail(error) from error
+    for path, value in applier.effects.writes:
+        typer.echo(f"{'would write' if dry_run else 'wrote'} {value!r} to {path}")
+    if not dry_run:
+        typer.echo(f"applied to {device}; before: {result.before}")
+        typer.echo(f"undo with: blkpilot agent rollback {device}")
+
+
+@app.command()
+def rollback(
+    device: Annotated[str, typer.Argument()], state_dir: StateDir, config: ConfigFile = None
+) -> None:
+    """Restore the snapshot taken before blkpilot last changed the device."""
+    from agent.applier import Applier
+
+    cfg = _load_config(config)
+    try:
+        restored = Applier(cfg.paths, cfg.state_dir or state_dir).rollback(device)
+    except AgentError as error:
+        raise _fail(error) from error
+    typer.echo(f"restored {device}: {restored}")
+
+
+@app.command()
+def status(state_dir: StateDir, config: ConfigFile = None) -> None:
+    """Enrollment, changes blkpilot made and whether they still hold, and the spool."""
+    from agent.applier import Applier
+    from agent.spool import Spool
+    from agent.state import NodeState
+
+    cfg = _load_config(config)
+    directory = cfg.state_dir or state_dir
+    try:
+        node = NodeState.load(directory)
+        typer.echo(f"node {node.node_id} ({node.hostname}) enrolled with {node.server_url}")
+    except AgentError as error:
+        typer.echo(str(error))
+    applier = Applier(cfg.paths, directory)
+    if (directory / "journal.json").exists():
+        typer.echo("an interrupted change is in the journal: it is undone when the agent starts")
+    for applied in sorted((directory / "applied").glob("*.json")):
+        name = applied.stem
+        drift = applier.drift(name)
+        state = (
+            "holds"
+            if not drift
+            else "DRIFTED: "
+            + "; ".join(f"{d.attribute} is {d.actual!r}, not {d.expected!r}" for d in drift)
+        )
+        typer.echo(f"{name}: {applier.applied(name)} — {state}")
+    spool = Spool(directory / "spool")
+    rejected = len(list(spool.rejected_dir.glob("*.json"))) if spool.rejected_dir.exists() else 0
+    typer.echo(
+        f"spool: {len(spool.pending())} batches ({spool.size_bytes()} bytes), {rejected} rejected"
+    )

@@ -92,15 +92,16 @@ def device_window(
     )  # fmt: skip
 
 
-def windows(before: Collection, after: Collection, devices: set[str]) -> list[TelemetryWindow]:
+def windows(
+    before: Collection, after: Collection, devices: set[str]
+) -> tuple[NodeWindow, list[TelemetryWindow]]:
+    """The node's window, and one window per device seen at both ends."""
+    node = node_window(before, after)
     seconds = after.monotonic - before.monotonic
-    if seconds <= 0:
-        return []
     start = datetime.fromtimestamp(before.at, UTC)
     end = datetime.fromtimestamp(after.at, UTC)
-    if end <= start:
-        return []
-    node = node_window(before, after)
+    if seconds <= 0 or end <= start:
+        return node, []
     found = []
     for device in sorted(devices):
         if device in before.disks and device in after.disks:
@@ -109,4 +110,4 @@ def windows(before: Collection, after: Collection, devices: set[str]) -> list[Te
             )
             if window is not None:
                 found.append(window)
-    return found
+    return node, found

@@ -1,0 +1,67 @@
+"""The agent's configuration: a TOML file (default /etc/blkpilot/agent.toml), every key optional."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.host import HostPaths
+
+DEFAULT_CONFIG = Path("/etc/blkpilot/agent.toml")
+
+Seconds = Annotated[float, Field(gt=0, le=86_400)]
+
+
+class PowerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rapl: bool = True
+    hwmon: bool = True
+    ipmi: bool | Literal["auto"] = "auto"  # auto: when ipmitool and /dev/ipmi* exist
+    ipmi_command: list[str] = Field(
+        default_factory=lambda: ["ipmitool", "dcmi", "power", "reading"]
+    )
+    ipmi_interval_s: Seconds = 10.0
+    redfish_url: str | None = None  # e.g. https://bmc/redfish/v1/Chassis/1/Power
+    redfish_username: str | None = None
+    redfish_password_file: Path | None = None
+    redfish_verify_tls: bool = True
+    meter_csv: Path | None = None  # an external meter's log: timestamp,watts
+
+
+class AgentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    state_dir: Path | None = None  # default: the CLI's --state-dir
+    interval_s: Seconds = 10.0  # one telemetry window per device per interval
+    push_interval_s: Seconds = 30.0  # windows are batched, spooled and sent this often
+    policy_interval_s: Seconds = 60.0  # desired policies fetched, drift checked
+    inventory_interval_s: Seconds = 600.0  # devices rediscovered and reported
+    metrics_address: str = "127.0.0.1"
+    metrics_port: Annotated[int, Field(ge=0, le=65_535)] = 9477  # 0: no exporter
+    devices: list[str] | None = None  # only these devices; default: every one discovered
+    apply_policies: bool = True
+    dry_run: bool = False  # log sysfs writes instead of making them
+    spool_max_batches: Annotated[int, Field(ge=1)] = 50_000
+    spool_max_bytes: Annotated[int, Field(ge=1 << 20)] = 256 << 20
+    sys_root: Path = Path("/sys")
+    proc_root: Path = Path("/proc")
+    dev_root: Path = Path("/dev")
+    power: PowerConfig = Field(default_factory=PowerConfig)
+
+    @property
+    def paths(self) -> HostPaths:
+        return HostPaths(sys=self.sys_root, proc=self.proc_root, dev=self.dev_root)
+
+    @classmethod
+    def load(cls, path: Path | None) -> AgentConfig:
+        """The file if given (it must exist), else the default file if present, else defaults."""
+        if path is None:
+            if not DEFAULT_CONFIG.exists():
+                return cls()
+            path = DEFAULT_CONFIG
+        with path.open("rb") as handle:
+            return cls.model_validate(tomllib.load(handle))

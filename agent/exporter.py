@@ -1,0 +1,175 @@
+"""The agent's /metrics, in Prometheus conventions: blkpilot_device_* with device and class
+labels, the scheduler as an info metric, watts as gauges and joules as counters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.registry import Collector
+
+import blkpilot
+from agent.collectors.diskstats import DiskStats
+from agent.wire import TelemetryWindow
+
+if TYPE_CHECKING:
+    from agent.runner import Agent, AgentView
+
+Family = GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily
+DEVICE = ["device", "class"]
+
+DISK_COUNTERS: dict[str, tuple[str, Callable[[DiskStats], float]]] = {
+    "reads_completed": ("Reads completed.", lambda s: s.reads),
+    "writes_completed": ("Writes completed.", lambda s: s.writes),
+    "read_bytes": ("Bytes read.", lambda s: s.read_sectors * 512),
+    "written_bytes": ("Bytes written.", lambda s: s.write_sectors * 512),
+    "io_time_seconds": ("Time with I/O in flight.", lambda s: s.io_ms / 1000),
+    "io_weighted_time_seconds": ("I/O time times queue depth.", lambda s: s.weighted_ms / 1000),
+}
+
+WINDOW_GAUGES: dict[str, tuple[str, Callable[[TelemetryWindow], float]]] = {
+    "iops": ("I/Os per second, last window.", lambda w: w.iops),
+    "latency_seconds": ("Mean I/O latency, last window.", lambda w: w.mean_latency_us / 1e6),
+    "queue_depth": ("Mean I/Os in flight, last window.", lambda w: w.queue_depth),
+    "utilisation_ratio": ("Share of the last window with I/O in flight.", lambda w: w.utilisation),
+    "read_ratio": ("Reads' share of I/Os, last window.", lambda w: w.read_share),
+    "request_bytes": ("Mean request size, last window.", lambda w: w.mean_request_bytes),
+}
+
+
+def _classes(view: AgentView) -> dict[str, str]:
+    devices = view.discovery.devices if view.discovery else []
+    return {d.name: d.inventory.device_class.value for d in devices}
+
+
+def device_families(view: AgentView) -> Iterator[Family]:
+    info = InfoMetricFamily("blkpilot_device", "What a block device is.", labels=DEVICE)
+    scheduler = InfoMetricFamily(
+        "blkpilot_device_scheduler", "The device's current I/O scheduler.", labels=DEVICE
+    )
+    holds = GaugeMetricFamily(
+        "blkpilot_device_holds_data", "1 if the device holds data.", labels=DEVICE
+    )
+    for found in view.discovery.devices if view.discovery else []:
+        inv = found.inventory
+        labels = [inv.name, inv.device_class.value]
+        rotational = str(int(inv.rotational))
+        info.add_metric(
+            labels, {"transport": inv.transport.value, "model": inv.model, "rotational": rotational}
+        )
+        current = inv.capabilities.current_scheduler
+        scheduler.add_metric(labels, {"scheduler": current.value if current else "unknown"})
+        holds.add_metric(labels, int(inv.holds_data))
+    yield from (info, scheduler, holds)
+
+    classes = _classes(view)
+    for name, (help_text, counter_value) in DISK_COUNTERS.items():
+        counter = CounterMetricFamily(f"blkpilot_device_{name}", help_text, labels=DEVICE)
+        for device, stats in sorted(view.disks.items()):
+            if device in classes:
+                counter.add_metric([device, classes[device]], counter_value(stats))
+        yield counter
+    for name, (help_text, gauge_value) in WINDOW_GAUGES.items():
+        gauge = GaugeMetricFamily(f"blkpilot_device_{name}", help_text, labels=DEVICE)
+        for device, window in sorted(view.latest.items()):
+            if device in classes:
+                gauge.add_metric([device, classes[device]], gauge_value(window))
+        yield gauge
+    in_flight = GaugeMetricFamily("blkpilot_device_in_flight", "I/Os in flight.", labels=DEVICE)
+    drift = GaugeMetricFamily(
+        "blkpilot_device_drift", "Applied attributes changed by something else.", labels=DEVICE
+    )
+    for device, stats in sorted(view.disks.items()):
+        if device in classes:
+            in_flight.add_metric([device, classes[device]], stats.in_flight)
+            drift.add_metric([device, classes[device]], len(view.drift.get(device, [])))
+    yield from (in_flight, drift)
+
+
+def node_families(view: AgentView) -> Iterator[Family]:
+    labels = ["source", "zone", "scope"]
+    watts = GaugeMetricFamily("blkpilot_node_power_watts", "Power, last window.", labels=labels)
+    for energy in view.node.energies if view.node else []:
+        watts.add_metric([energy.source, energy.zone, energy.scope.value], energy.watts)
+    joules = CounterMetricFamily(
+        "blkpilot_node_energy_joules", "Energy measured since the agent started.", labels=labels
+    )
+    for (source, zone, scope), total in sorted(view.energy_totals.items()):
+        joules.add_metric([source, zone, scope], total)
+    yield from (watts, joules)
+    if view.node and view.node.cpu_utilisation is not None:
+        yield GaugeMetricFamily(
+            "blkpilot_node_cpu_utilisation_ratio",
+            "Busy share of all CPUs, last window.",
+            value=view.node.cpu_utilisation,
+        )
+    if view.context_switches is not None:
+        yield CounterMetricFamily(
+            "blkpilot_node_context_switches", "Context switches.", value=view.context_switches
+        )
+
+
+def agent_families(agent: Agent) -> Iterator[Family]:
+    view, counts = agent.view, agent.counters
+    yield GaugeMetricFamily(
+        "blkpilot_agent_spool_batches", "Batches waiting to be sent.", value=view.spool_batches
+    )
+    yield GaugeMetricFamily(
+        "blkpilot_agent_spool_bytes", "Bytes waiting to be sent.", value=view.spool_bytes
+    )
+    yield CounterMetricFamily(
+        "blkpilot_agent_spool_dropped_batches", "Dropped: spool full.", value=counts.spool_dropped
+    )
+    yield CounterMetricFamily(
+        "blkpilot_agent_spool_rejected_batches",
+        "Batches the service refused as invalid.",
+        value=counts.spool_rejected,
+    )
+    if view.last_push_ok is not None:
+        yield GaugeMetricFamily(
+            "blkpilot_agent_last_push_success_timestamp_seconds",
+            "When the spool last drained completely.",
+            value=view.last_push_ok,
+        )
+    applies = CounterMetricFamily(
+        "blkpilot_agent_policy_applies", "Policy applications.", labels=["outcome"]
+    )
+    for outcome, count in sorted(counts.applies.items()):
+        applies.add_metric([outcome], count)
+    yield applies
+    yield CounterMetricFamily(
+        "blkpilot_agent_drift_reports", "Drift reported.", value=counts.drift_reports
+    )
+    duration = GaugeMetricFamily(
+        "blkpilot_agent_collector_duration_seconds", "Collector's last run.", labels=["collector"]
+    )
+    success = GaugeMetricFamily(
+        "blkpilot_agent_collector_success", "1 if its last run worked.", labels=["collector"]
+    )
+    for name, status in sorted(agent.collectors.status.items()):
+        duration.add_metric([name], status.seconds)
+        success.add_metric([name], int(status.ok))
+    yield from (duration, success)
+    build = InfoMetricFamily("blkpilot_agent", "The agent's version and kernel.")
+    kernel = view.discovery.kernel.release if view.discovery else ""
+    build.add_metric([], {"version": blkpilot.__version__, "kernel": kernel})
+    yield build
+
+
+class AgentCollector(Collector):
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def collect(self) -> Iterator[Family]:
+        view = self.agent.view  # one consistent snapshot for the whole scrape
+        yield from device_families(view)
+        yield from node_families(view)
+        yield from agent_families(self.agent)
+
+
+def registry_for(agent: Agent) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AgentCollector(agent))
+    return registry

@@ -1,0 +1,319 @@
+"""The agent's loop: collect telemetry windows, spool and send them, keep the service's view of
+the node's devices current, apply desired policies and report what happened, notice drift."""
+
+from __future__ import annotations
+
+import logging
+import platform
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import blkpilot
+from agent.applier import Applier, Drift
+from agent.client import ServiceClient
+from agent.collectors import CollectorSet
+from agent.collectors.cpu import CpuCollector
+from agent.collectors.diskstats import DiskStats, DiskstatsCollector
+from agent.config import AgentConfig
+from agent.discovery import Discovery, discover
+from agent.effects import Effects
+from agent.errors import AgentError, ChangeFailed, ChangeRefused, ServiceError
+from agent.fsutil import read_json, write_json_atomic
+from agent.power import PowerSample
+from agent.power_sources import power_collectors
+from agent.spool import DrainResult, Spool
+from agent.state import NodeState
+from agent.telemetry import Collection, NodeWindow, windows
+from agent.wire import (
+    MAX_WINDOWS_PER_BATCH,
+    AppliedStateReport,
+    AppliedStatus,
+    DeviceConfig,
+    Heartbeat,
+    InventoryReport,
+    Scheduler,
+    TelemetryBatch,
+    TelemetryWindow,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AgentView:
+    """What the exporter shows: replaced whole after each step, never mutated."""
+
+    discovery: Discovery | None = None
+    disks: dict[str, DiskStats] = field(default_factory=dict)
+    latest: dict[str, TelemetryWindow] = field(default_factory=dict)
+    power: list[PowerSample] = field(default_factory=list)
+    node: NodeWindow | None = None
+    energy_totals: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    drift: dict[str, list[Drift]] = field(default_factory=dict)
+    context_switches: int | None = None
+    spool_batches: int = 0
+    spool_bytes: int = 0
+    last_push_ok: float | None = None
+
+
+@dataclass
+class Counters:
+    windows_collected: int = 0
+    spool_dropped: int = 0
+    spool_rejected: int = 0
+    windows_sent: int = 0
+    applies: dict[str, int] = field(default_factory=lambda: {"applied": 0, "failed": 0})
+    drift_reports: int = 0
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        state: NodeState | None,
+        state_dir: Path,
+        *,
+        effects: Effects | None = None,
+    ) -> None:
+        self.config = config
+        self.state = state
+        self.state_dir = state_dir
+        self.paths = config.paths
+        self.effects = effects or Effects(dry_run=config.dry_run)
+        self.applier = Applier(self.paths, state_dir, self.effects)
+        self.spool = Spool(
+            state_dir / "spool",
+            max_batches=config.spool_max_batches,
+            max_bytes=config.spool_max_bytes,
+        )
+        self.collectors = CollectorSet(
+            [DiskstatsCollector(self.paths), CpuCollector(self.paths), *power_collectors(config)]
+        )
+        self.client = ServiceClient(state.server_url, state.node_token) if state else None
+        self.view = AgentView()
+        self.counters = Counters()
+        self._last: Collection | None = None
+        self._pending: list[TelemetryWindow] = []
+        self._latest: dict[str, TelemetryWindow] = {}
+        self._energy: dict[tuple[str, str, str], float] = {}
+        self._device_ids: dict[str, uuid.UUID] = {}
+        self._reported: set[str] | None = None  # devices the service knows, once reported
+        self._drift_seen: dict[str, tuple[Drift, ...]] = {}
+        self._policy_file = state_dir / "policies.json"
+        self._policy_versions: dict[str, int] = (
+            dict(read_json(self._policy_file)) if self._policy_file.exists() else {}
+        )
+        self._due = dict.fromkeys(("collect", "push", "policy", "inventory"), 0.0)
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        recovered = self.applier.recover()
+        if recovered:
+            log.warning("undid a change to %s that a crash had interrupted", recovered)
+        self.discover_and_report()
+        self.collect()
+        now = time.monotonic()
+        self._due = {
+            "collect": now + self.config.interval_s,
+            "push": now + self.config.push_interval_s,
+            "policy": now,
+            "inventory": now + self.config.inventory_interval_s,
+        }
+
+    def step(self) -> float:
+        """Do what is due; return the seconds until something is due again."""
+        intervals = {
+            "collect": self.config.interval_s,
+            "push": self.config.push_interval_s,
+            "policy": self.config.policy_interval_s,
+            "inventory": self.config.inventory_interval_s,
+        }
+        actions = {
+            "collect": self.collect,
+            "push": self.push,
+            "policy": self.sync_policies,
+            "inventory": self.discover_and_report,
+        }
+        for name, action in actions.items():
+            now = time.monotonic()
+            if now >= self._due[name]:
+                # keep the cadence, but never try to catch up on missed ticks
+                self._due[name] = max(self._due[name] + intervals[name], now + intervals[name] / 2)
+                action()
+        return max(0.0, min(self._due.values()) - time.monotonic())
+
+    def run(self, stop: threading.Event) -> None:
+        self.start()
+        try:
+            while not stop.is_set():
+                stop.wait(self.step())
+        finally:
+            self.push()  # what was collected is spooled, whatever happens next
+            if self.client is not None:
+                self.client.close()
+
+    # --- devices ----------------------------------------------------------------------------
+
+    def discover_and_report(self) -> None:
+        only = set(self.config.devices) if self.config.devices else None
+        discovery = discover(self.paths, self.effects, only=only)
+        self.view = _replace(self.view, discovery=discovery)
+        if self.client is None or self.state is None:
+            return
+        report = InventoryReport(
+            kernel_version=discovery.kernel.release,
+            devices=[device.inventory for device in discovery.devices],
+        )
+        try:
+            receipt = self.client.put_inventory(self.state.node_id, report)
+        except ServiceError as error:
+            log.warning("inventory not reported (will retry): %s", error)
+            return
+        self._device_ids = {d["name"]: uuid.UUID(d["id"]) for d in receipt["devices"]}
+        self._reported = {d["name"] for d in receipt["devices"]}
+
+    @property
+    def device_names(self) -> set[str]:
+        discovery = self.view.discovery
+        return {d.name for d in discovery.devices} if discovery else set()
+
+    # --- telemetry --------------------------------------------------------------------------
+
+    def collect(self) -> None:
+        results = self.collectors.collect(time.time())
+        power = [s for name, r in results.items() if name not in ("diskstats", "cpu") for s in r]
+        disks: dict[str, DiskStats] | None = results.get("diskstats")
+        if disks is None:
+            return  # no window without diskstats; the next one spans the gap
+        current = Collection(time.time(), time.monotonic(), disks, results.get("cpu"), power)
+        node = None
+        if self._last is not None:
+            node, found = windows(self._last, current, self.device_names)
+            self._pending.extend(found)
+            self.counters.windows_collected += len(found)
+            self._latest.update({w.device: w for w in found})
+            for energy in node.energies:
+                key = (energy.source, energy.zone, energy.scope.value)
+                self._energy[key] = self._energy.get(key, 0.0) + energy.joules
+        self._last = current
+        self.view = _replace(
+            self.view,
+            disks=disks,
+            latest=dict(self._latest),
+            power=power,
+            node=node or self.view.node,
+            energy_totals=dict(self._energy),
+            context_switches=current.cpu.context_switches if current.cpu else None,
+        )
+
+    def push(self) -> DrainResult | None:
+        """Spool what was collected (durably), then send the spool if the service answers."""
+        while self._pending:
+            chunk = self._pending[:MAX_WINDOWS_PER_BATCH]
+            del self._pending[:MAX_WINDOWS_PER_BATCH]
+            self.spool.put(TelemetryBatch(batch_id=uuid.uuid4(), windows=chunk))
+        result = None
+        if self.client is not None:
+            if self._reported is None:
+                self.discover_and_report()  # the service must know the devices first
+            if self._reported is not None:
+                result = self.spool.drain(self.client.send_telemetry)
+                self.counters.spool_rejected += result.rejected
+                if not result.stopped:
+                    self.view = _replace(self.view, last_push_ok=time.time())
+                else:
+                    log.warning("telemetry stays spooled: %s", result.stopped)
+        self.counters.spool_dropped = self.spool.dropped
+        files = self.spool.pending()
+        self.view = _replace(
+            self.view,
+            spool_batches=len(files),
+            spool_bytes=sum(f.stat().st_size for f in files),
+        )
+        return result
+
+    # --- policies ---------------------------------------------------------------------------
+
+    def sync_policies(self) -> None:
+        if self.client is None or self.state is None:
+            return
+        try:
+            self.client.heartbeat(
+                self.state.node_id,
+                Heartbeat(agent_version=blkpilot.__version__, kernel_version=platform.release()),
+            )
+            policies = (
+                self.client.policies(self.state.node_id) if self.config.apply_policies else []
+            )
+        except ServiceError as error:
+            log.warning("policies not fetched (will retry): %s", error)
+            return
+        for policy in policies:
+            name, version = str(policy["device_name"]), int(policy["version"])
+            if self._policy_versions.get(name) != version and name in self.device_names:
+                self._apply_policy(name, uuid.UUID(policy["device_id"]), version, policy["config"])
+        self._check_drift()
+
+    def _apply_policy(self, name: str, device_id: uuid.UUID, version: int, wanted: Any) -> None:
+        config = DeviceConfig.model_validate(wanted)
+        try:
+            result = self.applier.apply(name, config)
+            status, detail = AppliedStatus.APPLIED, f"read back: {result.after}"
+            reported = config
+        except (ChangeRefused, ChangeFailed) as error:
+            status = (
+                AppliedStatus.ROLLED_BACK
+                if isinstance(error, ChangeFailed)
+                else AppliedStatus.FAILED
+            )
+            detail, reported = str(error), self._current_config(name)
+        self.counters.applies["applied" if status is AppliedStatus.APPLIED else "failed"] += 1
+        self._report(device_id, AppliedStateReport(
+            policy_version=version, status=status, config=reported, detail=detail[:2000]
+        ))  # fmt: skip
+        self._policy_versions[name] = version
+        write_json_atomic(self._policy_file, self._policy_versions)
+
+    def _check_drift(self) -> None:
+        drift: dict[str, list[Drift]] = {}
+        for name in sorted(self._policy_versions):
+            if name not in self.device_names:
+                continue
+            found = self.applier.drift(name)
+            if found:
+                drift[name] = found
+            if tuple(found) == self._drift_seen.get(name, ()):
+                continue  # reported already (or still none)
+            self._drift_seen[name] = tuple(found)
+            if found and name in self._device_ids:
+                self.counters.drift_reports += 1
+                detail = "; ".join(
+                    f"{d.attribute}: {d.actual!r}, not {d.expected!r}" for d in found
+                )
+                self._report(self._device_ids[name], AppliedStateReport(
+                    policy_version=self._policy_versions[name], status=AppliedStatus.DRIFT,
+                    config=self._current_config(name), detail=f"changed behind blkpilot: {detail}",
+                ))  # fmt: skip
+        self.view = _replace(self.view, drift=drift)
+
+    def _current_config(self, name: str) -> DeviceConfig:
+        scheduler = self.applier.read(name, "scheduler")
+        known = {s.value for s in Scheduler}
+        return DeviceConfig(scheduler=Scheduler(scheduler) if scheduler in known else None)
+
+    def _report(self, device_id: uuid.UUID, report: AppliedStateReport) -> None:
+        if self.client is None:
+            return
+        try:
+            self.client.report_applied(device_id, report)
+        except AgentError as error:
+            log.warning("applied state not reported: %s", error)
+
+
+def _replace(view: AgentView, **changes: Any) -> AgentView:
+    return AgentView(**{**view.__dict__, **changes})

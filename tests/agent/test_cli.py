@@ -1,0 +1,105 @@
+"""`blkpilot agent …` as an operator runs it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.agent.conftest import LoopFactory
+from tests.proc import BLKPILOT, clean_env
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def agent(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [BLKPILOT, "agent", *args],
+        env=clean_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_discover_json_on_fixture_hardware(fixture_host: Path, tmp_path: Path) -> None:
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f'sys_root = "{fixture_host / "sys"}"\nproc_root = "{fixture_host / "proc"}"\n'
+        f'dev_root = "{fixture_host / "dev"}"\n'
+    )
+    result = agent("discover", "--json", "--config", str(config), tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    classes = {d["name"]: d["device_class"] for d in found["devices"]}
+    assert classes == {"nvme0n1": "nvme_flash", "nvme1n1": "ull", "sda": "hdd"}
+    assert found["kernel"] == "6.1.0-18-amd64"
+    assert "zram0" in found["skipped"]
+
+
+def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
+    config = tmp_path / "agent.toml"
+    config.write_text("interval_s = -1\nsurprise = true\n")
+    result = agent("discover", "--config", str(config), tmp_path=tmp_path)
+    assert result.returncode == 2
+    assert "interval_s" in result.stderr
+    assert "surprise" in result.stderr
+
+
+def test_apply_status_rollback(loop_device: LoopFactory, tmp_path: Path) -> None:
+    device = loop_device()
+    state = ["--state-dir", str(tmp_path / "agent")]
+    applied = agent(
+        "apply", device, *state, "--scheduler", "kyber", "--read-ahead-kb", "64", tmp_path=tmp_path
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert f"undo with: blkpilot agent rollback {device}" in applied.stdout
+    status = agent("status", *state, tmp_path=tmp_path)
+    assert f"{device}: " in status.stdout
+    assert "holds" in status.stdout
+    refused = agent(
+        "apply",
+        device,
+        *state,
+        "--scheduler",
+        "bfq",
+        "--tunable",
+        "low_latency=5",
+        tmp_path=tmp_path,
+    )
+    assert refused.returncode == 2
+    assert "low_latency=5 is outside the allowed range [0, 1]" in refused.stderr
+    kernel_says_no = agent(
+        "apply", device, *state, "--completion", "classic_poll", tmp_path=tmp_path
+    )
+    assert kernel_says_no.returncode == 1
+    assert "EINVAL" in kernel_says_no.stderr
+    assert "[kyber]" in Path(f"/sys/block/{device}/queue/scheduler").read_text()
+    rolled = agent("rollback", device, *state, tmp_path=tmp_path)
+    assert rolled.returncode == 0, rolled.stderr
+    assert "[none]" in Path(f"/sys/block/{device}/queue/scheduler").read_text()
+
+
+def test_systemd_unit_verifies(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    assert analyze is not None, "systemd-analyze comes with Debian's systemd package"
+    unit = (ROOT / "agent" / "systemd" / "blkpilot-agent.service").read_text()
+    assert "/opt/blkpilot-agent/bin/blkpilot agent run" in unit
+    # verify needs the ExecStart binary to exist: point it at this checkout's
+    local = tmp_path / "blkpilot-agent.service"
+    local.write_text(unit.replace("/opt/blkpilot-agent/bin/blkpilot", BLKPILOT))
+    result = subprocess.run(
+        [analyze, "verify", str(local)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("command", ["discover", "run", "apply", "rollback", "status"])
+def test_help(command: str, tmp_path: Path) -> None:
+    result = agent(command, "--help", tmp_path=tmp_path)
+    assert result.returncode == 0
+    assert "Usage" in result.stdout

@@ -1,0 +1,285 @@
+"""The agent's loop against a real service process, on real loop devices."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.config import AgentConfig, PowerConfig
+from agent.enrollment import enroll_node
+from agent.exporter import registry_for
+from agent.runner import Agent
+from agent.state import NodeState
+from tests.agent.conftest import LoopFactory
+from tests.proc import clean_env, free_port, run, start_serve, stop, wait_ready
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Service:
+    base_url: str
+    data_dir: Path
+    env: dict[str, str]
+    port: int
+    admin: str
+    process: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self.process = start_serve(self.data_dir, self.env, self.port)
+        wait_ready(f"{self.base_url}/readyz", self.process, timeout=90)
+
+    def stop(self) -> None:
+        assert self.process is not None
+        assert stop(self.process) == 0
+        self.process = None
+
+    def api(self, method: str, path: str, **kwargs: object) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.admin}"}
+        return httpx.request(method, f"{self.base_url}/api/v1{path}", headers=headers, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    port = free_port()
+    data_dir = tmp_path / "service"
+    data_dir.mkdir()
+    env = clean_env(data_dir)
+    svc = Service(f"http://127.0.0.1:{port}", data_dir, env, port, admin="")
+    svc.start()
+    svc.admin = run(
+        "token", "create", "--name", "admin", "--role", "admin", env=env
+    ).stdout.split()[-1]
+    yield svc
+    if svc.process is not None:
+        svc.stop()
+
+
+def _enroll(service: Service, state_dir: Path) -> NodeState:
+    token = service.api("POST", "/enrollment-tokens", json={}).json()["token"]
+    return enroll_node(service.base_url, token, state_dir, hostname="lab", labels={})
+
+
+def _meter(path: Path) -> Callable[[], None]:
+    """An external meter logging 150 W, one line per call, with the current time."""
+    path.write_text("timestamp,watts\n")
+
+    def tick() -> None:
+        with path.open("a") as handle:
+            handle.write(f"{datetime.now(UTC).isoformat()},150\n")
+
+    return tick
+
+
+def _read_some(device: str) -> None:
+    subprocess.run(
+        ["dd", f"if=/dev/{device}", "of=/dev/null", "bs=4k", "count=2000", "iflag=direct"],
+        check=True,
+        capture_output=True,
+    )
+
+
+def _drive(agent: Agent, seconds: float, *, each: Callable[[], None] = lambda: None) -> None:
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        each()
+        time.sleep(min(agent.step(), 0.05))
+
+
+def _stored(service: Service, node: NodeState) -> dict[str, list[dict[str, Any]]]:
+    devices = service.api("GET", "/devices", params={"node_id": str(node.node_id)}).json()
+    return {
+        d["name"]: service.api(
+            "GET", f"/devices/{d['id']}/telemetry", params={"limit": 10_000}
+        ).json()
+        for d in devices
+    }
+
+
+def test_outage_spools_and_delivers_every_window_once(
+    service: Service, loop_device: LoopFactory, tmp_path: Path
+) -> None:
+    fast, slow = loop_device(on="tmpfs"), loop_device(on="disk")
+    state_dir = tmp_path / "agent"
+    node = _enroll(service, state_dir)
+    meter = _meter(tmp_path / "meter.csv")
+    config = AgentConfig(
+        devices=[fast, slow],
+        interval_s=0.2,
+        push_interval_s=0.5,
+        policy_interval_s=5,
+        metrics_port=0,
+        power=PowerConfig(rapl=False, hwmon=False, ipmi=False, meter_csv=tmp_path / "meter.csv"),
+    )
+    agent = Agent(config, node, state_dir)
+    meter()
+    agent.start()
+
+    def busy() -> None:
+        meter()
+        _read_some(fast)
+
+    _drive(agent, 1.5, each=busy)
+    assert agent.view.spool_batches == 0
+
+    service.stop()  # the outage
+    _drive(agent, 1.5, each=meter)
+    assert agent.view.spool_batches > 0, "windows collected during the outage wait on disk"
+    spooled = agent.view.spool_batches
+
+    service.start()  # back, same database
+    _drive(agent, 1.0)
+    agent.push()
+    assert agent.view.spool_batches == 0
+    assert spooled > 0
+
+    stored = _stored(service, node)
+    total = sum(len(windows) for windows in stored.values())
+    assert total == agent.counters.windows_collected
+    for name, windows in stored.items():
+        starts = [w["window_start"] for w in windows]
+        assert len(starts) == len(set(starts)), f"{name} has duplicate windows"
+    assert any(w["iops"] > 0 for w in stored[fast])
+    powered = [w for w in stored[fast] if w["power_source"] == "meter"]
+    assert powered, "the meter's readings reach the service"
+    assert powered[0]["power_watts"] == pytest.approx(150.0, rel=0.05)
+    assert powered[0]["bytes_per_joule"] is not None
+
+
+def test_policies_are_applied_reported_and_drift_is_noticed(
+    service: Service, loop_device: LoopFactory, tmp_path: Path
+) -> None:
+    good, bad = loop_device(), loop_device()
+    state_dir = tmp_path / "agent"
+    node = _enroll(service, state_dir)
+    config = AgentConfig(
+        devices=[good, bad], metrics_port=0, power=PowerConfig(rapl=False, hwmon=False, ipmi=False)
+    )
+    agent = Agent(config, node, state_dir)
+    agent.start()
+    ids = {
+        d["name"]: d["id"]
+        for d in service.api("GET", "/devices", params={"node_id": str(node.node_id)}).json()
+    }
+    set_good = service.api(
+        "PUT",
+        f"/devices/{ids[good]}/policy",
+        json={
+            "config": {"scheduler": "bfq", "scheduler_tunables": {"slice_idle_us": 0}},
+            "reason": "test",
+        },
+    )
+    assert set_good.status_code == 200, set_good.text
+    # within the allow-list, so the service takes it; but with `none` the kernel refuses a
+    # queue deeper than the device's tags
+    set_bad = service.api(
+        "PUT",
+        f"/devices/{ids[bad]}/policy",
+        json={
+            "config": {"scheduler": "none", "nr_requests": 4096},
+            "reason": "too deep",
+        },
+    )
+    assert set_bad.status_code == 200
+
+    agent.sync_policies()
+    assert Path(f"/sys/block/{good}/queue/scheduler").read_text().split()[3] == "[bfq]"
+    assert Path(f"/sys/block/{good}/queue/iosched/slice_idle_us").read_text().strip() == "0"
+    good_policy = service.api("GET", f"/devices/{ids[good]}/policy").json()
+    assert good_policy["in_sync"] is True
+    bad_policy = service.api("GET", f"/devices/{ids[bad]}/policy").json()
+    assert bad_policy["applied"]["status"] == "rolled_back"
+    assert "EINVAL" in bad_policy["applied"]["detail"]
+    assert Path(f"/sys/block/{bad}/queue/nr_requests").read_text().strip() == "128"
+
+    Path(f"/sys/block/{good}/queue/scheduler").write_text("mq-deadline")  # a udev rule, say
+    agent.sync_policies()
+    agent.sync_policies()  # reported once, not on every check
+    drift = service.api("GET", "/audit", params={"action": "device.drift"}).json()
+    assert len(drift) == 1
+    assert "scheduler: 'mq-deadline', not 'bfq'" in drift[0]["detail"]
+    drifted = {d.attribute: d.actual for d in agent.view.drift[good]}
+    # the tunable went with the scheduler it belonged to
+    assert drifted == {"scheduler": "mq-deadline", "iosched/slice_idle_us": None}
+
+    text = generate_latest(registry_for(agent)).decode()
+    samples = {
+        (s.name, s.labels.get("device"), s.labels.get("scheduler")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("blkpilot_device_drift", good, None)] == 2
+    assert samples[("blkpilot_agent_policy_applies_total", None, None)] >= 0
+
+
+def test_agent_run_command_serves_metrics_and_spools_offline(
+    loop_device: LoopFactory, tmp_path: Path
+) -> None:
+    device = loop_device()
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            str(Path(__import__("sys").executable).parent / "blkpilot"),
+            "agent",
+            "run",
+            "--offline",
+            "--state-dir",
+            str(tmp_path / "agent"),
+            "--device",
+            device,
+            "--interval",
+            "0.2",
+            "--push-interval",
+            "0.4",
+            "--metrics-port",
+            str(port),
+        ],
+        env=clean_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        text = ""
+        while time.monotonic() < deadline:
+            try:
+                text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+                if f'blkpilot_device_iops{{class="virtual",device="{device}"}}' in text:
+                    break  # a first window exists
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        names = {f.name for f in text_string_to_metric_families(text)}
+        for expected in (
+            "blkpilot_device_info",
+            "blkpilot_device_scheduler_info",
+            "blkpilot_device_reads_completed",
+            "blkpilot_device_iops",
+            "blkpilot_device_latency_seconds",
+            "blkpilot_node_cpu_utilisation_ratio",
+            "blkpilot_node_context_switches",
+            "blkpilot_agent_spool_batches",
+            "blkpilot_agent_collector_success",
+        ):
+            assert expected in names, expected
+        assert (
+            f'blkpilot_device_scheduler_info{{class="virtual",device="{device}",'
+            'scheduler="none"} 1.0' in text
+        )
+        assert "blkpilot_node_power_watts" not in text.split("# TYPE blkpilot_node_power_watts")[
+            -1
+        ].split("#")[0].replace("gauge", "")
+    finally:
+        assert stop(process) == 0
+    assert list((tmp_path / "agent" / "spool").glob("*.json")), "offline: everything stays spooled"
