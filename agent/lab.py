@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 TMPFS = Path("/dev/shm")  # noqa: S108 (a tmpfs, by design)
@@ -55,3 +57,27 @@ def backing_of(name: str) -> str | None:
         return Path(f"/sys/block/{name}/loop/backing_file").read_text().strip()
     except OSError:
         return None
+
+
+def release_stale(backing: Path) -> None:
+    """Detach whatever a previous, crashed run left attached to this backing file."""
+    if not backing.exists():
+        return
+    for line in _losetup("--associated", str(backing)).splitlines():
+        device = line.split(":", 1)[0]
+        _losetup("--detach", device)
+    backing.unlink()
+
+
+@contextmanager
+def lab_devices(specs: dict[str, tuple[Path, int]]) -> Iterator[dict[str, str]]:
+    """Attach a loop device per (backing file, size); detach and delete them on exit."""
+    attached: dict[str, tuple[str, Path]] = {}
+    try:
+        for label, (backing, size) in specs.items():
+            release_stale(backing)
+            attached[label] = (attach(backing, size), backing)
+        yield {label: name for label, (name, _) in attached.items()}
+    finally:
+        for name, backing in attached.values():
+            detach(name, backing)

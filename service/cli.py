@@ -156,12 +156,21 @@ def enrollment_create(
 def demo(
     port: Annotated[int | None, typer.Option(help="Port [default: 8000].")] = None,
     agent_state_dir: Annotated[Path | None, typer.Option(help="[default: DATA_DIR/agent]")] = None,
+    agent_interval: Annotated[float, typer.Option(min=0.1, help="Seconds per window.")] = 2.0,
+    agent_metrics_port: Annotated[int, typer.Option(help="The local agent's /metrics.")] = 9477,
 ) -> None:
-    """The whole loop on one machine: embedded PostgreSQL, the service, the local node enrolled."""
+    """The whole loop on one machine: embedded PostgreSQL, the service, two lab loop devices
+    and the local agent on them."""
     settings = _settings()
     from service.demo import run_demo
 
-    run_demo(settings, port=port, agent_state_dir=agent_state_dir)
+    run_demo(
+        settings,
+        port=port,
+        agent_state_dir=agent_state_dir,
+        agent_interval=agent_interval,
+        agent_metrics_port=agent_metrics_port,
+    )
 
 
 def register(app: typer.Typer) -> None:

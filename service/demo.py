@@ -1,4 +1,5 @@
-"""`blkpilot demo`: the service on the embedded database with the local node enrolled.
+"""`blkpilot demo`: the service on the embedded database, two lab loop devices, and the local
+node enrolled with its agent running on them.
 
 Later work grows this into the whole loop (discovery, benchmarks, recommendations); each step
 uses the same public API an operator or agent would.
@@ -8,7 +9,10 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -22,6 +26,7 @@ import blkpilot
 from agent.client import ServiceClient
 from agent.enrollment import enroll_node
 from agent.errors import AgentError, NotEnrolled, ServiceRejected
+from agent.lab import TMPFS, lab_devices
 from agent.state import NodeState
 from agent.wire import Heartbeat
 from service.app import create_app
@@ -90,7 +95,41 @@ def _enroll_local_node(base_url: str, admin_token: str, state_dir: Path) -> tupl
     return state, True
 
 
-def run_demo(settings: Settings, *, port: int | None, agent_state_dir: Path | None) -> None:
+def _start_agent(
+    state_dir: Path, devices: list[str], *, interval: float, metrics_port: int, log: Path
+) -> subprocess.Popen[bytes]:
+    """The local agent as its own process, as on any node of a fleet."""
+    with log.open("ab") as output:
+        return subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "blkpilot"), "agent", "run",
+                "--state-dir", str(state_dir), "--interval", str(interval),
+                "--push-interval", str(interval * 2), "--metrics-port", str(metrics_port),
+                *[arg for device in devices for arg in ("--device", device)],
+            ],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def run_demo(
+    settings: Settings,
+    *,
+    port: int | None,
+    agent_state_dir: Path | None,
+    agent_interval: float = 2.0,
+    agent_metrics_port: int = 9477,
+) -> None:
     port = port or settings.port
     host = settings.host
     shown_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
@@ -98,7 +137,18 @@ def run_demo(settings: Settings, *, port: int | None, agent_state_dir: Path | No
     state_dir = agent_state_dir or settings.data_dir / "agent"
     settings.data_dir.mkdir(parents=True, exist_ok=True)
 
-    with exit_cleanly_on_signals(), open_database(settings) as database:
+    lab = {
+        # memory speed: the closest this machine has to an ultra-low-latency device
+        "tmpfs": (TMPFS / f"blkpilot-demo-{port}.img", 256 << 20),
+        # the machine's disk through the loop driver, SSD-like
+        "disk": (settings.data_dir / "lab" / "disk.img", 512 << 20),
+    }
+    agents: list[subprocess.Popen[bytes]] = []
+    with (
+        exit_cleanly_on_signals(),
+        lab_devices(lab) as devices,
+        open_database(settings) as database,
+    ):
         admin_token, token_path = _fresh_admin_token(database, settings.data_dir)
         app = create_app(settings, database)
         server = uvicorn.Server(
@@ -117,7 +167,14 @@ def run_demo(settings: Settings, *, port: int | None, agent_state_dir: Path | No
                 failure.append(error)
                 server.should_exit = True
                 return
+            agents.append(
+                _start_agent(
+                    state_dir, sorted(devices.values()), interval=agent_interval,
+                    metrics_port=agent_metrics_port, log=settings.data_dir / "agent.log",
+                )
+            )  # fmt: skip
             verb = "enrolled" if new else "already enrolled"
+            lab_line = ", ".join(f"{name} ({kind})" for kind, name in sorted(devices.items()))
             print(
                 "\n".join(
                     [
@@ -129,10 +186,15 @@ def run_demo(settings: Settings, *, port: int | None, agent_state_dir: Path | No
                         f"  metrics        {base_url}/metrics",
                         f"  admin token    {token_path}",
                         f"  local node     {state.hostname} {verb} as {state.node_id}",
+                        f"  lab devices    {lab_line}: loop devices on empty files",
+                        f"  local agent    every {agent_interval:g} s; metrics on"
+                        f" http://127.0.0.1:{agent_metrics_port}/metrics;"
+                        f" log {settings.data_dir / 'agent.log'}",
                         f"  database       embedded PostgreSQL in {settings.data_dir / 'postgres'}"
                         if settings.database_url is None
                         else "  database       BLKPILOT_DATABASE_URL",
-                        "Press Ctrl-C to stop (the embedded database stops with it).",
+                        "Press Ctrl-C to stop: the agent stops, the lab devices are detached,"
+                        " the embedded database stops.",
                         "blkpilot demo ready",
                     ]
                 ),
@@ -140,6 +202,10 @@ def run_demo(settings: Settings, *, port: int | None, agent_state_dir: Path | No
             )
 
         threading.Thread(target=after_start, name="demo-enroll", daemon=True).start()
-        server.run()
+        try:
+            server.run()
+        finally:
+            for process in agents:
+                _stop(process)
         if failure:
             raise SystemExit(f"demo failed to enroll the local node: {failure[0]}")

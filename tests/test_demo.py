@@ -1,4 +1,5 @@
-"""`blkpilot demo` (what `make demo` runs) answers on the embedded database within 60 s."""
+"""`blkpilot demo` (what `make demo` runs): the service on the embedded database within 60 s,
+two lab loop devices with the local agent reporting on them, and a clean stop."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,14 +17,17 @@ from tests.proc import BLKPILOT, clean_env, free_port, stop
 pytestmark = pytest.mark.slow
 
 
-def _run_demo(data_dir: Path, port: int) -> tuple[subprocess.Popen[str], list[str], float]:
+def _run_demo(
+    data_dir: Path, port: int, agent_port: int
+) -> tuple[subprocess.Popen[str], list[str], float]:
     process = subprocess.Popen(
-        [BLKPILOT, "demo", "--port", str(port)],
+        [BLKPILOT, "demo", "--port", str(port), "--agent-metrics-port", str(agent_port),
+         "--agent-interval", "0.5"],
         env=clean_env(data_dir),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-    )
+    )  # fmt: skip
     started = time.monotonic()
     lines: list[str] = []
     assert process.stdout is not None
@@ -34,41 +39,57 @@ def _run_demo(data_dir: Path, port: int) -> tuple[subprocess.Popen[str], list[st
     raise AssertionError("demo exited before it was ready:\n" + "\n".join(lines[-40:]))
 
 
-def test_demo_serves_enrolls_the_local_node_and_stops_cleanly(tmp_path: Path) -> None:
-    port = free_port()
-    process, lines, seconds = _run_demo(tmp_path, port)
+def _get(base: str, token: str, path: str) -> Any:
+    return httpx.get(f"{base}/api/v1{path}", headers={"Authorization": f"Bearer {token}"}).json()
+
+
+def test_demo_runs_the_loop_on_lab_devices_and_stops_cleanly(tmp_path: Path) -> None:
+    port, agent_port = free_port(), free_port()
+    base = f"http://127.0.0.1:{port}"
+    process, lines, seconds = _run_demo(tmp_path, port, agent_port)
     try:
         assert seconds < 60, f"demo took {seconds:.1f} s"
-        base = f"http://127.0.0.1:{port}"
         assert f"  API            {base}/api/v1" in lines
         assert httpx.get(f"{base}/readyz").json()["status"] == "ok"
         token = (tmp_path / "admin.token").read_text().strip()
         assert (tmp_path / "admin.token").stat().st_mode & 0o777 == 0o600
-        nodes = httpx.get(
-            f"{base}/api/v1/nodes", headers={"Authorization": f"Bearer {token}"}
-        ).json()
+        nodes = _get(base, token, "/nodes")
         assert len(nodes) == 1
         assert nodes[0]["labels"] == {"demo": "true", "role": "lab"}
+
+        # the two lab devices, reported by the local agent, and their telemetry arriving
+        deadline = time.monotonic() + 30
+        devices: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            devices = _get(base, token, "/devices")
+            if len(devices) == 2 and all(
+                _get(base, token, f"/devices/{d['id']}/telemetry") for d in devices
+            ):
+                break
+            time.sleep(0.5)
+        assert sorted(d["transport"] for d in devices) == ["loop", "loop"]
+        assert all(d["holds_data"] is False for d in devices)
+        assert all(_get(base, token, f"/devices/{d['id']}/telemetry") for d in devices)
+        lab = [d["name"] for d in devices]
+        metrics = httpx.get(f"http://127.0.0.1:{agent_port}/metrics").text
+        assert all(f'device="{name}"' in metrics for name in lab)
     finally:
         code = stop(process, signal.SIGINT)
     assert code == 0
     assert not (tmp_path / "postgres" / "postmaster.pid").exists()
+    # the lab devices are detached and their files gone
+    assert not (tmp_path / "lab" / "disk.img").exists()
+    assert not Path(f"/dev/shm/blkpilot-demo-{port}.img").exists()
+    for name in lab:
+        assert Path(f"/sys/block/{name}/size").read_text().strip() == "0"
 
     # A second run on the same data reuses the database and the node, and revokes the old token.
-    process, lines, _ = _run_demo(tmp_path, port)
+    process, lines, _ = _run_demo(tmp_path, port, agent_port)
     try:
         assert any("already enrolled" in line for line in lines)
-        base = f"http://127.0.0.1:{port}"
-        assert (
-            httpx.get(
-                f"{base}/api/v1/nodes", headers={"Authorization": f"Bearer {token}"}
-            ).status_code
-            == 401
-        )
+        old = httpx.get(f"{base}/api/v1/nodes", headers={"Authorization": f"Bearer {token}"})
+        assert old.status_code == 401
         fresh = (tmp_path / "admin.token").read_text().strip()
-        nodes = httpx.get(
-            f"{base}/api/v1/nodes", headers={"Authorization": f"Bearer {fresh}"}
-        ).json()
-        assert len(nodes) == 1
+        assert len(_get(base, fresh, "/nodes")) == 1
     finally:
         assert stop(process, signal.SIGINT) == 0
