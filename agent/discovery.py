@@ -150,6 +150,7 @@ def describe(
         io_poll_delay=read_int(queue / "io_poll_delay"),
         poll_queues=_poll_queues(paths, transport),
         hybrid_supported=kernel.hybrid_polling and io_poll == 1,
+        io_poll_writes_honoured=kernel.io_poll_writable,
     )
     try:
         hw_queues = sum(1 for entry in (base / "mq").iterdir() if entry.is_dir())

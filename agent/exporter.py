@@ -77,6 +77,16 @@ def device_families(view: AgentView) -> Iterator[Family]:
             if device in classes:
                 gauge.add_metric([device, classes[device]], gauge_value(window))
         yield gauge
+    per_joule = GaugeMetricFamily(
+        "blkpilot_device_bytes_per_joule",
+        "The device's bytes over the node's energy, last window (only with a power source).",
+        labels=DEVICE,
+    )
+    for device, window in sorted(view.latest.items()):
+        if device in classes and window.energy_joules:
+            moved = window.read_bytes + window.write_bytes
+            per_joule.add_metric([device, classes[device]], moved / window.energy_joules)
+    yield per_joule
     in_flight = GaugeMetricFamily("blkpilot_device_in_flight", "I/Os in flight.", labels=DEVICE)
     drift = GaugeMetricFamily(
         "blkpilot_device_drift", "Applied attributes changed by something else.", labels=DEVICE

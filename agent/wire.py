@@ -246,6 +246,7 @@ class PollCapabilities(WireModel):
     io_poll_delay: int | None = None
     poll_queues: NonNegativeInt | None = None  # driver poll queues (nvme.poll_queues, null_blk)
     hybrid_supported: bool = False  # only before 6.4
+    io_poll_writes_honoured: bool = False  # only before 5.16; later, poll queues decide
 
 
 class DeviceCapabilities(WireModel):

@@ -155,6 +155,15 @@ def test_outage_spools_and_delivers_every_window_once(
     assert powered[0]["power_watts"] == pytest.approx(150.0, rel=0.05)
     assert powered[0]["bytes_per_joule"] is not None
 
+    exported = {
+        (sample.name, sample.labels.get("device") or sample.labels.get("source")): sample.value
+        for family in text_string_to_metric_families(generate_latest(registry_for(agent)).decode())
+        for sample in family.samples
+    }
+    assert exported[("blkpilot_node_power_watts", "meter")] == pytest.approx(150.0, rel=0.05)
+    assert exported[("blkpilot_node_energy_joules_total", "meter")] > 0
+    assert ("blkpilot_device_bytes_per_joule", fast) in exported
+
 
 def test_policies_are_applied_reported_and_drift_is_noticed(
     service: Service, loop_device: LoopFactory, tmp_path: Path

@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from agent.errors import ServiceRejected, ServiceUnreachable
+from agent.spool import Spool
+from agent.wire import TelemetryBatch, TelemetryBatchReceipt, TelemetryWindow
+from tests.factories import telemetry_window
+
+
+def _batch(index: int) -> TelemetryBatch:
+    window = TelemetryWindow.model_validate(telemetry_window("loop0", index=index))
+    return TelemetryBatch(batch_id=uuid.uuid4(), windows=[window])
+
+
+class Service:
+    """Acknowledges like the real ingest endpoint: once stored, a batch id is a duplicate."""
+
+    def __init__(self) -> None:
+        self.stored: list[uuid.UUID] = []
+        self.failure: Exception | None = None
+
+    def send(self, batch: TelemetryBatch) -> TelemetryBatchReceipt:
+        if self.failure is not None:
+            raise self.failure
+        duplicate = batch.batch_id in self.stored
+        if not duplicate:
+            self.stored.append(batch.batch_id)
+        return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=not duplicate, windows=1)
+
+
+def test_drains_in_order_and_only_after_acknowledgement(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    batches = [_batch(i) for i in range(5)]
+    for batch in batches:
+        spool.put(batch)
+    service = Service()
+    service.failure = ServiceUnreachable("connection refused")
+    result = spool.drain(service.send)
+    assert result.stopped.startswith("service unreachable")
+    assert len(spool.pending()) == 5
+    service.failure = None
+    result = spool.drain(service.send)
+    assert (result.sent, result.stopped) == (5, "")
+    assert service.stored == [b.batch_id for b in batches]
+    assert spool.pending() == []
+
+
+def test_survives_a_restart_and_keeps_numbering(tmp_path: Path) -> None:
+    Spool(tmp_path).put(_batch(0))
+    reopened = Spool(tmp_path)
+    reopened.put(_batch(1))
+    names = [p.name for p in reopened.pending()]
+    assert names == ["0000000000000001.json", "0000000000000002.json"]
+
+
+def test_resending_an_acknowledged_batch_is_harmless(tmp_path: Path) -> None:
+    """A crash between the service's acknowledgement and the file's removal resends it."""
+    spool = Spool(tmp_path)
+    batch = _batch(0)
+    spool.put(batch)
+    service = Service()
+    service.stored.append(batch.batch_id)  # stored before the crash
+    result = spool.drain(service.send)
+    assert (result.sent, result.duplicates) == (0, 1)
+    assert spool.pending() == []
+
+
+def test_invalid_batches_go_to_rejected_with_the_reason(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    spool.put(_batch(0))
+    spool.put(_batch(1))
+    calls = []
+
+    def refuse_first(batch: TelemetryBatch) -> TelemetryBatchReceipt:
+        calls.append(batch.batch_id)
+        if len(calls) == 1:
+            raise ServiceRejected(422, "unprocessable", "unknown device 'loop0'")
+        return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=True, windows=1)
+
+    result = spool.drain(refuse_first)
+    assert (result.sent, result.rejected) == (1, 1)
+    (reason,) = spool.rejected_dir.glob("*.reason")
+    assert "unknown device" in reason.read_text()
+    assert spool.pending() == []
+
+
+def test_server_errors_and_auth_failures_keep_the_batch(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    spool.put(_batch(0))
+    for status in (500, 503, 401, 429):
+
+        def failing(batch: TelemetryBatch, status: int = status) -> TelemetryBatchReceipt:
+            raise ServiceRejected(status, "x", "try later")
+
+        assert spool.drain(failing).stopped
+        assert len(spool.pending()) == 1
+
+
+def test_bounds_drop_the_oldest_and_count_them(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, max_batches=3)
+    batches = [_batch(i) for i in range(5)]
+    for batch in batches:
+        spool.put(batch)
+    assert spool.dropped == 2
+    service = Service()
+    spool.drain(service.send)
+    assert service.stored == [b.batch_id for b in batches[2:]]
