@@ -138,7 +138,7 @@ def test_outage_spools_and_delivers_every_window_once(
     spooled = agent.view.spool_batches
 
     service.start()  # back, same database
-    _drive(agent, 1.0)
+    _drive(agent, 1.0, each=meter)
     agent.push()
     assert agent.view.spool_batches == 0
     assert spooled > 0
