@@ -55,6 +55,7 @@ unit:
 
 bench: setup
 	python bench/ingest.py
+	python bench/agent_footprint.py
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache
