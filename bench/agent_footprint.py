@@ -16,13 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shlex
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -32,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from agent import lab  # noqa: E402
 from agent.enrollment import enroll_node  # noqa: E402
+from bench.record import provenance, record  # noqa: E402
 from tests.proc import BLKPILOT, clean_env, free_port, run, start_serve, stop, wait_ready  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results"
 TARGET_CPU_PERCENT = 1.0  # of one core
 TARGET_RSS_MB = 60.0
 
@@ -130,38 +127,17 @@ def main() -> int:
         "interval_s": args.interval,
         "measured_s": round(wall1 - wall0, 1),
         "cpu_time_resolution_s": 1 / os.sysconf("SC_CLK_TCK"),
-        "machine": f"{os.cpu_count()} cpu, {platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip(),
-        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python bench/agent_footprint.py " + shlex.join(sys.argv[1:]),
+        **provenance("agent_footprint.py"),
     }
     print(json.dumps(result, indent=2))
     assert result["devices_reported_to_service"] == args.devices
     if not args.no_record:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "agent_footprint.json").write_text(json.dumps(result, indent=2) + "\n")
-        table = RESULTS / "agent_footprint.md"
-        if not table.exists():
-            table.write_text(
-                "# Agent footprint\n\n`blkpilot agent run`, 16 devices, 1 s windows, reporting to a"
-                " service. Targets: at most 1 % of one core and 60 MB RSS.\n\n"
-                "| when | commit | CPU % of one core | peak RSS MB | devices | measured s"
-                " | command |\n"
-                "|---|---|---|---|---|---|---|\n"
-            )
-        with table.open("a") as md:
-            md.write(
-                f"| {result['when']} | {result['commit']} | {result['cpu_percent_of_one_core']} |"
-                f" {result['peak_rss_mb']} | {result['devices']} | {result['measured_s']} |"
-                f" `{result['command'].strip()}` |\n"
-            )
+        record(
+            "agent_footprint",
+            result,
+            {"CPU % of one core": "cpu_percent_of_one_core", "peak RSS MB": "peak_rss_mb",
+             "devices": "devices", "measured s": "measured_s"},
+        )  # fmt: skip
     ok = cpu_percent <= TARGET_CPU_PERCENT and peak <= TARGET_RSS_MB
     print(f"{'PASS' if ok else 'OVER TARGET'}: {cpu_percent:.2f} % CPU, {peak:.1f} MB peak RSS")
     return 0 if ok else 1

@@ -15,9 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
-import shlex
 import statistics
 import subprocess
 import sys
@@ -33,10 +30,10 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.record import provenance, record  # noqa: E402
 from tests.factories import device_inventory  # noqa: E402
 from tests.proc import BLKPILOT, clean_env, free_port, start_serve, stop, wait_ready  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results"
 TARGET_WINDOWS_PER_SECOND = 10_000
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -174,27 +171,16 @@ def main() -> int:
         "clients": args.clients,
         "windows_per_batch": args.windows,
         "database": "external" if args.database_url else "embedded pgserver (PostgreSQL 16)",
-        "machine": f"{os.cpu_count()} cpu, {platform.system()} {platform.release()}",
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip(),
-        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python bench/ingest.py " + shlex.join(sys.argv[1:]),
+        **provenance("ingest.py"),
     }
     print(json.dumps(result, indent=2))
     if not args.no_record:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "ingest.json").write_text(json.dumps(result, indent=2) + "\n")
-        with (RESULTS / "ingest.md").open("a") as md:
-            md.write(
-                f"| {result['when']} | {result['commit']} | {result['windows_per_second']:,} |"
-                f" {result['p50_request_ms']} | {result['p99_request_ms']} | {result['clients']} |"
-                f" `{result['command'].strip()}` |\n"
-            )
+        record(
+            "ingest",
+            result,
+            {"windows/s": "windows_per_second", "p50 ms": "p50_request_ms",
+             "p99 ms": "p99_request_ms", "clients": "clients"},
+        )  # fmt: skip
     ok = result["windows_per_second"] >= TARGET_WINDOWS_PER_SECOND
     print(f"{'PASS' if ok else 'BELOW TARGET'}: {result['windows_per_second']:,} windows/s")
     return 0 if ok else 1

@@ -8,7 +8,9 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -70,3 +72,41 @@ def stop(process: subprocess.Popen[str], sig: signal.Signals = signal.SIGTERM) -
         process.kill()
         process.wait()
         raise
+
+
+@dataclass
+class ServiceProcess:
+    """`blkpilot serve` on the embedded database in data_dir, started and stopped by tests."""
+
+    data_dir: Path
+    port: int = field(default_factory=free_port)
+    admin: str = ""
+    process: subprocess.Popen[str] | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return clean_env(self.data_dir)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.process = start_serve(self.data_dir, self.env, self.port)
+        wait_ready(f"{self.base_url}/readyz", self.process, timeout=90)
+
+    def stop(self) -> int:
+        assert self.process is not None
+        code = stop(self.process)
+        self.process = None
+        return code
+
+    def create_admin(self, name: str = "admin") -> str:
+        result = run("token", "create", "--name", name, "--role", "admin", env=self.env)
+        assert result.returncode == 0, result.stderr
+        self.admin = result.stdout.split()[-1]
+        return self.admin
+
+    def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.admin}"}
+        return httpx.request(method, f"{self.base_url}/api/v1{path}", headers=headers, **kwargs)

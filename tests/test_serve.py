@@ -3,10 +3,8 @@ real agent CLI and client."""
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -17,58 +15,42 @@ from agent.errors import ServiceRejected, ServiceUnreachable
 from agent.state import NodeState
 from agent.wire import Heartbeat, InventoryReport, TelemetryBatch, TelemetryWindow
 from tests.factories import device_inventory, telemetry_window
-from tests.proc import clean_env, free_port, run, start_serve, stop, wait_ready
+from tests.proc import ServiceProcess, clean_env, free_port, run
 
 pytestmark = pytest.mark.slow
 
 
-@dataclass
-class Served:
-    base_url: str
-    data_dir: Path
-    env: dict[str, str]
-    process: subprocess.Popen[str]
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    service = ServiceProcess(tmp_path_factory.mktemp("served"))
+    service.start()
+    yield service
+    # stopping the service stops the embedded PostgreSQL it started
+    code = service.stop()
+    assert code == 0, (service.data_dir / "serve.log").read_text()[-3000:]
+    assert not (service.data_dir / "postgres" / "postmaster.pid").exists()
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    data_dir = tmp_path_factory.mktemp("served")
-    port = free_port()
-    env = clean_env(data_dir)
-    process = start_serve(data_dir, env, port)
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(f"{base_url}/readyz", process, timeout=90)
-        yield Served(base_url, data_dir, env, process)
-    finally:
-        code = stop(process)
-        # stopping the service stops the embedded PostgreSQL it started
-        assert code == 0, (data_dir / "serve.log").read_text()[-3000:]
-        assert not (data_dir / "postgres" / "postmaster.pid").exists()
-
-
-@pytest.fixture(scope="module")
-def admin_token(served: Served) -> str:
-    result = run("token", "create", "--name", "test-admin", "--role", "admin", env=served.env)
-    assert result.returncode == 0, result.stderr
-    token = result.stdout.strip().splitlines()[-1]
+def admin_token(served: ServiceProcess) -> str:
+    token = served.create_admin("test-admin")
     assert token.startswith("bpo_")
     return token
 
 
-def test_binds_loopback_by_default(served: Served) -> None:
+def test_binds_loopback_by_default(served: ServiceProcess) -> None:
     assert served.base_url.startswith("http://127.0.0.1:")
     assert httpx.get(f"{served.base_url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{served.base_url}/readyz").json()["status"] == "ok"
 
 
-def test_openapi_is_served(served: Served) -> None:
+def test_openapi_is_served(served: ServiceProcess) -> None:
     spec = httpx.get(f"{served.base_url}/openapi.json").json()
     assert "/api/v1/telemetry/batches" in spec["paths"]
 
 
 def test_agent_enrolls_reports_and_sends_telemetry(
-    served: Served, admin_token: str, tmp_path: Path
+    served: ServiceProcess, admin_token: str, tmp_path: Path
 ) -> None:
     enrollment = httpx.post(
         f"{served.base_url}/api/v1/enrollment-tokens",
@@ -131,7 +113,7 @@ def test_agent_reports_an_unreachable_service(tmp_path: Path) -> None:
         client.heartbeat(uuid.uuid4(), Heartbeat())
 
 
-def test_db_current_reports_head(served: Served) -> None:
+def test_db_current_reports_head(served: ServiceProcess) -> None:
     result = run("db", "current", env=served.env)
     assert result.returncode == 0, result.stderr
     current, head = result.stdout.split()[1], result.stdout.split()[3]

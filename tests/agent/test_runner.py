@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,51 +20,23 @@ from agent.exporter import registry_for
 from agent.runner import Agent
 from agent.state import NodeState
 from tests.agent.conftest import LoopFactory
-from tests.proc import clean_env, free_port, run, start_serve, stop, wait_ready
+from tests.proc import ServiceProcess, clean_env, free_port, stop
 
 pytestmark = pytest.mark.slow
 
 
-@dataclass
-class Service:
-    base_url: str
-    data_dir: Path
-    env: dict[str, str]
-    port: int
-    admin: str
-    process: subprocess.Popen[str] | None = None
-
-    def start(self) -> None:
-        self.process = start_serve(self.data_dir, self.env, self.port)
-        wait_ready(f"{self.base_url}/readyz", self.process, timeout=90)
-
-    def stop(self) -> None:
-        assert self.process is not None
-        assert stop(self.process) == 0
-        self.process = None
-
-    def api(self, method: str, path: str, **kwargs: object) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.admin}"}
-        return httpx.request(method, f"{self.base_url}/api/v1{path}", headers=headers, **kwargs)  # type: ignore[arg-type]
-
-
 @pytest.fixture
-def service(tmp_path: Path) -> Iterator[Service]:
-    port = free_port()
-    data_dir = tmp_path / "service"
-    data_dir.mkdir()
-    env = clean_env(data_dir)
-    svc = Service(f"http://127.0.0.1:{port}", data_dir, env, port, admin="")
+def service(tmp_path: Path) -> Iterator[ServiceProcess]:
+    (tmp_path / "service").mkdir()
+    svc = ServiceProcess(tmp_path / "service")
     svc.start()
-    svc.admin = run(
-        "token", "create", "--name", "admin", "--role", "admin", env=env
-    ).stdout.split()[-1]
+    svc.create_admin()
     yield svc
     if svc.process is not None:
-        svc.stop()
+        assert svc.stop() == 0
 
 
-def _enroll(service: Service, state_dir: Path) -> NodeState:
+def _enroll(service: ServiceProcess, state_dir: Path) -> NodeState:
     token = service.api("POST", "/enrollment-tokens", json={}).json()["token"]
     return enroll_node(service.base_url, token, state_dir, hostname="lab", labels={})
 
@@ -96,7 +67,7 @@ def _drive(agent: Agent, seconds: float, *, each: Callable[[], None] = lambda: N
         time.sleep(min(agent.step(), 0.05))
 
 
-def _stored(service: Service, node: NodeState) -> dict[str, list[dict[str, Any]]]:
+def _stored(service: ServiceProcess, node: NodeState) -> dict[str, list[dict[str, Any]]]:
     devices = service.api("GET", "/devices", params={"node_id": str(node.node_id)}).json()
     return {
         d["name"]: service.api(
@@ -107,7 +78,7 @@ def _stored(service: Service, node: NodeState) -> dict[str, list[dict[str, Any]]
 
 
 def test_outage_spools_and_delivers_every_window_once(
-    service: Service, loop_device: LoopFactory, tmp_path: Path
+    service: ServiceProcess, loop_device: LoopFactory, tmp_path: Path
 ) -> None:
     fast, slow = loop_device(on="tmpfs"), loop_device(on="disk")
     state_dir = tmp_path / "agent"
@@ -132,7 +103,7 @@ def test_outage_spools_and_delivers_every_window_once(
     _drive(agent, 1.5, each=busy)
     assert agent.view.spool_batches == 0
 
-    service.stop()  # the outage
+    assert service.stop() == 0  # the outage
     _drive(agent, 1.5, each=meter)
     assert agent.view.spool_batches > 0, "windows collected during the outage wait on disk"
     spooled = agent.view.spool_batches
@@ -166,7 +137,7 @@ def test_outage_spools_and_delivers_every_window_once(
 
 
 def test_policies_are_applied_reported_and_drift_is_noticed(
-    service: Service, loop_device: LoopFactory, tmp_path: Path
+    service: ServiceProcess, loop_device: LoopFactory, tmp_path: Path
 ) -> None:
     good, bad = loop_device(), loop_device()
     state_dir = tmp_path / "agent"

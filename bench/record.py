@@ -1,0 +1,47 @@
+"""Recording benchmark results with what produced them: the machine, the commit, the command."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+
+
+def provenance(script: str) -> dict[str, str]:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+        check=False,
+    ).stdout.strip()  # fmt: skip
+    return {
+        "machine": f"{os.cpu_count()} cpu, {platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "commit": commit,
+        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": f"python bench/{script} {shlex.join(sys.argv[1:])}".strip(),
+    }
+
+
+def record(name: str, result: dict[str, Any], columns: dict[str, str]) -> None:
+    """bench/results/NAME.json holds the latest run; NAME.md gains a row per run.
+
+    columns: header -> key in result; `when`, `commit` and `command` frame every row."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    table = RESULTS / f"{name}.md"
+    headers = ["when", "commit", *columns, "command"]
+    if not table.exists():
+        table.write_text(
+            f"# {name} results\n\n| {' | '.join(headers)} |\n|{'---|' * len(headers)}\n"
+        )
+    cells = [result["when"], result["commit"], *(str(result[key]) for key in columns.values())]
+    with table.open("a") as md:
+        md.write(f"| {' | '.join(cells)} | `{result['command']}` |\n")
