@@ -45,7 +45,7 @@ class Effects:
             os.close(fd)
 
     def run(self, *argv: str, timeout: float = 10.0) -> subprocess.CompletedProcess[str]:
-        """A read-only command (blkid, ipmitool); never used for anything that changes state."""
+        """A command (blkid, ipmitool, fio, db_bench): benchmarks write only to checked scratch."""
         return subprocess.run(
             list(argv), capture_output=True, text=True, timeout=timeout, check=False
         )

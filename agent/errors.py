@@ -32,6 +32,14 @@ class NoSnapshot(AgentError):
     pass
 
 
+class BenchmarkRefused(AgentError):
+    pass
+
+
+class BenchmarkFailed(AgentError):
+    pass
+
+
 class ServiceError(AgentError):
     pass
 

@@ -23,7 +23,7 @@ def _observation(device: Device, **overrides: Any) -> dict[str, Any]:
         "device_id": str(device.id),
         "kind": "benchmark",
         "tool": "fio",
-        "workload": {"name": "randread-4k-qd1", "read_share": 1.0, "block_size_bytes": 4096},
+        "workload": {"name": "randread-4k-qd1", "jobs": [{"name": "reader"}]},
         "configuration": {"scheduler": "none"},
         "metrics": {"iops": 81234.0, "clat_p50_us": 12.5, "clat_p99_us": 30.1},
         "started_at": "2026-11-01T12:00:00+00:00",

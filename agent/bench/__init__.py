@@ -1,0 +1,1 @@
+"""Benchmarks: workloads as data, fio and db_bench runners, safety, energy, fairness, sweeps."""
