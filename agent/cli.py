@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -14,7 +15,9 @@ import blkpilot
 from agent.errors import AgentError
 
 if TYPE_CHECKING:
+    from agent.canary import CanaryResult
     from agent.config import AgentConfig
+    from agent.wire import DeviceConfig, WorkloadSpec
 
 app = typer.Typer(
     help="The node agent: discovery, telemetry with power, safe sysfs changes, reporting.",
@@ -268,6 +271,113 @@ def apply(
     if not dry_run:
         typer.echo(f"applied to {device}; before: {result.before}")
         typer.echo(f"undo with: blkpilot agent rollback {device}")
+
+
+def workload_option(name: str | None, spec_file: Path | None) -> WorkloadSpec:
+    from pydantic import ValidationError
+
+    from agent.wire import WorkloadSpec
+
+    if spec_file is not None:
+        try:
+            return WorkloadSpec.model_validate_json(spec_file.read_text())
+        except (OSError, ValidationError) as error:
+            raise typer.BadParameter(str(error), param_hint="--workload-file") from error
+    from agent.bench.library import library as named
+
+    workloads = named()
+    if name is None or name not in workloads:
+        known = ", ".join(sorted(workloads)[:8])
+        raise typer.BadParameter(
+            f"{name!r} is not a named workload (e.g. {known}, …)", param_hint="--workload"
+        )
+    return workloads[name]
+
+
+@app.command()
+def canary(
+    device: Annotated[str, typer.Argument(help="e.g. nvme0n1")],
+    state_dir: StateDir,
+    workload: Annotated[
+        str | None, typer.Option(help="A named workload.")
+    ] = "hs23-single-randread-4k-qd1",
+    workload_file: Annotated[Path | None, typer.Option(help="A workload spec as JSON.")] = None,
+    scheduler: Annotated[str | None, typer.Option(help="The candidate's scheduler.")] = None,
+    tunable: Annotated[list[str], typer.Option(help="name=value; repeatable")] = [],  # noqa: B006
+    nr_requests: Annotated[int | None, typer.Option()] = None,
+    read_ahead_kb: Annotated[int | None, typer.Option()] = None,
+    rounds: Annotated[int, typer.Option(min=3, max=100, help="Samples per arm.")] = 8,
+    round_seconds: Annotated[float, typer.Option(min=0.1, max=600)] = 1.0,
+    alpha: Annotated[float, typer.Option(min=0.001, max=0.5)] = 0.05,
+    report: Annotated[bool, typer.Option(help="Send the verdict to the service.")] = True,
+    config: ConfigFile = None,
+) -> None:
+    """Candidate against the current configuration, interleaved; keep it only on pass.
+
+    Exit status: 0 pass (candidate kept), 1 fail, 3 inconclusive (baseline restored)."""
+    import json
+
+    from pydantic import ValidationError
+
+    from agent.applier import Applier
+    from agent.bench.energy import EnergyMeter
+    from agent.canary import describe, run_canary
+    from agent.power_sources import power_collectors
+    from agent.wire import DeviceConfig
+
+    cfg = _load_config(config)
+    directory = cfg.state_dir or state_dir
+    spec = workload_option(workload, workload_file)
+    try:
+        candidate = DeviceConfig.model_validate({
+            "scheduler": scheduler, "scheduler_tunables": _parse_tunables(tunable),
+            "nr_requests": nr_requests, "read_ahead_kb": read_ahead_kb,
+        })  # fmt: skip
+    except ValidationError as error:
+        typer.secho(f"error: refused: {error}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(code=2) from error
+    applier = Applier(cfg.paths, directory)
+    meter = EnergyMeter(power_collectors(cfg))
+    try:
+        result = run_canary(
+            applier, device, spec, candidate, workdir=directory / "bench", rounds=rounds,
+            round_seconds=round_seconds, alpha=alpha, meter=meter,
+        )  # fmt: skip
+    except AgentError as error:
+        raise _fail(error) from error
+    for row in describe(result):
+        typer.echo(json.dumps(row))
+    typer.echo(
+        f"verdict: {result.verdict.value} after {result.rounds} rounds in {result.seconds:.1f} s;"
+        f" {'candidate kept' if result.kept_candidate else 'baseline restored'}"
+    )
+    if report:
+        _report_canary(directory, device, spec, candidate, result)
+    raise typer.Exit(code={"pass": 0, "fail": 1, "inconclusive": 3}[result.verdict.value])
+
+
+def _report_canary(
+    directory: Path, device: str, spec: WorkloadSpec, candidate: DeviceConfig, result: CanaryResult
+) -> None:
+    from agent.bench.report import canary_observation
+    from agent.client import ServiceClient
+    from agent.state import NodeState
+
+    try:
+        node = NodeState.load(directory)
+        with ServiceClient(node.server_url, node.node_token) as client:
+            ids = {d["name"]: d["id"] for d in client.devices(node.node_id)}
+            if device not in ids:
+                typer.echo(
+                    f"not reported: the service does not know {device} yet (agent run reports it)"
+                )
+                return
+            client.record_observation(
+                canary_observation(uuid.UUID(ids[device]), spec, candidate, result)
+            )
+        typer.echo("verdict and statistics sent to the service")
+    except AgentError as error:
+        typer.secho(f"verdict not sent to the service: {error}", err=True, fg=typer.colors.YELLOW)
 
 
 @app.command()

@@ -16,6 +16,7 @@ from agent.wire import (
     EnrollResponse,
     Heartbeat,
     InventoryReport,
+    ObservationCreate,
     TelemetryBatch,
     TelemetryBatchReceipt,
 )
@@ -86,6 +87,14 @@ class ServiceClient:
         return TelemetryBatchReceipt.model_validate(
             self._request("POST", "/telemetry/batches", batch)
         )
+
+    def devices(self, node_id: uuid.UUID) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request("GET", f"/nodes/{node_id}/devices")
+        return result
+
+    def record_observation(self, observation: ObservationCreate) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("POST", "/observations", observation)
+        return result
 
     def policies(self, node_id: uuid.UUID) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._request("GET", f"/nodes/{node_id}/policies")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import typer
 
+from agent.bench.cli import app as bench_app
 from agent.cli import app as agent_app
 from service.cli import register as register_service_commands
 
@@ -14,6 +15,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(agent_app, name="agent")
+app.add_typer(bench_app, name="bench")
 register_service_commands(app)
 
 

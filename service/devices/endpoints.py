@@ -33,6 +33,19 @@ def put_inventory(
 
 
 @router.get(
+    "/nodes/{node_id}/devices",
+    response_model=list[DeviceRead],
+    responses=responses(Unauthorized, Forbidden),
+)
+def node_devices(
+    node_id: uuid.UUID, session: SessionDep, principal: AnyPrincipal
+) -> list[DeviceRead]:
+    """A node's devices; its agent may read its own."""
+    devices = service.devices_of_node(session, principal, node_id)
+    return [DeviceRead.model_validate(device) for device in devices]
+
+
+@router.get(
     "/devices", response_model=list[DeviceRead], responses=responses(Unauthorized, Forbidden)
 )
 def list_devices(

@@ -120,6 +120,12 @@ def get_device(session: Session, principal: Principal, device_id: uuid.UUID) -> 
     return device
 
 
+def devices_of_node(session: Session, principal: Principal, node_id: uuid.UUID) -> Sequence[Device]:
+    if not principal.may_act_for_node(node_id, Role.VIEWER):
+        raise Forbidden("a node may list only its own devices")
+    return repository.for_node(session, node_id)
+
+
 def list_devices(
     session: Session,
     *,

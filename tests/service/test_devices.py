@@ -164,3 +164,17 @@ class TestGetDevice:
         (theirs,) = report_inventory(session, other, device_inventory("loop0"))
         assert client.get(f"/api/v1/devices/{mine.id}", headers=bearer(token)).status_code == 200
         assert client.get(f"/api/v1/devices/{theirs.id}", headers=bearer(token)).status_code == 403
+
+
+class TestNodeDevices:
+    def test_node_lists_its_own_devices_only(self, client: TestClient, session: Session) -> None:
+        from tests.factories import report_inventory
+
+        node, token = create_node(session, hostname="a")
+        other, _ = create_node(session, hostname="b")
+        report_inventory(session, node, device_inventory("loop0"), device_inventory("loop1"))
+        mine = client.get(f"/api/v1/nodes/{node.id}/devices", headers=bearer(token))
+        assert mine.status_code == 200, mine.text
+        assert [d["name"] for d in mine.json()] == ["loop0", "loop1"]
+        theirs = client.get(f"/api/v1/nodes/{other.id}/devices", headers=bearer(token))
+        assert theirs.status_code == 403

@@ -1,0 +1,43 @@
+"""Results as observations for the service."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from agent.bench.measure import Measurement
+from agent.canary import CanaryResult
+from agent.wire import DeviceConfig, ObservationCreate, ObservationKind, WorkloadSpec
+
+
+def benchmark_observation(
+    device_id: uuid.UUID, measurement: Measurement, config: DeviceConfig
+) -> ObservationCreate:
+    return ObservationCreate(
+        device_id=device_id,
+        kind=ObservationKind.BENCHMARK,
+        tool=measurement.workload.tool,
+        workload=measurement.workload,
+        configuration=config,
+        metrics=measurement.metrics,
+        started_at=measurement.started_at,
+        finished_at=measurement.finished_at,
+    )
+
+
+def canary_observation(
+    device_id: uuid.UUID, workload: WorkloadSpec, candidate: DeviceConfig, result: CanaryResult
+) -> ObservationCreate:
+    finished = datetime.now(UTC)
+    return ObservationCreate(
+        device_id=device_id,
+        kind=ObservationKind.CANARY,
+        tool=workload.tool,
+        workload=workload,
+        configuration=candidate,
+        metrics={s.metric: s.candidate_median for s in result.per_metric},
+        started_at=finished - timedelta(seconds=result.seconds),
+        finished_at=finished,
+        verdict=result.verdict,
+        statistics=result.statistics(),
+    )
