@@ -1,0 +1,309 @@
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from agent.applier import Applier
+from agent.bench import dbbench, fio
+from agent.bench.energy import EnergyMeter
+from agent.bench.library import library
+from agent.bench.measure import Measurement, measure
+from agent.bench.sweep import Sweep
+from agent.bench.target import device_target, directory_target
+from agent.collectors.meter import MeterCollector
+from agent.errors import BenchmarkRefused
+from agent.host import HostPaths
+from agent.wire import DbBenchSpec, DeviceConfig, IOEngine, JobSpec, Scheduler, WorkloadSpec
+from tests.agent.conftest import LoopFactory
+
+FIXTURES = Path(__file__).parent / "fixtures"
+WORKLOADS = library()
+
+
+def short(name: str, seconds: float = 0.4) -> WorkloadSpec:
+    return WORKLOADS[name].model_copy(update={"duration_s": seconds})
+
+
+class TestLibrary:
+    def test_reproduces_the_papers_matrices(self) -> None:
+        names = set(WORKLOADS)
+        for mix in ("randread", "randwrite", "randrw50"):
+            for n in (1, 2, 4, 8, 16, 32, 64, 128):
+                assert f"hs23-single-{mix}-4k-qd{n}" in names
+                assert f"hs23-multi-{mix}-4k-p{n}" in names
+        assert {
+            f"hs22-syncread-{k}k-t{t}-{m}"
+            for k in (1, 128)
+            for t in (1, 64)
+            for m in ("irq", "poll")
+        } <= names
+        assert {
+            "fios-1r1w",
+            "fios-4r4w",
+            "fios-4r4w-think",
+            "fios-4k-vs-128k",
+            "rocksdb-readrandom",
+        } <= names
+        mixed = WORKLOADS["hs23-multi-read-4k8k-p8"]
+        assert [(j.tasks, list(j.block_sizes)) for j in mixed.jobs] == [(4, [4096]), (4, [8192])]
+
+    def test_job_files(self) -> None:
+        target = directory_target(Path("/tmp"))
+        think = fio.job_file(WORKLOADS["fios-4r4w-think"], target)
+        assert "rate_process=poisson" in think
+        assert "rate_iops=10000" in think  # mean gap 100 µs
+        assert "ioengine=psync" in think
+        polled = fio.job_file(WORKLOADS["hs22-syncread-4k-t1-poll"], target)
+        assert "hipri=1" in polled
+        assert "lat_percentiles=1" in polled
+        split = WorkloadSpec(
+            name="split", jobs=[JobSpec(name="mix", pattern="randrw", read_share=0.7,
+                                        block_sizes={4096: 50, 8192: 50})],
+        )  # fmt: skip
+        text = fio.job_file(split, target)
+        assert "bssplit=4k/50:8k/50" in text
+        assert "rwmixread=70" in text
+        assert "filename=/tmp/blkpilot-bench-split.dat" in text
+
+    def test_bad_specs_are_refused(self) -> None:
+        for job, problem in (
+            ({"name": "x", "block_sizes": {4096: 60}}, "add up to 100"),
+            ({"name": "x", "block_sizes": {1000: 100}}, "multiple of 512"),
+            ({"name": "x", "arrival": "poisson"}, "mean thinktime_us"),
+            ({"name": "x", "pattern": "randread", "read_share": 0.5}, "read_share must be 1.0"),
+            ({"name": "Bad Name"}, "pattern"),
+        ):
+            with pytest.raises(ValueError, match=problem):
+                JobSpec.model_validate(job)
+
+
+class TestFioParsing:
+    def test_single_task_real_output(self) -> None:
+        result = fio.parse(json.loads((FIXTURES / "fio-randread-qd1.json").read_text()))
+        (task,) = result.tasks
+        m = result.metrics
+        assert m["iops"] > 0
+        assert m["write_iops"] == 0
+        assert m["lat_p50_us"] <= m["lat_p90_us"] <= m["lat_p99_us"] <= m["lat_p999_us"]
+        assert m["ios"] == task.ios
+        document = json.loads((FIXTURES / "fio-randread-qd1.json").read_text())
+        fio_p50 = document["jobs"][0]["read"]["lat_ns"]["percentile"]["50.000000"] / 1000
+        # fio rounds into its own bins; ours come from the same histogram
+        assert m["lat_p50_us"] == pytest.approx(fio_p50, rel=0.05)
+
+    def test_reader_and_writer_real_output(self) -> None:
+        result = fio.parse(json.loads((FIXTURES / "fio-1r1w-psync.json").read_text()))
+        assert [(t.job, t.index) for t in result.tasks] == [("reader", 0), ("writer", 0)]
+        assert result.metrics["read_iops"] > 0
+        assert result.metrics["write_iops"] > 0
+        assert result.metrics["context_switches_per_io"] > 0
+        low = min(t.p50_us for t in result.tasks)
+        high = max(t.p50_us for t in result.tasks)
+        assert low <= result.metrics["lat_p50_us"] <= high  # merged, not averaged
+
+
+class TestDbBenchParsing:
+    def test_real_output(self) -> None:
+        metrics = dbbench.parse((FIXTURES / "db_bench-readrandom.txt").read_text(), 4096)
+        assert metrics["iops"] == 24170
+        assert metrics["lat_mean_us"] == 41.370
+        assert (metrics["lat_p50_us"], metrics["lat_p99_us"], metrics["lat_p999_us"]) == (
+            56.30,
+            82.57,
+            130.87,
+        )
+
+    def test_missing_keys_are_an_error(self) -> None:
+        text = (
+            (FIXTURES / "db_bench-readrandom.txt")
+            .read_text()
+            .replace("24999 of 24999", "12 of 24999")
+        )
+        with pytest.raises(Exception, match="found only 12"):
+            dbbench.parse(text, 4096)
+
+
+class TestSafety:
+    def test_writes_are_refused_on_a_device_holding_data(self, loop_device: LoopFactory) -> None:
+        device = loop_device(on="disk")
+        subprocess.run(["mkfs.ext4", "-q", "-F", f"/dev/{device}"], check=True)
+        before = hashlib.sha256(Path(f"/dev/{device}").read_bytes()[: 4 << 20]).hexdigest()
+        target = device_target(HostPaths(), device)
+        assert target.holds_data
+        with pytest.raises(BenchmarkRefused, match="holds data") as refused:
+            measure(short("hs23-single-randwrite-4k-qd1"), target, workdir=Path("/tmp"))
+        assert "filesystem signature ext4" in str(refused.value)
+        after = hashlib.sha256(Path(f"/dev/{device}").read_bytes()[: 4 << 20]).hexdigest()
+        assert after == before
+        # reading is allowed (and fio runs with --readonly)
+        assert (
+            measure(short("hs23-single-randread-4k-qd1"), target, workdir=Path("/tmp")).metrics[
+                "iops"
+            ]
+            > 0
+        )
+
+    def test_db_bench_needs_a_directory(self, loop_device: LoopFactory) -> None:
+        target = device_target(HostPaths(), loop_device())
+        with pytest.raises(BenchmarkRefused, match="directory"):
+            measure(WORKLOADS["rocksdb-readrandom"], target, workdir=Path("/tmp"))
+
+
+class TestRealRuns:
+    def test_fio_on_a_lab_device(self, loop_device: LoopFactory, tmp_path: Path) -> None:
+        target = device_target(HostPaths(), loop_device())
+        result = measure(short("hs23-single-randread-4k-qd1"), target, workdir=tmp_path)
+        assert result.metrics["iops"] > 1000
+        assert result.metrics["lat_p99_us"] > result.metrics["lat_p50_us"] > 0
+        assert "energy_joules" not in result.metrics  # no power source: no number
+
+    def test_fairness_of_a_reader_and_a_writer(
+        self, loop_device: LoopFactory, tmp_path: Path
+    ) -> None:
+        target = device_target(HostPaths(), loop_device())
+        m = measure(short("fios-1r1w"), target, workdir=tmp_path).metrics
+        assert m["proportional_slowdown"] == 2
+        assert m["worst_slowdown"] == max(m["slowdown_reader_0"], m["slowdown_writer_0"])
+        assert m["worst_slowdown_over_proportional"] == pytest.approx(m["worst_slowdown"] / 2)
+        assert 0 < m["concurrent_efficiency"] < 4
+
+    def test_energy_from_a_meter_over_the_run(
+        self, loop_device: LoopFactory, tmp_path: Path
+    ) -> None:
+        log = tmp_path / "meter.csv"
+        log.write_text("timestamp,watts\n")
+        stop = threading.Event()
+
+        def meter() -> None:
+            while not stop.is_set():
+                with log.open("a") as handle:
+                    handle.write(f"{datetime.now(UTC).isoformat()},200\n")
+                time.sleep(0.05)
+
+        thread = threading.Thread(target=meter)
+        thread.start()
+        try:
+            time.sleep(0.1)
+            target = device_target(HostPaths(), loop_device())
+            m = measure(
+                short("hs23-single-randread-4k-qd1", 0.5), target, workdir=tmp_path,
+                meter=EnergyMeter([MeterCollector(log)]),
+            ).metrics  # fmt: skip
+        finally:
+            stop.set()
+            thread.join()
+        assert m["power_watts"] == pytest.approx(200, rel=0.01)
+        assert m["joules_per_mio"] == pytest.approx(m["energy_joules"] / (m["ios"] / 1e6))
+        assert m["bytes_per_joule"] == pytest.approx(m["io_bytes"] / m["energy_joules"])
+
+
+@pytest.fixture
+def mounted(loop_device: LoopFactory, tmp_path: Path) -> Iterator[Path]:
+    """A lab device with a fresh ext4, mounted: db_bench's scratch directory."""
+    device = loop_device(on="disk", size_mb=256)
+    subprocess.run(["mkfs.ext4", "-q", "-F", f"/dev/{device}"], check=True)
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    subprocess.run(["mount", f"/dev/{device}", str(mountpoint)], check=True)
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", str(mountpoint)], check=True)
+
+
+def test_db_bench_readrandom_on_a_lab_device(mounted: Path, tmp_path: Path) -> None:
+    target = directory_target(mounted)
+    assert target.device is not None
+    assert target.device.startswith("loop")
+    workload = WorkloadSpec(
+        name="rocksdb-small", tool="db_bench", db_bench=DbBenchSpec(max_keys=5_000), duration_s=1
+    )
+    first = measure(workload, target, workdir=tmp_path).metrics
+    assert first["iops"] > 0
+    assert first["lat_p99_us"] >= first["lat_p50_us"] > 0
+    marker = mounted / "blkpilot-bench-rocksdb.json"
+    made = marker.stat().st_mtime_ns
+    measure(workload, target, workdir=tmp_path)
+    assert marker.stat().st_mtime_ns == made  # prepared once, reused
+
+
+class TestSweep:
+    def test_resumes_and_sends_what_was_not_sent(
+        self, loop_device: LoopFactory, tmp_path: Path
+    ) -> None:
+        device = loop_device()
+        target = device_target(HostPaths(), device)
+        workloads = [
+            short("hs23-single-randread-4k-qd1", 0.3),
+            short("hs23-single-randread-4k-qd4", 0.3),
+        ]
+        configs = [
+            DeviceConfig(scheduler=Scheduler.NONE),
+            DeviceConfig(scheduler=Scheduler.MQ_DEADLINE),
+        ]
+        sent: list[tuple[str, str | None]] = []
+        offline = {"down": True}
+
+        def send(measurement: Measurement, config: DeviceConfig) -> None:
+            from agent.errors import ServiceUnreachable
+
+            if offline["down"]:
+                raise ServiceUnreachable("down")
+            sent.append((measurement.workload.name, config.scheduler and config.scheduler.value))
+
+        def interrupted(cell: object, what: str) -> None:
+            if what == "done" and len(first.results()) == 2:
+                raise KeyboardInterrupt
+
+        first = Sweep(
+            Applier(HostPaths(), tmp_path),
+            target,
+            workloads,
+            configs,
+            state_dir=tmp_path,
+            send=send,
+        )
+        with pytest.raises(KeyboardInterrupt):
+            first.run(interrupted)
+        assert len(first.results()) == 2
+        assert "[none]" in Path(f"/sys/block/{device}/queue/scheduler").read_text()
+
+        offline["down"] = False
+        again = Sweep(
+            Applier(HostPaths(), tmp_path),
+            target,
+            workloads,
+            configs,
+            state_dir=tmp_path,
+            send=send,
+        )
+        assert again.run() == 2  # only what was left
+        assert len(again.results()) == 4
+        assert sorted(sent) == sorted(
+            (w.name, c.scheduler.value) for c in configs for w in workloads if c.scheduler
+        )  # every result reached the service exactly once
+        assert "[none]" in Path(f"/sys/block/{device}/queue/scheduler").read_text()
+
+    def test_refuses_writes_to_data_before_starting(
+        self, loop_device: LoopFactory, tmp_path: Path
+    ) -> None:
+        device = loop_device(on="disk")
+        subprocess.run(["mkfs.ext4", "-q", "-F", f"/dev/{device}"], check=True)
+        with pytest.raises(BenchmarkRefused):
+            Sweep(
+                Applier(HostPaths(), tmp_path), device_target(HostPaths(), device),
+                [short("hs23-single-randread-4k-qd1"), short("hs23-single-randwrite-4k-qd1")],
+                [DeviceConfig()], state_dir=tmp_path,
+            )  # fmt: skip
+
+
+def test_engines_map_to_fio() -> None:
+    assert fio.ENGINES[IOEngine.IO_URING_POLL] == ("io_uring", {"hipri": "1"})

@@ -1,0 +1,135 @@
+from __future__ import annotations
+
+import random
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.applier import Applier
+from agent.bench.library import library
+from agent.canary import MetricRule, compare, evaluate, run_canary, schedule
+from agent.config import AgentConfig, PowerConfig
+from agent.enrollment import enroll_node
+from agent.host import HostPaths
+from agent.runner import Agent
+from agent.wire import CanaryVerdict, DeviceConfig, Scheduler
+from tests.agent.conftest import LoopFactory
+from tests.proc import BLKPILOT, ServiceProcess, clean_env
+
+IOPS = MetricRule("iops", higher_is_better=True, tolerance=0.05)
+P99 = MetricRule("lat_p99_us", higher_is_better=False, tolerance=0.10)
+
+
+def noisy(center: float, spread: float, n: int, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [center * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+
+
+class TestStatistics:
+    def test_same_distribution_tight_samples_pass(self) -> None:
+        stats = compare(noisy(100, 0.01, 10, 1), noisy(100, 0.01, 10, 2), IOPS, 0.95)
+        assert stats.verdict is CanaryVerdict.PASS
+        assert stats.ci_low < 0 < stats.ci_high or abs(stats.relative_shift) < 0.01
+
+    def test_a_real_regression_fails(self) -> None:
+        stats = compare(noisy(100, 0.05, 8, 1), noisy(70, 0.05, 8, 2), IOPS, 0.95)
+        assert stats.verdict is CanaryVerdict.FAIL
+        assert stats.relative_shift == pytest.approx(-0.3, abs=0.06)
+        assert stats.ci_high < 0
+        assert stats.p_value < 0.01
+
+    def test_direction_matters(self) -> None:
+        # higher latency is worse; higher IOPS is better
+        assert (
+            compare(noisy(50, 0.02, 8, 1), noisy(80, 0.02, 8, 2), P99, 0.95).verdict
+            is CanaryVerdict.FAIL
+        )
+        assert (
+            compare(noisy(100, 0.02, 8, 1), noisy(130, 0.02, 8, 2), IOPS, 0.95).verdict
+            is CanaryVerdict.PASS
+        )
+
+    def test_small_regressions_within_tolerance_do_not_fail(self) -> None:
+        stats = compare(noisy(100, 0.005, 10, 1), noisy(97, 0.005, 10, 2), IOPS, 0.95)
+        assert stats.verdict is CanaryVerdict.PASS  # 3 % worse, tolerance 5 %
+
+    def test_noise_is_inconclusive(self) -> None:
+        stats = compare(noisy(100, 0.4, 4, 1), noisy(100, 0.4, 4, 2), IOPS, 0.95)
+        assert stats.verdict is CanaryVerdict.INCONCLUSIVE
+
+    def test_overall_verdict_and_bonferroni(self) -> None:
+        samples = {
+            "A": {"iops": noisy(100, 0.01, 8, 1), "lat_p99_us": noisy(50, 0.01, 8, 3)},
+            "B": {"iops": noisy(100, 0.01, 8, 2), "lat_p99_us": noisy(80, 0.01, 8, 4)},
+        }
+        verdict, per_metric = evaluate(samples, (IOPS, P99), alpha=0.05)
+        assert verdict is CanaryVerdict.FAIL
+        assert {s.metric: s.verdict for s in per_metric} == {
+            "iops": CanaryVerdict.PASS,
+            "lat_p99_us": CanaryVerdict.FAIL,
+        }
+        assert all(s.confidence == pytest.approx(0.975) for s in per_metric)
+
+    def test_counterbalanced_schedule(self) -> None:
+        order = schedule(4)
+        assert order == ["A", "B", "B", "A", "A", "B", "B", "A"]
+
+
+WORKLOAD = library()["hs23-single-randread-4k-qd1"]
+
+
+def test_a_to_a_canary_does_not_fail(loop_device: LoopFactory, tmp_path: Path) -> None:
+    device = loop_device(on="tmpfs")
+    applier = Applier(HostPaths(), tmp_path / "agent")
+    result = run_canary(
+        applier, device, WORKLOAD, DeviceConfig(scheduler=Scheduler.NONE),
+        workdir=tmp_path, rounds=6, round_seconds=0.5,
+    )  # fmt: skip
+    assert result.verdict is not CanaryVerdict.FAIL, result.statistics()
+    assert len(result.samples["A"]["iops"]) == len(result.samples["B"]["iops"]) == 6
+    assert "[none]" in Path(f"/sys/block/{device}/queue/scheduler").read_text()
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[ServiceProcess]:
+    (tmp_path / "service").mkdir()
+    svc = ServiceProcess(tmp_path / "service")
+    svc.start()
+    svc.create_admin()
+    yield svc
+    assert svc.stop() == 0
+
+
+def test_bfq_canary_fails_is_rolled_back_and_reported(
+    service: ServiceProcess, loop_device: LoopFactory, tmp_path: Path
+) -> None:
+    device = loop_device(on="tmpfs")
+    state_dir = tmp_path / "agent"
+    token = service.api("POST", "/enrollment-tokens", json={}).json()["token"]
+    node = enroll_node(service.base_url, token, state_dir, hostname="lab", labels={})
+    config = AgentConfig(
+        devices=[device], metrics_port=0, power=PowerConfig(rapl=False, hwmon=False, ipmi=False)
+    )
+    Agent(config, node, state_dir).discover_and_report()  # the service knows the device
+
+    result = subprocess.run(
+        [BLKPILOT, "agent", "canary", device, "--state-dir", str(state_dir), "--scheduler", "bfq",
+         "--workload", WORKLOAD.name, "--rounds", "8", "--round-seconds", "0.5"],
+        env=clean_env(tmp_path), capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr  # 1 = fail
+    assert "verdict: fail" in result.stdout
+    assert "baseline restored" in result.stdout
+    # verified on the device itself, not only by the tool's word
+    assert "[none]" in Path(f"/sys/block/{device}/queue/scheduler").read_text()
+    assert "verdict and statistics sent to the service" in result.stdout
+
+    (observation,) = service.api("GET", "/observations", params={"kind": "canary"}).json()
+    assert observation["verdict"] == "fail"
+    assert observation["configuration"]["scheduler"] == "bfq"
+    stats = observation["statistics"]
+    assert stats["iops.relative_shift"] < -0.05
+    assert stats["iops.ci_high"] < 0
+    assert stats["rounds"] == 8
