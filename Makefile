@@ -56,6 +56,7 @@ unit:
 bench: setup
 	python bench/ingest.py
 	python bench/agent_footprint.py
+	python bench/canary.py
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache
