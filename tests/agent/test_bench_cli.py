@@ -1,0 +1,79 @@
+"""`blkpilot bench …` as an operator runs it, reporting to a real service."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.config import AgentConfig, PowerConfig
+from agent.enrollment import enroll_node
+from agent.runner import Agent
+from tests.agent.conftest import LoopFactory
+from tests.proc import BLKPILOT, ServiceProcess, clean_env
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[ServiceProcess]:
+    (tmp_path / "service").mkdir()
+    svc = ServiceProcess(tmp_path / "service")
+    svc.start()
+    svc.create_admin()
+    yield svc
+    assert svc.stop() == 0
+
+
+def test_sweep_sends_every_result_as_an_observation(
+    service: ServiceProcess, loop_device: LoopFactory, tmp_path: Path
+) -> None:
+    device = loop_device()
+    state_dir = tmp_path / "agent"
+    token = service.api("POST", "/enrollment-tokens", json={}).json()["token"]
+    node = enroll_node(service.base_url, token, state_dir, hostname="lab", labels={})
+    power = PowerConfig(rapl=False, hwmon=False, ipmi=False)
+    Agent(
+        AgentConfig(devices=[device], metrics_port=0, power=power), node, state_dir
+    ).discover_and_report()
+
+    sweep = [
+        BLKPILOT, "bench", "sweep", "--state-dir", str(state_dir), "--device", device,
+        "--workload", "hs23-single-randread-4k-qd1", "--workload", "fios-1r1w",
+        "--scheduler", "none", "--scheduler", "kyber", "--duration", "0.3",
+    ]  # fmt: skip
+    first = subprocess.run(
+        sweep, env=clean_env(tmp_path), capture_output=True, text=True, timeout=300, check=False
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "4 measured now, 4 in all" in first.stdout
+    observations = service.api("GET", "/observations", params={"kind": "benchmark"}).json()
+    cells = sorted((o["workload"]["name"], o["configuration"]["scheduler"]) for o in observations)
+    assert cells == [
+        ("fios-1r1w", "kyber"), ("fios-1r1w", "none"),
+        ("hs23-single-randread-4k-qd1", "kyber"), ("hs23-single-randread-4k-qd1", "none"),
+    ]  # fmt: skip
+    fairness = next(o for o in observations if o["workload"]["name"] == "fios-1r1w")["metrics"]
+    assert {"worst_slowdown", "concurrent_efficiency", "proportional_slowdown"} <= set(fairness)
+    assert "[none]" in Path(f"/sys/block/{device}/queue/scheduler").read_text()
+
+    again = subprocess.run(
+        sweep, env=clean_env(tmp_path), capture_output=True, text=True, timeout=300, check=False
+    )
+    assert (
+        "0 measured now, 4 in all" in again.stdout
+    )  # done is done: nothing measured or sent twice
+    assert len(service.api("GET", "/observations", params={"kind": "benchmark"}).json()) == 4
+
+
+def test_write_sweep_on_a_data_device_is_refused(loop_device: LoopFactory, tmp_path: Path) -> None:
+    device = loop_device(on="disk")
+    subprocess.run(["mkfs.ext4", "-q", "-F", f"/dev/{device}"], check=True)
+    result = subprocess.run(
+        [BLKPILOT, "bench", "sweep", "--state-dir", str(tmp_path / "agent"), "--device", device,
+         "--workload", "hs23-single-randwrite-4k-qd1", "--no-report"],
+        env=clean_env(tmp_path), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "holds data" in result.stderr
+    assert "filesystem signature ext4" in result.stderr
