@@ -212,6 +212,28 @@ def run(
             server.shutdown()
 
 
+def _device_config(
+    scheduler: str | None,
+    tunables: list[str],
+    nr_requests: int | None,
+    read_ahead_kb: int | None,
+    completion: str | None = None,
+) -> DeviceConfig:
+    """A configuration from command-line options; invalid ones exit with status 2."""
+    from pydantic import ValidationError
+
+    from agent.wire import DeviceConfig
+
+    try:
+        return DeviceConfig.model_validate({
+            "scheduler": scheduler, "scheduler_tunables": _parse_tunables(tunables),
+            "nr_requests": nr_requests, "read_ahead_kb": read_ahead_kb, "completion": completion,
+        })  # fmt: skip
+    except ValidationError as error:
+        typer.secho(f"error: refused: {error}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(code=2) from error
+
+
 def _parse_tunables(values: list[str]) -> dict[str, int]:
     parsed: dict[str, int] = {}
     for item in values:
@@ -246,21 +268,12 @@ def apply(
     config: ConfigFile = None,
 ) -> None:
     """Change a device's configuration now: checked, snapshotted, journaled, read back."""
-    from pydantic import ValidationError
 
     from agent.applier import Applier
     from agent.effects import Effects
-    from agent.wire import DeviceConfig
 
     cfg = _load_config(config)
-    try:
-        wanted = DeviceConfig.model_validate({
-            "scheduler": scheduler, "scheduler_tunables": _parse_tunables(tunable),
-            "nr_requests": nr_requests, "read_ahead_kb": read_ahead_kb, "completion": completion,
-        })  # fmt: skip
-    except ValidationError as error:
-        typer.secho(f"error: refused: {error}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(code=2) from error
+    wanted = _device_config(scheduler, tunable, nr_requests, read_ahead_kb, completion)
     applier = Applier(cfg.paths, cfg.state_dir or state_dir, Effects(dry_run=dry_run))
     try:
         result = applier.apply(device, wanted)
@@ -317,25 +330,15 @@ def canary(
     Exit status: 0 pass (candidate kept), 1 fail, 3 inconclusive (baseline restored)."""
     import json
 
-    from pydantic import ValidationError
-
     from agent.applier import Applier
     from agent.bench.energy import EnergyMeter
     from agent.canary import describe, run_canary
     from agent.power_sources import power_collectors
-    from agent.wire import DeviceConfig
 
     cfg = _load_config(config)
     directory = cfg.state_dir or state_dir
     spec = workload_option(workload, workload_file)
-    try:
-        candidate = DeviceConfig.model_validate({
-            "scheduler": scheduler, "scheduler_tunables": _parse_tunables(tunable),
-            "nr_requests": nr_requests, "read_ahead_kb": read_ahead_kb,
-        })  # fmt: skip
-    except ValidationError as error:
-        typer.secho(f"error: refused: {error}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(code=2) from error
+    candidate = _device_config(scheduler, tunable, nr_requests, read_ahead_kb)
     applier = Applier(cfg.paths, directory)
     meter = EnergyMeter(power_collectors(cfg))
     try:

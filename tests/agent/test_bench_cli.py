@@ -3,26 +3,10 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from agent.config import AgentConfig, PowerConfig
-from agent.enrollment import enroll_node
-from agent.runner import Agent
-from tests.agent.conftest import LoopFactory
+from tests.agent.conftest import LoopFactory, enroll_lab_node
 from tests.proc import BLKPILOT, ServiceProcess, clean_env
-
-
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[ServiceProcess]:
-    (tmp_path / "service").mkdir()
-    svc = ServiceProcess(tmp_path / "service")
-    svc.start()
-    svc.create_admin()
-    yield svc
-    assert svc.stop() == 0
 
 
 def test_sweep_sends_every_result_as_an_observation(
@@ -30,12 +14,7 @@ def test_sweep_sends_every_result_as_an_observation(
 ) -> None:
     device = loop_device()
     state_dir = tmp_path / "agent"
-    token = service.api("POST", "/enrollment-tokens", json={}).json()["token"]
-    node = enroll_node(service.base_url, token, state_dir, hostname="lab", labels={})
-    power = PowerConfig(rapl=False, hwmon=False, ipmi=False)
-    Agent(
-        AgentConfig(devices=[device], metrics_port=0, power=power), node, state_dir
-    ).discover_and_report()
+    enroll_lab_node(service, state_dir, [device])
 
     sweep = [
         BLKPILOT, "bench", "sweep", "--state-dir", str(state_dir), "--device", device,

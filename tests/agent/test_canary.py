@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import random
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,12 +9,9 @@ import pytest
 from agent.applier import Applier
 from agent.bench.library import library
 from agent.canary import MetricRule, compare, evaluate, run_canary, schedule
-from agent.config import AgentConfig, PowerConfig
-from agent.enrollment import enroll_node
 from agent.host import HostPaths
-from agent.runner import Agent
 from agent.wire import CanaryVerdict, DeviceConfig, Scheduler
-from tests.agent.conftest import LoopFactory
+from tests.agent.conftest import LoopFactory, enroll_lab_node
 from tests.proc import BLKPILOT, ServiceProcess, clean_env
 
 IOPS = MetricRule("iops", higher_is_better=True, tolerance=0.05)
@@ -92,27 +88,12 @@ def test_a_to_a_canary_does_not_fail(loop_device: LoopFactory, tmp_path: Path) -
     assert "[none]" in Path(f"/sys/block/{device}/queue/scheduler").read_text()
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[ServiceProcess]:
-    (tmp_path / "service").mkdir()
-    svc = ServiceProcess(tmp_path / "service")
-    svc.start()
-    svc.create_admin()
-    yield svc
-    assert svc.stop() == 0
-
-
 def test_bfq_canary_fails_is_rolled_back_and_reported(
     service: ServiceProcess, loop_device: LoopFactory, tmp_path: Path
 ) -> None:
     device = loop_device(on="tmpfs")
     state_dir = tmp_path / "agent"
-    token = service.api("POST", "/enrollment-tokens", json={}).json()["token"]
-    node = enroll_node(service.base_url, token, state_dir, hostname="lab", labels={})
-    config = AgentConfig(
-        devices=[device], metrics_port=0, power=PowerConfig(rapl=False, hwmon=False, ipmi=False)
-    )
-    Agent(config, node, state_dir).discover_and_report()  # the service knows the device
+    enroll_lab_node(service, state_dir, [device])  # the service knows the device
 
     result = subprocess.run(
         [BLKPILOT, "agent", "canary", device, "--state-dir", str(state_dir), "--scheduler", "bfq",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,30 +15,13 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.config import AgentConfig, PowerConfig
-from agent.enrollment import enroll_node
 from agent.exporter import registry_for
 from agent.runner import Agent
 from agent.state import NodeState
-from tests.agent.conftest import LoopFactory
+from tests.agent.conftest import LoopFactory, enroll_lab_node
 from tests.proc import ServiceProcess, clean_env, free_port, stop
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[ServiceProcess]:
-    (tmp_path / "service").mkdir()
-    svc = ServiceProcess(tmp_path / "service")
-    svc.start()
-    svc.create_admin()
-    yield svc
-    if svc.process is not None:
-        assert svc.stop() == 0
-
-
-def _enroll(service: ServiceProcess, state_dir: Path) -> NodeState:
-    token = service.api("POST", "/enrollment-tokens", json={}).json()["token"]
-    return enroll_node(service.base_url, token, state_dir, hostname="lab", labels={})
 
 
 def _meter(path: Path) -> Callable[[], None]:
@@ -82,7 +65,7 @@ def test_outage_spools_and_delivers_every_window_once(
 ) -> None:
     fast, slow = loop_device(on="tmpfs"), loop_device(on="disk")
     state_dir = tmp_path / "agent"
-    node = _enroll(service, state_dir)
+    node = enroll_lab_node(service, state_dir)
     meter = _meter(tmp_path / "meter.csv")
     config = AgentConfig(
         devices=[fast, slow],
@@ -141,7 +124,7 @@ def test_policies_are_applied_reported_and_drift_is_noticed(
 ) -> None:
     good, bad = loop_device(), loop_device()
     state_dir = tmp_path / "agent"
-    node = _enroll(service, state_dir)
+    node = enroll_lab_node(service, state_dir)
     config = AgentConfig(
         devices=[good, bad], metrics_port=0, power=PowerConfig(rapl=False, hwmon=False, ipmi=False)
     )
