@@ -7,7 +7,7 @@ UV_VERSION := 0.13.8
 TOOLS := $(CURDIR)/.tools
 UV := $(TOOLS)/bin/uv
 VENV := $(CURDIR)/.venv
-DEBIAN_PACKAGES := python3 python3-venv ca-certificates git util-linux e2fsprogs fio rocksdb-tools systemd
+DEBIAN_PACKAGES := python3 python3-venv ca-certificates git util-linux e2fsprogs fio rocksdb-tools systemd qemu-system-x86 busybox-static cpio
 
 export PATH := $(TOOLS)/bin:$(VENV)/bin:$(PATH)
 # Use the machine's Python; never download one.

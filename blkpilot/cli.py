@@ -7,6 +7,7 @@ import typer
 
 from agent.bench.cli import app as bench_app
 from agent.cli import app as agent_app
+from kernel.lab.cli import app as lab_app
 from service.cli import register as register_service_commands
 
 app = typer.Typer(
@@ -16,6 +17,7 @@ app = typer.Typer(
 )
 app.add_typer(agent_app, name="agent")
 app.add_typer(bench_app, name="bench")
+app.add_typer(lab_app, name="lab")
 register_service_commands(app)
 
 

@@ -1,0 +1,56 @@
+"""Scheduler overhead on null_blk in the kernel lab (Debian 6.1 under QEMU TCG): 4 KB QD1
+synchronous random reads, 10 µs completions, each stock scheduler's mean latency relative to
+none — the HotStorage '23 overhead case. Records to bench/results/lab_overhead.*
+
+    python bench/lab_overhead.py                    # 4 alternating rounds of 3 s
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.record import provenance, record  # noqa: E402
+from kernel.lab.scenarios import run  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--no-record", action="store_true")
+    args = parser.parse_args()
+    result = run("null-overhead", rounds=args.rounds, seconds=args.seconds)
+    relative = result.summary["relative_to_none"]
+    doc = {
+        "benchmark": "lab_overhead",
+        "kernel": result.kernel,
+        **{f"{s}_mean_us": v for s, v in result.summary["mean_latency_us"].items()},
+        **{f"{s}_vs_none": v for s, v in relative.items()},
+        "paper_hotstorage23_vs_none": {"mq-deadline": 1.069, "kyber": 1.073, "bfq": 1.199},
+        "kernel_problems": len(result.kernel_problems),
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        **provenance("lab_overhead.py"),
+    }
+    print(json.dumps(doc, indent=2))
+    if not args.no_record:
+        record(
+            "lab_overhead",
+            doc,
+            {"none µs": "none_mean_us", "mq-deadline": "mq-deadline_vs_none",
+             "kyber": "kyber_vs_none", "bfq": "bfq_vs_none", "kernel": "kernel"},
+        )  # fmt: skip
+    ordered = relative["bfq"] > max(relative["mq-deadline"], relative["kyber"]) > 1.0
+    return 0 if ordered and not result.kernel_problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

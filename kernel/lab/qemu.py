@@ -1,0 +1,53 @@
+"""Boot the lab kernel under QEMU with TCG (nested KVM hangs on these machines) and collect
+what the scenario printed between markers on the serial console."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RESULT = re.compile(r"BLKPILOT-RESULT-BEGIN (\S+)\r?\n(.*?)BLKPILOT-RESULT-END", re.S)
+DMESG = re.compile(r"BLKPILOT-DMESG-BEGIN\r?\n(.*?)BLKPILOT-DMESG-END", re.S)
+
+
+class LabRunError(RuntimeError):
+    pass
+
+
+@dataclass
+class Boot:
+    console: str
+    seconds: float
+    results: dict[str, str] = field(default_factory=dict)
+    dmesg: str = ""
+
+    def kernel_problems(self) -> list[str]:
+        """WARNING, BUG, Oops and taint lines: a module must leave none."""
+        pattern = re.compile(r"WARNING:|BUG:|Oops|Call Trace|tainted", re.I)
+        return [line for line in self.dmesg.splitlines() if pattern.search(line)]
+
+
+def boot(kernel: Path, initrd: Path, *, memory_mb: int = 1536, timeout: float = 600) -> Boot:
+    argv = [
+        "qemu-system-x86_64", "-accel", "tcg", "-m", str(memory_mb), "-smp", "1",
+        "-kernel", str(kernel), "-initrd", str(initrd),
+        "-append", "console=ttyS0 panic=-1 quiet loglevel=4",
+        "-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",
+    ]  # fmt: skip
+    started = time.monotonic()
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as error:
+        raise LabRunError(f"the guest did not finish within {timeout:.0f} s") from error
+    console = done.stdout.replace("\r\n", "\n")
+    if "BLKPILOT-LAB-DONE" not in console:
+        raise LabRunError(
+            f"the guest stopped early (exit {done.returncode}):\n"
+            f"{console[-3000:]}\n{done.stderr[-1000:]}"
+        )
+    results = {name: body.strip() for name, body in RESULT.findall(console)}
+    dmesg = DMESG.search(console)
+    return Boot(console, time.monotonic() - started, results, dmesg.group(1) if dmesg else "")
