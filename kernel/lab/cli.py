@@ -34,7 +34,8 @@ def run_scenario(
     if scenario not in SCENARIOS:
         raise typer.BadParameter(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
     result = run(scenario, rounds=rounds, seconds=seconds)
-    typer.echo(json.dumps({k: v for k, v in asdict(result).items() if k != "runs"}, indent=2))
+    shown = {k: v for k, v in asdict(result).items() if k not in ("runs", "parsed")}
+    typer.echo(json.dumps(shown, indent=2))
     if result.kernel_problems:
         typer.secho(
             "kernel log problems:\n" + "\n".join(result.kernel_problems),

@@ -36,7 +36,12 @@ def _libraries(binary: Path) -> list[Path]:
 
 
 def build(
-    out: Path, *, modules: list[Path], scenario: str, binaries: tuple[str, ...] = ("fio",)
+    out: Path,
+    *,
+    modules: list[Path],
+    scenario: str,
+    files: dict[str, str] | None = None,
+    binaries: tuple[str, ...] = ("fio",),
 ) -> Path:
     """Write out (gzip'd newc cpio) and return it."""
     stage = out.parent / (out.name + ".d")
@@ -61,13 +66,17 @@ def build(
     (stage / "init").write_text(INIT)
     (stage / "init").chmod(0o755)
     (stage / "scenario.sh").write_text(scenario)
+    for name, text in (files or {}).items():
+        path = stage / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
     files = subprocess.run(
         ["find", "."], cwd=stage, capture_output=True, text=True, check=True
     ).stdout
     archive = subprocess.run(
         ["cpio", "-o", "-H", "newc", "--quiet"],
         cwd=stage,
-        input=files.encode(),
+        input=listing.encode(),
         capture_output=True,
         check=True,
     ).stdout

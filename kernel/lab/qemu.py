@@ -27,7 +27,10 @@ class Boot:
     def kernel_problems(self) -> list[str]:
         """WARNING, BUG, Oops and taint lines: a module must leave none."""
         pattern = re.compile(r"WARNING:|BUG:|Oops|Call Trace|tainted", re.I)
-        return [line for line in self.dmesg.splitlines() if pattern.search(line)]
+        found = [line for line in self.dmesg.splitlines() if pattern.search(line)]
+        if "BLKPILOT-UNLOAD-FAILED" in self.console:
+            found.append("a module did not unload")
+        return found
 
 
 def boot(kernel: Path, initrd: Path, *, memory_mb: int = 1536, timeout: float = 600) -> Boot:

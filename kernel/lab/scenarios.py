@@ -10,8 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.bench import fio as fio_results
-from kernel.lab import initramfs, packages, qemu
+from agent.bench import fio as fio_jobs
+from agent.bench.fairness import Alone, fairness
+from agent.bench.library import fios
+from agent.bench.target import Target
+from agent.wire import WorkloadSpec
+from kernel.lab import build, initramfs, packages, qemu
 
 STOCK = ("none", "mq-deadline", "kyber", "bfq")
 
@@ -47,12 +51,69 @@ def null_overhead_script(rounds: int, seconds: float) -> str:
     return script
 
 
+FLASHSIM = "insmod /lib/modules/flashsim.ko {params}\n"
+FLASH_LIKE = "units=4 read_lat_ns=25000 read_ns_per_kb=50 write_lat_ns=250000 write_ns_per_kb=200"
+
+
+def fairness_files(
+    workloads: list[WorkloadSpec], schedulers: tuple[str, ...], seconds: float
+) -> tuple[str, dict[str, str]]:
+    """For each workload and scheduler: each job alone, then all together (FIOS's method)."""
+    target = Target(Path("/dev/flashsim0"), "flashsim0", False, False)
+    files: dict[str, str] = {}
+    script = ""
+    for scheduler in schedulers:
+        if scheduler in ("kyber", "bfq"):
+            script += (
+                f"insmod /lib/modules/{'kyber-iosched' if scheduler == 'kyber' else 'bfq'}.ko\n"
+            )
+        script += f"echo {scheduler} > /sys/block/flashsim0/queue/scheduler\n"
+        for workload in workloads:
+            timed = workload.model_copy(update={"duration_s": seconds, "warmup_s": 0.3})
+            runs = {f"{workload.name}/{scheduler}/together": timed}
+            for job in workload.jobs:
+                alone = timed.model_copy(update={"jobs": [job.model_copy(update={"tasks": 1})]})
+                runs[f"{workload.name}/{scheduler}/alone-{job.name}"] = alone
+            for label, run_spec in runs.items():
+                name = label.replace("/", "_") + ".fio"
+                files[f"jobs/{name}"] = fio_jobs.job_file(run_spec, target)
+                script += (
+                    f"fio --output-format=json+ --output=/tmp/out.json /jobs/{name}\n"
+                    f"echo BLKPILOT-RESULT-BEGIN {label}\n"
+                    "cat /tmp/out.json\necho BLKPILOT-RESULT-END\n"
+                )
+    return script, files
+
+
+def summarize_fairness(parsed: dict[str, fio_jobs.FioResult]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for label, result in parsed.items():
+        workload, scheduler, kind = label.split("/")
+        if kind != "together":
+            continue
+        alone = {}
+        for task in result.tasks:
+            (solo,) = parsed[f"{workload}/{scheduler}/alone-{task.job}"].tasks
+            alone[task.job] = Alone(solo.mean_latency_us, solo.iops)
+        metrics = fairness(result.tasks, alone)
+        summary.setdefault(workload, {})[scheduler] = {
+            "worst_slowdown": round(metrics["worst_slowdown"], 2),
+            "proportional_slowdown": metrics["proportional_slowdown"],
+            "worst_over_proportional": round(metrics["worst_slowdown_over_proportional"], 2),
+            "concurrent_efficiency": round(metrics["concurrent_efficiency"], 3),
+            "slowdowns": {k.removeprefix("slowdown_"): round(v, 2) for k, v in metrics.items()
+                          if k.startswith("slowdown_")},
+        }  # fmt: skip
+    return summary
+
+
 @dataclass
 class LabResult:
     scenario: str
     kernel: str
     boot_seconds: float
     runs: dict[str, dict[str, float]]  # label -> fio metrics
+    parsed: dict[str, fio_jobs.FioResult]
     kernel_problems: list[str]
     summary: dict[str, Any] = field(default_factory=dict)
 
@@ -88,16 +149,42 @@ def summarize_overhead(runs: dict[str, dict[str, float]]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Scenario:
-    modules: list[str]
-    script: Callable[[int, float], str]
-    summarize: Callable[[dict[str, dict[str, float]]], dict[str, Any]]
+    modules: list[str]  # from the Debian kernel
+    ours: list[str]  # built from kernel/
+    script: Callable[[int, float], tuple[str, dict[str, str]]]
+    summarize: Callable[[dict[str, fio_jobs.FioResult]], dict[str, Any]]
+
+
+def _overhead(rounds: int, seconds: float) -> tuple[str, dict[str, str]]:
+    return null_overhead_script(rounds, seconds), {}
+
+
+def _fairness(workloads: list[str]) -> Callable[[int, float], tuple[str, dict[str, str]]]:
+    def make(rounds: int, seconds: float) -> tuple[str, dict[str, str]]:
+        chosen = [w for w in fios() if w.name in workloads]
+        script, files = fairness_files(chosen, STOCK, seconds)
+        # back to none, then unload: the module must leave cleanly
+        unload = "echo none > /sys/block/flashsim0/queue/scheduler\nrmmod flashsim\n"
+        unload += "test -e /sys/block/flashsim0 && echo BLKPILOT-UNLOAD-FAILED\n"
+        return FLASHSIM.format(params=FLASH_LIKE) + script + unload, files
+
+    return make
 
 
 SCENARIOS = {
     "null-overhead": Scenario(
-        ["configfs", "null_blk", "kyber-iosched", "bfq"], null_overhead_script, summarize_overhead
+        ["configfs", "null_blk", "kyber-iosched", "bfq"], [], _overhead,
+        lambda parsed: summarize_overhead({k: v.metrics for k, v in parsed.items()}),
     ),
-}
+    "flash-fairness-1r1w": Scenario(
+        ["kyber-iosched", "bfq"], ["flashsim"], _fairness(["fios-1r1w"]), summarize_fairness
+    ),
+    "flash-fairness": Scenario(
+        ["kyber-iosched", "bfq"], ["flashsim"],
+        _fairness(["fios-1r1w", "fios-4r4w", "fios-4r4w-think", "fios-4k-vs-128k"]),
+        summarize_fairness,
+    ),
+}  # fmt: skip
 
 
 def run(
@@ -105,19 +192,25 @@ def run(
 ) -> LabResult:
     scenario = SCENARIOS[name]
     trio = packages.select_trio()
-    root = packages.fetch(trio, cache)
+    root = packages.fetch(trio, cache, with_build=bool(scenario.ours))
+    modules = _modules(root, trio, scenario.modules)
+    modules += [
+        build.build_module(m, root, trio, cache / trio.version / "build") for m in scenario.ours
+    ]
+    script, files = scenario.script(rounds, seconds)
     initrd = initramfs.build(
-        cache / trio.version / f"{name}.initrd.gz",
-        modules=_modules(root, trio, scenario.modules),
-        scenario=scenario.script(rounds, seconds),
+        cache / trio.version / f"{name}.initrd.gz", modules=modules, scenario=script, files=files
     )
+    expected_runs = script.count("BLKPILOT-RESULT-BEGIN")
     booted = qemu.boot(
-        packages.vmlinuz(root, trio), initrd, timeout=120 + rounds * 8 * (seconds + 3)
+        packages.vmlinuz(root, trio), initrd, timeout=120 + expected_runs * (seconds + 4)
     )
-    runs = {}
+    parsed = {}
     for label, body in booted.results.items():
-        document = json.loads(body[body.index("{") :])
-        runs[label] = fio_results.parse(document).metrics
-    result = LabResult(name, trio.abi, booted.seconds, runs, booted.kernel_problems())
-    result.summary = scenario.summarize(runs)
+        parsed[label] = fio_jobs.parse(json.loads(body[body.index("{") :]))
+    result = LabResult(
+        name, trio.abi, booted.seconds, {k: v.metrics for k, v in parsed.items()}, parsed,
+        booted.kernel_problems(),
+    )  # fmt: skip
+    result.summary = scenario.summarize(parsed)
     return result
