@@ -70,7 +70,7 @@ def build(
         path = stage / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    files = subprocess.run(
+    listing = subprocess.run(
         ["find", "."], cwd=stage, capture_output=True, text=True, check=True
     ).stdout
     archive = subprocess.run(
