@@ -297,6 +297,8 @@ static int __init flashsim_init(void)
 	set_capacity(dev->disk, dev->sectors);
 	blk_queue_logical_block_size(dev->disk->queue, 512);
 	blk_queue_physical_block_size(dev->disk->queue, 4096);
+	/* whole requests up to 1 MiB, as flash takes them (and no split polled bios) */
+	blk_queue_max_hw_sectors(dev->disk->queue, 2048);
 	blk_queue_flag_set(QUEUE_FLAG_NONROT, dev->disk->queue);
 	err = add_disk(dev->disk);
 	if (err)

@@ -44,7 +44,14 @@ def boot(kernel: Path, initrd: Path, *, memory_mb: int = 1536, timeout: float = 
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as error:
-        raise LabRunError(f"the guest did not finish within {timeout:.0f} s") from error
+        seen = (
+            error.stdout.decode(errors="replace")
+            if isinstance(error.stdout, bytes)
+            else (error.stdout or "")
+        )
+        raise LabRunError(
+            f"the guest did not finish within {timeout:.0f} s; its console ended with:\n{seen[-3000:]}"
+        ) from error
     console = done.stdout.replace("\r\n", "\n")
     if "BLKPILOT-LAB-DONE" not in console:
         raise LabRunError(

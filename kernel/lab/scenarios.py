@@ -22,7 +22,8 @@ STOCK = ("none", "mq-deadline", "kyber", "bfq")
 
 def _fio_block(label: str, options: str) -> str:
     return (
-        f"fio --output-format=json+ --output=/tmp/out.json --lat_percentiles=1 --clat_percentiles=0"
+        f"fio --eta=never --output-format=json+ --output=/tmp/out.json --lat_percentiles=1"
+        " --clat_percentiles=0"
         f" --randrepeat=0 --norandommap {options}\n"
         f"echo BLKPILOT-RESULT-BEGIN {label}\ncat /tmp/out.json\necho BLKPILOT-RESULT-END\n"
     )
@@ -78,7 +79,7 @@ def fairness_files(
                 name = label.replace("/", "_") + ".fio"
                 files[f"jobs/{name}"] = fio_jobs.job_file(run_spec, target)
                 script += (
-                    f"fio --output-format=json+ --output=/tmp/out.json /jobs/{name}\n"
+                    f"fio --eta=never --output-format=json+ --output=/tmp/out.json /jobs/{name}\n"
                     f"echo BLKPILOT-RESULT-BEGIN {label}\n"
                     "cat /tmp/out.json\necho BLKPILOT-RESULT-END\n"
                 )
@@ -105,6 +106,53 @@ def summarize_fairness(parsed: dict[str, fio_jobs.FioResult]) -> dict[str, Any]:
                           if k.startswith("slowdown_")},
         }  # fmt: skip
     return summary
+
+
+POLL_DEVICES = {"ull": 5_000, "flash": 80_000}  # read latency, ns
+POLL_MODES = {
+    "interrupt": ("0", "-1"),
+    "classic": ("1", "-1"),
+    "hybrid": ("1", "0"),
+}  # hipri, delay
+
+
+def polling_script(rounds: int, seconds: float) -> tuple[str, dict[str, str]]:
+    """HotStorage '22: interrupt vs classic vs hybrid polling, small and large reads, at a
+    ULL-like and a flash-like latency, on a device whose polled completions take as long
+    as its interrupt-driven ones."""
+    script = ""
+    for device, read_ns in POLL_DEVICES.items():
+        params = f"units=4 read_lat_ns={read_ns} read_ns_per_kb=20 poll_queues=1"
+        script += FLASHSIM.format(params=params)
+        script += "echo BLKPILOT-IO-POLL $(cat /sys/block/flashsim0/queue/io_poll)\n"
+        for r in range(rounds):
+            for size in ("4k", "128k"):
+                for mode, (hipri, delay) in POLL_MODES.items():
+                    script += f"echo {delay} > /sys/block/flashsim0/queue/io_poll_delay\n"
+                    script += f"echo BLKPILOT-STEP {device}/{size}/{mode}\n"
+                    script += _fio_block(
+                        f"{device}/{size}/{mode}/{r}",
+                        f"--name=p --filename=/dev/flashsim0 --direct=1 --ioengine=io_uring"
+                        f" --hipri={hipri} --rw=randread --bs={size} --iodepth=1 --time_based"
+                        f" --runtime={seconds} --ramp_time=0.3 --size=64m",
+                    )
+        script += "rmmod flashsim\ntest -e /sys/block/flashsim0 && echo BLKPILOT-UNLOAD-FAILED\n"
+    return script, {}
+
+
+def summarize_polling(parsed: dict[str, fio_jobs.FioResult]) -> dict[str, Any]:
+    cells: dict[str, list[dict[str, float]]] = {}
+    for label, result in parsed.items():
+        device, size, mode, _ = label.split("/")
+        cells.setdefault(f"{device}/{size}/{mode}", []).append(result.metrics)
+    return {
+        key: {
+            metric: round(statistics.mean(m[metric] for m in runs), 3)
+            for metric in ("lat_mean_us", "lat_p50_us", "iops", "context_switches_per_io",
+                           "cpu_usr_pct", "cpu_sys_pct")
+        }
+        for key, runs in sorted(cells.items())
+    }  # fmt: skip
 
 
 @dataclass
@@ -179,6 +227,7 @@ SCENARIOS = {
     "flash-fairness-1r1w": Scenario(
         ["kyber-iosched", "bfq"], ["flashsim"], _fairness(["fios-1r1w"]), summarize_fairness
     ),
+    "flash-polling": Scenario([], ["flashsim"], polling_script, summarize_polling),
     "flash-fairness": Scenario(
         ["kyber-iosched", "bfq"], ["flashsim"],
         _fairness(["fios-1r1w", "fios-4r4w", "fios-4r4w-think", "fios-4k-vs-128k"]),
