@@ -50,7 +50,8 @@ def boot(kernel: Path, initrd: Path, *, memory_mb: int = 1536, timeout: float = 
             else (error.stdout or "")
         )
         raise LabRunError(
-            f"the guest did not finish within {timeout:.0f} s; its console ended with:\n{seen[-3000:]}"
+            f"the guest did not finish within {timeout:.0f} s; its console ended with:\n"
+            f"{seen[-3000:]}"
         ) from error
     console = done.stdout.replace("\r\n", "\n")
     if "BLKPILOT-LAB-DONE" not in console:
