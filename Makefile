@@ -57,6 +57,8 @@ bench: setup
 	python bench/ingest.py
 	python bench/agent_footprint.py
 	python bench/canary.py
+	python bench/lab_overhead.py
+	python bench/lab_flash.py
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache
