@@ -52,12 +52,6 @@ def detach(name: str, backing: Path | None = None) -> None:
         backing.unlink(missing_ok=True)
 
 
-def backing_of(name: str) -> str | None:
-    try:
-        return Path(f"/sys/block/{name}/loop/backing_file").read_text().strip()
-    except OSError:
-        return None
-
 
 def release_stale(backing: Path) -> None:
     """Detach whatever a previous, crashed run left attached to this backing file."""
