@@ -52,7 +52,6 @@ def detach(name: str, backing: Path | None = None) -> None:
         backing.unlink(missing_ok=True)
 
 
-
 def release_stale(backing: Path) -> None:
     """Detach whatever a previous, crashed run left attached to this backing file."""
     if not backing.exists():
