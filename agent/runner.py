@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import blkpilot
+from agent import calibrate
 from agent.applier import Applier, Drift
+from agent.bench.target import device_target
 from agent.client import ServiceClient
 from agent.collectors import CollectorSet
 from agent.collectors.cpu import CpuCollector
@@ -85,6 +87,7 @@ class Agent:
         self.paths = config.paths
         self.effects = effects or Effects(dry_run=config.dry_run)
         self.applier = Applier(self.paths, state_dir, self.effects)
+        self.calibrations = calibrate.CalibrationStore(state_dir)
         self.spool = Spool(
             state_dir / "spool",
             max_batches=config.spool_max_batches,
@@ -261,9 +264,13 @@ class Agent:
 
     def _apply_policy(self, name: str, device_id: uuid.UUID, version: int, wanted: Any) -> None:
         config = DeviceConfig.model_validate(wanted)
+        note = ""
+        if calibrate.needs_calibration(config) and self.config.calibrate_fios:
+            calibration = self._calibration(name)
+            config, note = calibrate.with_costs(config, calibration), f"; {calibration.note}"
         try:
             result = self.applier.apply(name, config)
-            status, detail = AppliedStatus.APPLIED, f"read back: {result.after}"
+            status, detail = AppliedStatus.APPLIED, f"read back: {result.after}{note}"
             reported = config
         except (ChangeRefused, ChangeFailed) as error:
             status = (
@@ -278,6 +285,28 @@ class Agent:
         ))  # fmt: skip
         self._policy_versions[name] = version
         write_json_atomic(self._policy_file, self._policy_versions)
+
+    def _calibration(self, name: str) -> calibrate.Calibration:
+        """fios' costs for a device: measured once (scratch devices only), then remembered."""
+        known = self.calibrations.get(name)
+        if known is not None:
+            return known
+        try:
+            target = device_target(self.paths, name, self.effects)
+            found = calibrate.measure(
+                target,
+                workdir=self.state_dir / "calibration-work",
+                effects=self.effects,
+                seconds=self.config.calibration_seconds,
+            )
+        except AgentError as error:
+            log.warning("fios calibration of %s failed: %s", name, error)
+            return calibrate.Calibration(
+                name, {}, "", f"not calibrated ({error}); fios charges elapsed time / parallelism"
+            )
+        self.calibrations.put(found)
+        log.info("%s", found.note)
+        return found
 
     def _check_drift(self) -> None:
         drift: dict[str, list[Drift]] = {}

@@ -26,14 +26,43 @@ def headers_dir(root: Path, trio: packages.KernelTrio) -> Path:
     return tree
 
 
+def block_headers(root: Path, trio: packages.KernelTrio) -> Path:
+    """The block layer's private headers (block/*.h), taken from the linux-source tarball of
+    the same version; schedulers need them and linux-headers does not ship them."""
+    tarball = root / "usr" / "src" / "linux-source-6.1.tar.xz"
+    target = root / "usr" / "src" / "linux-source-6.1" / "block"
+    marker = target / ".extracted"
+    if marker.exists():
+        return target
+    if not tarball.exists():
+        raise BuildError(f"{tarball} is missing: fetch the trio with with_build=True")
+    result = subprocess.run(
+        ["tar", "-C", str(root / "usr" / "src"), "-xJf", str(tarball), "--wildcards",
+         "linux-source-6.1/block/*.h"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise BuildError(f"extracting block headers from {tarball} failed: {result.stderr}")
+    if not (target / "elevator.h").exists():
+        raise BuildError(f"{tarball} has no block/elevator.h")
+    marker.touch()
+    return target
+
+
+# Extra make variables per module: what it needs beyond the headers package.
+MAKE_VARS = {"fios": lambda root, trio: {"FIOS_BLOCK_HEADERS": str(block_headers(root, trio))}}
+
+
 def build_module(name: str, root: Path, trio: packages.KernelTrio, out: Path) -> Path:
     """kernel/<name>/ built out of tree; returns the .ko."""
     source = KERNEL_DIR / name
     work = out / name
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(source, work, ignore=shutil.ignore_patterns("*.o", "*.ko", ".*"))
+    extra = MAKE_VARS[name](root, trio) if name in MAKE_VARS else {}
     result = subprocess.run(
-        ["make", "-C", str(headers_dir(root, trio)), f"M={work}", "modules"],
+        ["make", "-C", str(headers_dir(root, trio)), f"M={work}", "modules",
+         *(f"{key}={value}" for key, value in extra.items())],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     if result.returncode != 0:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 RESULT = re.compile(r"BLKPILOT-RESULT-BEGIN (\S+)\r?\n(.*?)BLKPILOT-RESULT-END", re.S)
+STATS = re.compile(r"BLKPILOT-STATS-BEGIN (\S+)\r?\n(.*?)BLKPILOT-STATS-END", re.S)
 DMESG = re.compile(r"BLKPILOT-DMESG-BEGIN\r?\n(.*?)BLKPILOT-DMESG-END", re.S)
 
 
@@ -23,6 +24,7 @@ class Boot:
     seconds: float
     results: dict[str, str] = field(default_factory=dict)
     dmesg: str = ""
+    stats: dict[str, dict[str, str]] = field(default_factory=dict)  # label -> key -> value
 
     def kernel_problems(self) -> list[str]:
         """WARNING, BUG, Oops and taint lines: a module must leave none."""
@@ -61,4 +63,10 @@ def boot(kernel: Path, initrd: Path, *, memory_mb: int = 1536, timeout: float = 
         )
     results = {name: body.strip() for name, body in RESULT.findall(console)}
     dmesg = DMESG.search(console)
-    return Boot(console, time.monotonic() - started, results, dmesg.group(1) if dmesg else "")
+    stats = {
+        name: dict(line.split(maxsplit=1) for line in body.strip().splitlines() if " " in line)
+        for name, body in STATS.findall(console)
+    }
+    return Boot(
+        console, time.monotonic() - started, results, dmesg.group(1) if dmesg else "", stats
+    )

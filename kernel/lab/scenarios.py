@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent import calibrate
 from agent.bench import fio as fio_jobs
 from agent.bench.fairness import Alone, fairness
 from agent.bench.library import fios
@@ -18,6 +19,8 @@ from agent.wire import WorkloadSpec
 from kernel.lab import build, initramfs, packages, qemu
 
 STOCK = ("none", "mq-deadline", "kyber", "bfq")
+SCHEDULERS = (*STOCK, "fios")  # fios: kernel/fios, built for the lab kernel
+LOADABLE = {"kyber": "kyber-iosched", "bfq": "bfq", "fios": "fios"}  # mq-deadline is built in
 
 
 def _fio_block(label: str, options: str) -> str:
@@ -29,46 +32,63 @@ def _fio_block(label: str, options: str) -> str:
     )
 
 
-def null_overhead_script(rounds: int, seconds: float) -> str:
+def null_overhead_script(
+    rounds: int, seconds: float, schedulers: tuple[str, ...] = SCHEDULERS
+) -> str:
     """HotStorage '23's overhead case: 4 KB QD1 synchronous random reads on null_blk with a
-    10 µs completion time, under each stock scheduler, in alternating rounds."""
+    10 µs completion time, under each scheduler. One unrecorded warm-up run first (TCG
+    translates fio's code on first use, which inflated whichever scheduler ran first), then
+    rounds in a rotated order so that no scheduler always runs at the same point."""
     lines = [
         "insmod /lib/modules/configfs.ko",
         "insmod /lib/modules/null_blk.ko queue_mode=2 irqmode=2 completion_nsec=10000"
         " memory_backed=1 gb=1 submit_queues=1 hw_queue_depth=64",
-        "insmod /lib/modules/kyber-iosched.ko",
-        "insmod /lib/modules/bfq.ko",
+        *(f"insmod /lib/modules/{LOADABLE[s]}.ko" for s in schedulers if s in LOADABLE),
     ]
     script = "\n".join(lines) + "\n"
+    job = (
+        "--name=qd1 --filename=/dev/nullb0 --direct=1 --ioengine=psync --rw=randread"
+        " --bs=4k --iodepth=1 --time_based --runtime={seconds} --ramp_time=0.5 --size=512m"
+    )
+    script += f"fio --eta=never --output=/dev/null {job.format(seconds=1)}\n"
     for r in range(rounds):
-        for scheduler in STOCK:
+        shift = r % len(schedulers)
+        for scheduler in schedulers[shift:] + schedulers[:shift]:
             script += f"echo {scheduler} > /sys/block/nullb0/queue/scheduler\n"
-            script += _fio_block(
-                f"{scheduler}/{r}",
-                "--name=qd1 --filename=/dev/nullb0 --direct=1 --ioengine=psync --rw=randread"
-                f" --bs=4k --iodepth=1 --time_based --runtime={seconds} --ramp_time=0.5"
-                " --size=512m",
-            )
+            script += _fio_block(f"{scheduler}/{r}", job.format(seconds=seconds))
+    script += "echo none > /sys/block/nullb0/queue/scheduler\n"
+    if "fios" in schedulers:
+        script += "rmmod fios\ngrep -q fios /sys/block/nullb0/queue/scheduler"
+        script += " && echo BLKPILOT-UNLOAD-FAILED\n"
     return script
 
 
 FLASHSIM = "insmod /lib/modules/flashsim.ko {params}\n"
-FLASH_LIKE = "units=4 read_lat_ns=25000 read_ns_per_kb=50 write_lat_ns=250000 write_ns_per_kb=200"
+FLASH_LIKE = "units=2 read_lat_ns=25000 read_ns_per_kb=50 write_lat_ns=2000000 write_ns_per_kb=200"
 
 
 def fairness_files(
-    workloads: list[WorkloadSpec], schedulers: tuple[str, ...], seconds: float
+    workloads: list[WorkloadSpec],
+    schedulers: tuple[str, ...],
+    seconds: float,
+    tunables: dict[str, dict[str, int]] | None = None,
 ) -> tuple[str, dict[str, str]]:
-    """For each workload and scheduler: each job alone, then all together (FIOS's method)."""
+    """For each workload and scheduler: each job alone, then all together (FIOS's method).
+    `tunables` are written under queue/iosched/ after selecting each scheduler; fios' own
+    counters are printed after each run."""
     target = Target(Path("/dev/flashsim0"), "flashsim0", False, False)
+    queue = "/sys/block/flashsim0/queue"
     files: dict[str, str] = {}
     script = ""
+    loaded: set[str] = set()
     for scheduler in schedulers:
-        if scheduler in ("kyber", "bfq"):
-            script += (
-                f"insmod /lib/modules/{'kyber-iosched' if scheduler == 'kyber' else 'bfq'}.ko\n"
-            )
-        script += f"echo {scheduler} > /sys/block/flashsim0/queue/scheduler\n"
+        kernel_name = scheduler.split("+")[0]  # "fios+eq1": fios with a variant's tunables
+        if kernel_name in LOADABLE and kernel_name not in loaded:
+            script += f"insmod /lib/modules/{LOADABLE[kernel_name]}.ko\n"
+            loaded.add(kernel_name)
+        script += f"echo {kernel_name} > {queue}/scheduler\n"
+        for name, value in (tunables or {}).get(scheduler, {}).items():
+            script += f"echo {value} > {queue}/iosched/{name}\n"
         for workload in workloads:
             timed = workload.model_copy(update={"duration_s": seconds, "warmup_s": 0.3})
             runs = {f"{workload.name}/{scheduler}/together": timed}
@@ -83,6 +103,11 @@ def fairness_files(
                     f"echo BLKPILOT-RESULT-BEGIN {label}\n"
                     "cat /tmp/out.json\necho BLKPILOT-RESULT-END\n"
                 )
+                if kernel_name == "fios":
+                    script += (
+                        f"echo BLKPILOT-STATS-BEGIN {label}\ncat {queue}/iosched/stats\n"
+                        "echo BLKPILOT-STATS-END\n"
+                    )
     return script, files
 
 
@@ -164,6 +189,8 @@ class LabResult:
     parsed: dict[str, fio_jobs.FioResult]
     kernel_problems: list[str]
     summary: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, dict[str, str]] = field(default_factory=dict)  # fios' counters per run
+    tunables: dict[str, dict[str, int]] = field(default_factory=dict)  # written per scheduler
 
 
 def _modules(root: Path, trio: packages.KernelTrio, names: list[str]) -> list[Path]:
@@ -176,64 +203,127 @@ def _modules(root: Path, trio: packages.KernelTrio, names: list[str]) -> list[Pa
 
 
 def summarize_overhead(runs: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Per scheduler the median over rounds of each round's mean and median latency; the
+    ratios to none use the medians of means (robust to one round disturbed by the host)."""
+    schedulers = sorted({label.split("/")[0] for label in runs}, key=_scheduler_order)
     mean = {
-        s: statistics.mean(
+        s: statistics.median(
             m["lat_mean_us"] for label, m in runs.items() if label.startswith(f"{s}/")
         )
-        for s in STOCK
+        for s in schedulers
     }
     p50 = {
-        s: statistics.mean(
+        s: statistics.median(
             m["lat_p50_us"] for label, m in runs.items() if label.startswith(f"{s}/")
         )
-        for s in STOCK
+        for s in schedulers
     }
     return {
         "mean_latency_us": {s: round(v, 2) for s, v in mean.items()},
         "p50_latency_us": {s: round(v, 2) for s, v in p50.items()},
-        "relative_to_none": {s: round(mean[s] / mean["none"], 3) for s in STOCK},
+        "relative_to_none": {s: round(mean[s] / mean["none"], 3) for s in schedulers},
     }
+
+
+def _scheduler_order(name: str) -> int:
+    return SCHEDULERS.index(name) if name in SCHEDULERS else len(SCHEDULERS)
+
+
+Tunables = dict[str, dict[str, int]]  # scheduler label -> queue/iosched/ values
 
 
 @dataclass(frozen=True)
 class Scenario:
     modules: list[str]  # from the Debian kernel
     ours: list[str]  # built from kernel/
-    script: Callable[[int, float], tuple[str, dict[str, str]]]
+    script: Callable[[int, float, Tunables], tuple[str, dict[str, str]]]
     summarize: Callable[[dict[str, fio_jobs.FioResult]], dict[str, Any]]
+    calibrate: bool = False  # boot once first to measure fios' costs on flashsim
 
 
-def _overhead(rounds: int, seconds: float) -> tuple[str, dict[str, str]]:
+def _overhead(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
     return null_overhead_script(rounds, seconds), {}
 
 
-def _fairness(workloads: list[str]) -> Callable[[int, float], tuple[str, dict[str, str]]]:
-    def make(rounds: int, seconds: float) -> tuple[str, dict[str, str]]:
+def _polling(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
+    return polling_script(rounds, seconds)
+
+
+# fios as the agent configures it (calibrated costs, alpha 0.5), and fios without calibration
+# (costs 0: elapsed time / parallelism, the paper's equation 1).
+FAIRNESS_SCHEDULERS = (*SCHEDULERS, "fios+eq1")
+UNCALIBRATED = {name: 0 for name in calibrate.POINTS}
+
+
+def _fairness(workloads: list[str]) -> Callable[[int, float, Tunables], tuple[str, dict[str, str]]]:
+    def make(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
         chosen = [w for w in fios() if w.name in workloads]
-        script, files = fairness_files(chosen, STOCK, seconds)
-        # back to none, then unload: the module must leave cleanly
-        unload = "echo none > /sys/block/flashsim0/queue/scheduler\nrmmod flashsim\n"
+        tunables = {**tunables, "fios+eq1": UNCALIBRATED}
+        script, files = fairness_files(chosen, FAIRNESS_SCHEDULERS, seconds, tunables)
+        # back to none, then unload both modules: they must leave cleanly
+        unload = "echo none > /sys/block/flashsim0/queue/scheduler\nrmmod fios\nrmmod flashsim\n"
         unload += "test -e /sys/block/flashsim0 && echo BLKPILOT-UNLOAD-FAILED\n"
+        unload += "test -e /sys/module/fios && echo BLKPILOT-UNLOAD-FAILED\n"
         return FLASHSIM.format(params=FLASH_LIKE) + script + unload, files
 
     return make
 
 
+def calibration_files(seconds: float) -> tuple[str, dict[str, str]]:
+    """The agent's calibration runs (agent.calibrate) on flashsim under fios."""
+    target = Target(Path("/dev/flashsim0"), "flashsim0", False, False)
+    script = FLASHSIM.format(params=FLASH_LIKE) + "insmod /lib/modules/fios.ko\n"
+    script += "echo fios > /sys/block/flashsim0/queue/scheduler\n"
+    files = {}
+    for tunable, spec in calibrate.workloads(seconds, warmup_s=0.3).items():
+        files[f"jobs/{tunable}.fio"] = fio_jobs.job_file(spec, target)
+        script += (
+            f"fio --eta=never --output-format=json+ --output=/tmp/out.json /jobs/{tunable}.fio\n"
+            f"echo BLKPILOT-RESULT-BEGIN {tunable}\ncat /tmp/out.json\necho BLKPILOT-RESULT-END\n"
+        )
+    script += "echo none > /sys/block/flashsim0/queue/scheduler\nrmmod fios\nrmmod flashsim\n"
+    return script, files
+
+
 SCENARIOS = {
     "null-overhead": Scenario(
-        ["configfs", "null_blk", "kyber-iosched", "bfq"], [], _overhead,
+        ["configfs", "null_blk", "kyber-iosched", "bfq"], ["fios"], _overhead,
         lambda parsed: summarize_overhead({k: v.metrics for k, v in parsed.items()}),
     ),
     "flash-fairness-1r1w": Scenario(
-        ["kyber-iosched", "bfq"], ["flashsim"], _fairness(["fios-1r1w"]), summarize_fairness
+        ["kyber-iosched", "bfq"], ["flashsim", "fios"], _fairness(["fios-1r1w"]),
+        summarize_fairness, calibrate=True,
     ),
-    "flash-polling": Scenario([], ["flashsim"], polling_script, summarize_polling),
+    "flash-polling": Scenario([], ["flashsim"], _polling, summarize_polling),
     "flash-fairness": Scenario(
-        ["kyber-iosched", "bfq"], ["flashsim"],
+        ["kyber-iosched", "bfq"], ["flashsim", "fios"],
         _fairness(["fios-1r1w", "fios-4r4w", "fios-4r4w-think", "fios-4k-vs-128k"]),
-        summarize_fairness,
+        summarize_fairness, calibrate=True,
     ),
 }  # fmt: skip
+
+
+def _boot(
+    name: str,
+    trio: packages.KernelTrio,
+    root: Path,
+    modules: list[Path],
+    script: str,
+    files: dict[str, str],
+    seconds: float,
+    cache: Path,
+) -> tuple[qemu.Boot, dict[str, fio_jobs.FioResult]]:
+    initrd = initramfs.build(
+        cache / trio.version / f"{name}.initrd.gz", modules=modules, scenario=script, files=files
+    )
+    expected_runs = script.count("BLKPILOT-RESULT-BEGIN")
+    booted = qemu.boot(
+        packages.vmlinuz(root, trio), initrd, timeout=120 + expected_runs * (seconds + 4)
+    )
+    parsed = {}
+    for label, body in booted.results.items():
+        parsed[label] = fio_jobs.parse(json.loads(body[body.index("{") :]))
+    return booted, parsed
 
 
 def run(
@@ -246,20 +336,21 @@ def run(
     modules += [
         build.build_module(m, root, trio, cache / trio.version / "build") for m in scenario.ours
     ]
-    script, files = scenario.script(rounds, seconds)
-    initrd = initramfs.build(
-        cache / trio.version / f"{name}.initrd.gz", modules=modules, scenario=script, files=files
-    )
-    expected_runs = script.count("BLKPILOT-RESULT-BEGIN")
-    booted = qemu.boot(
-        packages.vmlinuz(root, trio), initrd, timeout=120 + expected_runs * (seconds + 4)
-    )
-    parsed = {}
-    for label, body in booted.results.items():
-        parsed[label] = fio_jobs.parse(json.loads(body[body.index("{") :]))
+    tunables: Tunables = {}
+    problems: list[str] = []
+    if scenario.calibrate:
+        script, files = calibration_files(min(seconds, 1.0))
+        booted, parsed = _boot(
+            f"{name}-calibrate", trio, root, modules, script, files, seconds, cache
+        )
+        costs = calibrate.costs_from(parsed)
+        tunables["fios"] = {"alpha_permille": calibrate.DEFAULT_ALPHA_PERMILLE, **costs}
+        problems += booted.kernel_problems()
+    script, files = scenario.script(rounds, seconds, tunables)
+    booted, parsed = _boot(name, trio, root, modules, script, files, seconds, cache)
     result = LabResult(
         name, trio.abi, booted.seconds, {k: v.metrics for k, v in parsed.items()}, parsed,
-        booted.kernel_problems(),
+        problems + booted.kernel_problems(), stats=booted.stats, tunables=tunables,
     )  # fmt: skip
     result.summary = scenario.summarize(parsed)
     return result

@@ -1,0 +1,156 @@
+"""FIOS cost calibration (FAST '12, section 4.3).
+
+FIOS charges each request a cost against its task's timeslice. With calibration it uses a
+linear model through four points — standalone read and write at 4 KiB and 128 KiB — so that a
+read stuck behind a write on the device is not billed for the write's time. The agent measures
+the four points with fio (one task, queue depth 1, nothing else running on the device) when a
+policy chooses fios, and writes them, with the policy's alpha, to fios' tunables.
+
+Measuring write costs writes to the device, so it happens only on scratch devices (no data;
+see agent.bench.target). On a device that holds data nothing is measured: fios then charges
+elapsed time divided by the parallelism at issue (the paper's equation 1), and the agent says
+so. Costs are kept per device in the state directory: a device is calibrated once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from agent.bench import fio
+from agent.bench.target import Target
+from agent.effects import Effects
+from agent.errors import BenchmarkFailed
+from agent.fsutil import read_json, write_json_atomic
+from agent.wire import (
+    SCHEDULER_TUNABLES,
+    DeviceConfig,
+    IOEngine,
+    IOPattern,
+    JobSpec,
+    Scheduler,
+    WorkloadSpec,
+)
+
+log = logging.getLogger(__name__)
+
+POINTS: dict[str, tuple[IOPattern, int]] = {
+    "cost_read_4k_ns": (IOPattern.RANDREAD, 4096),
+    "cost_read_128k_ns": (IOPattern.RANDREAD, 131072),
+    "cost_write_4k_ns": (IOPattern.RANDWRITE, 4096),
+    "cost_write_128k_ns": (IOPattern.RANDWRITE, 131072),
+}
+DEFAULT_ALPHA_PERMILLE = 500  # the paper's alpha = 0.5
+
+
+@dataclass(frozen=True)
+class Calibration:
+    device: str
+    costs: dict[str, int]  # tunable -> ns; empty when not measured
+    measured_at: str
+    note: str
+
+    @property
+    def calibrated(self) -> bool:
+        return set(self.costs) == set(POINTS)
+
+
+def workloads(seconds: float = 2.0, warmup_s: float = 0.5) -> dict[str, WorkloadSpec]:
+    """One standalone QD1 job per calibration point."""
+    specs = {}
+    for tunable, (pattern, size) in POINTS.items():
+        job = JobSpec(
+            name="calibrate",
+            pattern=pattern,
+            read_share=1.0 if pattern is IOPattern.RANDREAD else 0.0,
+            block_sizes={size: 100},
+        )
+        specs[tunable] = WorkloadSpec(
+            name=f"fios-{tunable.removeprefix('cost_').removesuffix('_ns').replace('_', '-')}",
+            engine=IOEngine.PSYNC,
+            jobs=[job],
+            duration_s=seconds,
+            warmup_s=warmup_s,
+        )
+    return specs
+
+
+def costs_from(results: Mapping[str, fio.FioResult]) -> dict[str, int]:
+    """Mean standalone latency of each point in ns, checked against fios' allow-listed range."""
+    if set(results) != set(POINTS):
+        missing = ", ".join(sorted(set(POINTS) - set(results)))
+        raise BenchmarkFailed(f"calibration is missing {missing}")
+    costs = {}
+    for tunable, result in results.items():
+        ios = sum(task.ios for task in result.tasks)
+        if ios == 0:
+            raise BenchmarkFailed(f"calibration of {tunable} completed no I/O")
+        mean_ns = round(sum(t.mean_latency_us * t.ios for t in result.tasks) / ios * 1000)
+        low, high = SCHEDULER_TUNABLES[Scheduler.FIOS][tunable]
+        if not low < mean_ns <= high:
+            raise BenchmarkFailed(f"calibrated {tunable} = {mean_ns} ns is outside ({low}, {high}]")
+        costs[tunable] = mean_ns
+    return costs
+
+
+def measure(
+    target: Target, *, workdir: Path, effects: Effects | None = None, seconds: float = 2.0
+) -> Calibration:
+    now = datetime.now(UTC).isoformat()
+    device = target.device or str(target.path)
+    if target.holds_data:
+        return Calibration(device, {}, now, (
+            f"not calibrated: {target.path} holds data ({'; '.join(target.reasons)}), so its"
+            " write costs cannot be measured; fios charges elapsed time / parallelism"
+        ))  # fmt: skip
+    results = {
+        tunable: fio.run(spec, target, effects=effects, workdir=workdir)
+        for tunable, spec in workloads(seconds).items()
+    }
+    costs = costs_from(results)
+    summary = ", ".join(f"{k.removeprefix('cost_')}={v}" for k, v in costs.items())
+    return Calibration(device, costs, now, f"calibrated on {target.path}: {summary}")
+
+
+class CalibrationStore:
+    """The last calibration per device, under the agent's state directory."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.directory = state_dir / "calibration"
+
+    def _file(self, device: str) -> Path:
+        return self.directory / f"{device}.json"
+
+    def get(self, device: str) -> Calibration | None:
+        path = self._file(device)
+        if not path.exists():
+            return None
+        data = read_json(path)
+        return Calibration(data["device"], dict(data["costs"]), data["measured_at"], data["note"])
+
+    def put(self, calibration: Calibration) -> None:
+        write_json_atomic(self._file(calibration.device), calibration.__dict__)
+
+    def forget(self, device: str) -> bool:
+        path = self._file(device)
+        if path.exists():
+            path.unlink()
+            return True
+        return False
+
+
+def with_costs(config: DeviceConfig, calibration: Calibration) -> DeviceConfig:
+    """The policy's fios configuration completed with the measured costs and an alpha.
+    Values the policy sets itself win over measured ones."""
+    if config.scheduler is not Scheduler.FIOS:
+        return config
+    tunables = {"alpha_permille": DEFAULT_ALPHA_PERMILLE, **calibration.costs}
+    tunables.update(config.scheduler_tunables)
+    return DeviceConfig.model_validate({**config.model_dump(), "scheduler_tunables": tunables})
+
+
+def needs_calibration(config: DeviceConfig) -> bool:
+    return config.scheduler is Scheduler.FIOS and not set(POINTS) <= set(config.scheduler_tunables)

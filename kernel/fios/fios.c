@@ -1,0 +1,750 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * FIOS: a fair, efficient flash I/O scheduler for blk-mq
+ * (Park and Shen, "FIOS: A Fair, Efficient Flash I/O Scheduler", FAST '12).
+ *
+ * Tasks are io_contexts (processes). The four techniques of the paper:
+ *
+ * 1. Epoch-based equal timeslices. Every task gets `timeslice_us` of device time per epoch,
+ *    which it may use in fragments and concurrently with other tasks. A task whose slice is
+ *    used up waits for the next epoch. An epoch ends when no task with slice left has queued
+ *    requests, and none of them has a request on the device or is being anticipated.
+ * 2. Read preference with write blocking (`read_preference`): queued reads of eligible tasks
+ *    go first, and no write is issued while reads are outstanding on the device.
+ * 3. Parallel issue: requests of every eligible task are issued while the device holds fewer
+ *    than `max_depth` of them.
+ * 4. Fairness-oriented anticipation: when idling is needed for fairness — a write would be
+ *    issued although a task with slice left has just completed a read, or the epoch would
+ *    end although a task with slice left has just completed a request — the device idles
+ *    until that task's next request, for at most T_service * alpha / (1 - alpha) after its
+ *    completion (T_service: the task's moving average service time). The idle time is
+ *    charged to that task. The decision is taken when the write or the epoch switch is
+ *    about to happen, not at the completion: on a fast device the task is usually still
+ *    between two requests then, and that gap is the deceptive idleness to bridge.
+ *
+ * Cost of a request: with all four calibrated costs set (read and write, 4 KiB and 128 KiB,
+ * in ns), a linear model in the request size, charged at issue; otherwise the elapsed time
+ * from issue to completion divided by the number of requests on the device at issue
+ * (the paper's equation 1), charged at completion.
+ *
+ * Locking: fd->lock, taken with interrupts disabled (completions and the anticipation timer
+ * run in hard interrupt context). Per-task state lives in the io_cq, which the block layer
+ * keeps alive while a request of the task holds its io_context; exit_icq drops every other
+ * reference (the anticipation target) under fd->lock.
+ */
+
+#include <linux/blkdev.h>
+#include <linux/blk-mq.h>
+#include <linux/hrtimer.h>
+#include <linux/iocontext.h>
+#include <linux/kernel.h>
+#include <linux/ktime.h>
+#include <linux/module.h>
+#include <linux/slab.h>
+
+#include "elevator.h"
+#include "blk.h"
+#include "blk-mq.h"
+#include "blk-mq-sched.h"
+
+#define FIOS_DEFAULT_TIMESLICE_US 100000 /* the paper's (and CFQ's) 100 ms */
+#define FIOS_DEFAULT_ALPHA_PERMILLE 500	 /* the paper's alpha = 0.5 */
+#define FIOS_DEFAULT_MAX_DEPTH 32	 /* the paper's SFQ(D) depth */
+#define FIOS_MAX_ALPHA_PERMILLE 990
+#define FIOS_MIN_TIMESLICE_US 100
+#define FIOS_MAX_TIMESLICE_US 1000000
+#define FIOS_MAX_DEPTH 256
+#define FIOS_MAX_COST_NS 100000000ULL
+
+/* rq->elv.priv[1] flags; priv[0] holds the issue time in ns */
+#define FIOS_RQ_QUEUED 0x1UL   /* went through fios_insert_requests */
+#define FIOS_RQ_INFLIGHT 0x2UL /* issued, completion not seen yet */
+#define FIOS_RQ_CHARGED 0x4UL  /* cost charged at issue (calibrated model) */
+#define FIOS_RQ_PAR_SHIFT 8    /* parallelism at issue */
+
+enum { FIOS_READ = 0, FIOS_WRITE = 1 };
+
+struct fios_task {
+	struct list_head fifo[2];	/* queued requests, reads and writes */
+	struct list_head active_node;	/* on fd->active while it has queued requests */
+	struct list_head busy_node;	/* on fd->busy while it has requests on the device */
+	unsigned int queued[2];
+	unsigned int inflight;
+	u64 epoch;			/* the epoch `remaining_ns` belongs to */
+	s64 remaining_ns;
+	u64 service_ns;			/* EWMA of issue-to-completion time */
+	bool exited;			/* io_cq exited: never anticipate for it again */
+};
+
+struct fios_icq {
+	struct io_cq icq; /* must be first */
+	struct fios_task task;
+};
+
+struct fios_stats {
+	u64 epochs;
+	u64 dispatched[2];
+	u64 anticipations;
+	u64 anticipation_hits;
+	u64 anticipation_idle_ns;
+	u64 writes_held;
+};
+
+struct fios_data {
+	spinlock_t lock;
+	struct request_queue *q;
+	struct list_head dispatch;	/* requeued / at-head requests: issued first */
+	struct list_head active;	/* tasks with queued requests */
+	struct list_head busy;		/* tasks with requests on the device */
+	struct fios_task unowned;	/* requests without an io_context */
+	unsigned int queued[2];
+	unsigned int inflight[2];
+	u64 epoch;
+	bool blocked;			/* returned nothing with work queued: kick on completion */
+
+	/* anticipation */
+	struct {
+		struct fios_task *task;
+		u64 done_ns;
+	} recent[2];			/* last completion: [FIOS_READ] of a read, [1] of any */
+	struct hrtimer timer;
+	struct fios_task *antic_task;
+	bool antic_read;		/* waiting for a read (else: any request, epoch case) */
+	u64 antic_start_ns;
+	u64 antic_deadline_ns;
+
+	/* tunables */
+	u64 timeslice_ns;
+	unsigned int alpha_permille;
+	bool read_preference;
+	unsigned int max_depth;
+	u64 cost_ns[2][2];		/* [dir][0: 4 KiB, 1: 128 KiB]; all set = calibrated */
+
+	struct fios_stats stats;
+};
+
+static inline struct fios_task *icq_to_task(struct io_cq *icq)
+{
+	return icq ? &container_of(icq, struct fios_icq, icq)->task : NULL;
+}
+
+static inline int rq_dir(struct request *rq)
+{
+	return rq_data_dir(rq) == READ ? FIOS_READ : FIOS_WRITE;
+}
+
+static struct fios_task *rq_task(struct fios_data *fd, struct request *rq)
+{
+	struct fios_task *task = icq_to_task(rq->elv.icq);
+
+	return task ? task : &fd->unowned;
+}
+
+static void fios_task_init(struct fios_task *task)
+{
+	INIT_LIST_HEAD(&task->fifo[FIOS_READ]);
+	INIT_LIST_HEAD(&task->fifo[FIOS_WRITE]);
+	INIT_LIST_HEAD(&task->active_node);
+	INIT_LIST_HEAD(&task->busy_node);
+}
+
+static bool fios_calibrated(struct fios_data *fd)
+{
+	return fd->cost_ns[0][0] && fd->cost_ns[0][1] && fd->cost_ns[1][0] && fd->cost_ns[1][1];
+}
+
+/* Linear in size through the 4 KiB and 128 KiB calibration points; never below 1 us. */
+static u64 fios_model_cost(struct fios_data *fd, int dir, unsigned int bytes)
+{
+	s64 c4 = fd->cost_ns[dir][0], c128 = fd->cost_ns[dir][1];
+	s64 cost = c4 + div_s64((c128 - c4) * ((s64)bytes - 4096), 131072 - 4096);
+
+	return max_t(s64, cost, 1000);
+}
+
+/* The task's slice left in the current epoch; a refreshed slice carries last epoch's debt. */
+static s64 fios_remaining(struct fios_data *fd, struct fios_task *task)
+{
+	if (task->epoch == fd->epoch)
+		return task->remaining_ns;
+	if (task->epoch + 1 == fd->epoch && task->remaining_ns < 0)
+		return (s64)fd->timeslice_ns + task->remaining_ns;
+	return fd->timeslice_ns;
+}
+
+static void fios_charge(struct fios_data *fd, struct fios_task *task, u64 cost)
+{
+	task->remaining_ns = fios_remaining(fd, task) - (s64)cost;
+	task->epoch = fd->epoch;
+}
+
+static bool fios_eligible(struct fios_data *fd, struct fios_task *task)
+{
+	return task == &fd->unowned || fios_remaining(fd, task) > 0;
+}
+
+/* The eligible task with the most slice left that has a queued request of `dir`
+ * (-1: either). */
+static struct fios_task *fios_pick_task(struct fios_data *fd, int dir)
+{
+	struct fios_task *task, *best = NULL;
+	s64 best_left = S64_MIN;
+
+	list_for_each_entry(task, &fd->active, active_node) {
+		s64 left;
+
+		if (dir >= 0 ? !task->queued[dir] : !(task->queued[0] + task->queued[1]))
+			continue;
+		if (!fios_eligible(fd, task))
+			continue;
+		left = task == &fd->unowned ? S64_MAX : fios_remaining(fd, task);
+		if (left > best_left) {
+			best = task;
+			best_left = left;
+		}
+	}
+	return best;
+}
+
+static void fios_end_anticipation(struct fios_data *fd, u64 now, bool hit)
+{
+	struct fios_task *task = fd->antic_task;
+	u64 idle;
+
+	if (!task)
+		return;
+	idle = now > fd->antic_start_ns ? now - fd->antic_start_ns : 0;
+	fios_charge(fd, task, idle);
+	fd->stats.anticipation_idle_ns += idle;
+	if (hit)
+		fd->stats.anticipation_hits++;
+	fd->antic_task = NULL;
+	hrtimer_try_to_cancel(&fd->timer);
+}
+
+static void fios_remove_request(struct fios_data *fd, struct request *rq)
+{
+	struct request_queue *q = fd->q;
+	struct fios_task *task = rq_task(fd, rq);
+	int dir = rq_dir(rq);
+
+	list_del_init(&rq->queuelist);
+	task->queued[dir]--;
+	fd->queued[dir]--;
+	if (!task->queued[FIOS_READ] && !task->queued[FIOS_WRITE])
+		list_del_init(&task->active_node);
+	elv_rqhash_del(q, rq);
+	if (q->last_merge == rq)
+		q->last_merge = NULL;
+}
+
+static void fios_issue(struct fios_data *fd, struct request *rq, u64 now)
+{
+	struct fios_task *task = rq_task(fd, rq);
+	int dir = rq_dir(rq);
+	unsigned long flags = (unsigned long)rq->elv.priv[1] | FIOS_RQ_INFLIGHT;
+	unsigned int parallelism;
+
+	fd->inflight[dir]++;
+	parallelism = fd->inflight[FIOS_READ] + fd->inflight[FIOS_WRITE];
+	if (!task->inflight++)
+		list_add_tail(&task->busy_node, &fd->busy);
+	fd->stats.dispatched[dir]++;
+	if (task != &fd->unowned && fios_calibrated(fd)) {
+		fios_charge(fd, task, fios_model_cost(fd, dir, blk_rq_bytes(rq)));
+		flags |= FIOS_RQ_CHARGED;
+	}
+	flags = (flags & ((1UL << FIOS_RQ_PAR_SHIFT) - 1)) |
+		((unsigned long)parallelism << FIOS_RQ_PAR_SHIFT);
+	rq->elv.priv[0] = (void *)(uintptr_t)now;
+	rq->elv.priv[1] = (void *)flags;
+}
+
+/*
+ * Idle for the task that last completed a request (a read, for which = FIOS_READ), if it has
+ * slice left, nothing queued or in flight, and its window T_service * alpha / (1 - alpha)
+ * after that completion is still open. Returns whether the device is held for it.
+ */
+static bool fios_anticipate(struct fios_data *fd, int which, u64 now)
+{
+	struct fios_task *task = fd->recent[which].task;
+	u64 window, deadline;
+
+	if (fd->antic_task)
+		return now < fd->antic_deadline_ns;
+	if (!task || !fd->alpha_permille || task->exited || task->inflight ||
+	    task->queued[FIOS_READ] || task->queued[FIOS_WRITE] || fios_remaining(fd, task) <= 0)
+		return false;
+	window = div_u64(task->service_ns * fd->alpha_permille, 1000 - fd->alpha_permille);
+	deadline = fd->recent[which].done_ns + min_t(u64, window, fd->timeslice_ns);
+	if (now >= deadline)
+		return false;
+	fd->antic_task = task;
+	fd->antic_read = which == FIOS_READ;
+	fd->antic_start_ns = now;
+	fd->antic_deadline_ns = deadline;
+	fd->stats.anticipations++;
+	hrtimer_start(&fd->timer, ns_to_ktime(deadline - now), HRTIMER_MODE_REL);
+	return true;
+}
+
+/* Does a task with slice left have a request on the device? It will likely issue again
+ * (and be anticipated at its completion if the epoch would otherwise end). */
+static bool fios_slice_holder_busy(struct fios_data *fd)
+{
+	struct fios_task *task;
+
+	list_for_each_entry(task, &fd->busy, busy_node)
+		if (task != &fd->unowned && !task->exited && fios_remaining(fd, task) > 0)
+			return true;
+	return false;
+}
+
+static struct request *fios_choose(struct fios_data *fd, u64 now)
+{
+	struct fios_task *task;
+	int dir;
+
+	if (!fd->read_preference) {
+		struct request *r, *w;
+
+		task = fios_pick_task(fd, -1);
+		if (!task)
+			return NULL;
+		r = list_first_entry_or_null(&task->fifo[FIOS_READ], struct request, queuelist);
+		w = list_first_entry_or_null(&task->fifo[FIOS_WRITE], struct request, queuelist);
+		if (r && w)
+			return r->start_time_ns <= w->start_time_ns ? r : w;
+		return r ? r : w;
+	}
+
+	task = fios_pick_task(fd, FIOS_READ);
+	if (task)
+		return list_first_entry(&task->fifo[FIOS_READ], struct request, queuelist);
+	task = fios_pick_task(fd, FIOS_WRITE);
+	if (!task)
+		return NULL;
+	/* write blocking: no write while reads are outstanding or one is anticipated */
+	if (fd->inflight[FIOS_READ] || (fd->antic_task && fd->antic_read) ||
+	    fios_anticipate(fd, FIOS_READ, now)) {
+		fd->stats.writes_held++;
+		return NULL;
+	}
+	dir = FIOS_WRITE;
+	return list_first_entry(&task->fifo[dir], struct request, queuelist);
+}
+
+static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
+{
+	struct fios_data *fd = hctx->queue->elevator->elevator_data;
+	struct request *rq;
+	unsigned long flags;
+	u64 now = ktime_get_ns();
+
+	spin_lock_irqsave(&fd->lock, flags);
+	rq = list_first_entry_or_null(&fd->dispatch, struct request, queuelist);
+	if (rq) {
+		list_del_init(&rq->queuelist);
+		fios_issue(fd, rq, now);
+		goto out;
+	}
+	if (!fd->queued[FIOS_READ] && !fd->queued[FIOS_WRITE])
+		goto out;
+	if (fd->inflight[FIOS_READ] + fd->inflight[FIOS_WRITE] >= fd->max_depth)
+		goto blocked;
+	if (fd->antic_task && now >= fd->antic_deadline_ns)
+		fios_end_anticipation(fd, now, false);
+
+	rq = fios_choose(fd, now);
+	if (!rq && !fios_pick_task(fd, -1)) {
+		/*
+		 * Everything queued belongs to tasks whose slice is used up. Keep the epoch while
+		 * a task with slice left is anticipated or has requests on the device; otherwise
+		 * start a new one.
+		 */
+		if (fd->antic_task || fios_slice_holder_busy(fd) || fios_anticipate(fd, 1, now))
+			goto blocked;
+		fd->epoch++;
+		fd->stats.epochs++;
+		rq = fios_choose(fd, now);
+	}
+	if (!rq)
+		goto blocked;
+	fios_remove_request(fd, rq);
+	fios_issue(fd, rq, now);
+	goto out;
+blocked:
+	fd->blocked = true;
+out:
+	spin_unlock_irqrestore(&fd->lock, flags);
+	return rq;
+}
+
+static bool fios_has_work(struct blk_mq_hw_ctx *hctx)
+{
+	struct fios_data *fd = hctx->queue->elevator->elevator_data;
+
+	return !list_empty_careful(&fd->dispatch) || READ_ONCE(fd->queued[FIOS_READ]) ||
+	       READ_ONCE(fd->queued[FIOS_WRITE]);
+}
+
+static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *list,
+				 bool at_head)
+{
+	struct request_queue *q = hctx->queue;
+	struct fios_data *fd = q->elevator->elevator_data;
+	unsigned long flags;
+	u64 now = ktime_get_ns();
+
+	spin_lock_irqsave(&fd->lock, flags);
+	while (!list_empty(list)) {
+		struct request *rq = list_first_entry(list, struct request, queuelist);
+		struct fios_task *task;
+		int dir = rq_dir(rq);
+
+		list_del_init(&rq->queuelist);
+		if (!(rq->rq_flags & RQF_ELVPRIV)) {
+			/* prepare_request was not called: the elv fields are ours to set */
+			rq->elv.icq = NULL;
+			rq->elv.priv[0] = NULL;
+			rq->elv.priv[1] = NULL;
+		}
+		rq->elv.priv[1] = (void *)((unsigned long)rq->elv.priv[1] | FIOS_RQ_QUEUED);
+		if (at_head || !(rq->rq_flags & RQF_ELVPRIV)) {
+			list_add_tail(&rq->queuelist, &fd->dispatch);
+			continue;
+		}
+		task = rq_task(fd, rq);
+		list_add_tail(&rq->queuelist, &task->fifo[dir]);
+		task->queued[dir]++;
+		fd->queued[dir]++;
+		if (list_empty(&task->active_node))
+			list_add_tail(&task->active_node, &fd->active);
+		if (rq_mergeable(rq))
+			elv_rqhash_add(q, rq);
+		if (fd->antic_task == task && (!fd->antic_read || dir == FIOS_READ))
+			fios_end_anticipation(fd, now, true);
+	}
+	spin_unlock_irqrestore(&fd->lock, flags);
+}
+
+/* Runs in the submitter's context: find (or create) the task's io_cq and pin it. */
+static void fios_prepare_request(struct request *rq)
+{
+	rq->elv.icq = ioc_find_get_icq(rq->q);
+	rq->elv.priv[0] = NULL;
+	rq->elv.priv[1] = NULL;
+}
+
+/* Called once per completion, before finish_request; `now` is the completion time. */
+static void fios_completed_request(struct request *rq, u64 now)
+{
+	struct fios_data *fd = rq->q->elevator->elevator_data;
+	unsigned long rqflags = (unsigned long)rq->elv.priv[1];
+	struct fios_task *task;
+	unsigned long flags;
+	bool kick = false;
+	int dir = rq_dir(rq);
+
+	if (!(rqflags & FIOS_RQ_INFLIGHT))
+		return;
+	spin_lock_irqsave(&fd->lock, flags);
+	task = rq_task(fd, rq);
+	fd->inflight[dir]--;
+	if (!--task->inflight)
+		list_del_init(&task->busy_node);
+	rq->elv.priv[1] = (void *)(rqflags & ~FIOS_RQ_INFLIGHT);
+	if (task != &fd->unowned) {
+		u64 issued = (u64)(uintptr_t)rq->elv.priv[0];
+		u64 elapsed = now > issued ? now - issued : 0;
+		unsigned long parallelism = max(rqflags >> FIOS_RQ_PAR_SHIFT, 1UL);
+
+		task->service_ns = task->service_ns ?
+			task->service_ns - (task->service_ns >> 3) + (elapsed >> 3) : elapsed;
+		if (!(rqflags & FIOS_RQ_CHARGED))
+			fios_charge(fd, task, div_u64(elapsed, parallelism));
+		/* candidates for anticipation (see fios_anticipate) */
+		if (!task->exited) {
+			fd->recent[1].task = task;
+			fd->recent[1].done_ns = now;
+			if (dir == FIOS_READ) {
+				fd->recent[FIOS_READ].task = task;
+				fd->recent[FIOS_READ].done_ns = now;
+			}
+		}
+	}
+	if (fd->blocked) {
+		fd->blocked = false;
+		kick = true;
+	}
+	spin_unlock_irqrestore(&fd->lock, flags);
+	if (kick)
+		blk_mq_run_hw_queues(rq->q, true);
+}
+
+static void fios_requeue_request(struct request *rq)
+{
+	struct fios_data *fd = rq->q->elevator->elevator_data;
+	unsigned long rqflags = (unsigned long)rq->elv.priv[1];
+	struct fios_task *task;
+	unsigned long flags;
+
+	if (!(rqflags & FIOS_RQ_INFLIGHT))
+		return;
+	spin_lock_irqsave(&fd->lock, flags);
+	task = rq_task(fd, rq);
+	fd->inflight[rq_dir(rq)]--;
+	if (!--task->inflight)
+		list_del_init(&task->busy_node);
+	rq->elv.priv[1] = (void *)(rqflags & ~(FIOS_RQ_INFLIGHT | FIOS_RQ_CHARGED));
+	spin_unlock_irqrestore(&fd->lock, flags);
+}
+
+static void fios_finish_request(struct request *rq)
+{
+	/* a request freed without a completion (e.g. failed at issue) leaves the device */
+	fios_requeue_request(rq);
+	if (rq->elv.icq) {
+		put_io_context(rq->elv.icq->ioc);
+		rq->elv.icq = NULL;
+	}
+}
+
+static enum hrtimer_restart fios_anticipation_timer(struct hrtimer *timer)
+{
+	struct fios_data *fd = container_of(timer, struct fios_data, timer);
+	unsigned long flags;
+	u64 now = ktime_get_ns();
+	bool kick = false;
+
+	spin_lock_irqsave(&fd->lock, flags);
+	if (fd->antic_task && now >= fd->antic_deadline_ns) {
+		fios_end_anticipation(fd, now, false);
+		kick = true;
+	}
+	spin_unlock_irqrestore(&fd->lock, flags);
+	if (kick)
+		blk_mq_run_hw_queues(fd->q, true);
+	return HRTIMER_NORESTART;
+}
+
+static void fios_init_icq(struct io_cq *icq)
+{
+	fios_task_init(icq_to_task(icq));
+}
+
+static void fios_exit_icq(struct io_cq *icq)
+{
+	struct fios_data *fd = icq->q->elevator->elevator_data;
+	struct fios_task *task = icq_to_task(icq);
+	unsigned long flags;
+
+	spin_lock_irqsave(&fd->lock, flags);
+	task->exited = true;
+	if (fd->recent[FIOS_READ].task == task)
+		fd->recent[FIOS_READ].task = NULL;
+	if (fd->recent[1].task == task)
+		fd->recent[1].task = NULL;
+	if (fd->antic_task == task) {
+		fd->antic_task = NULL;
+		hrtimer_try_to_cancel(&fd->timer);
+	}
+	spin_unlock_irqrestore(&fd->lock, flags);
+}
+
+static bool fios_allow_merge(struct request_queue *q, struct request *rq, struct bio *bio)
+{
+	/* never let one task's bio ride on another task's request (and its slice) */
+	return rq->elv.icq && current->io_context == rq->elv.icq->ioc;
+}
+
+static bool fios_bio_merge(struct request_queue *q, struct bio *bio, unsigned int nr_segs)
+{
+	struct fios_data *fd = q->elevator->elevator_data;
+	struct request *free = NULL;
+	unsigned long flags;
+	bool merged;
+
+	spin_lock_irqsave(&fd->lock, flags);
+	merged = blk_mq_sched_try_merge(q, bio, nr_segs, &free);
+	spin_unlock_irqrestore(&fd->lock, flags);
+	/* no former/next_request ops, so two requests are never merged into one */
+	WARN_ON_ONCE(free);
+	return merged;
+}
+
+static int fios_init_sched(struct request_queue *q, struct elevator_type *e)
+{
+	struct elevator_queue *eq;
+	struct fios_data *fd;
+
+	eq = elevator_alloc(q, e);
+	if (!eq)
+		return -ENOMEM;
+	fd = kzalloc_node(sizeof(*fd), GFP_KERNEL, q->node);
+	if (!fd) {
+		kobject_put(&eq->kobj);
+		return -ENOMEM;
+	}
+	spin_lock_init(&fd->lock);
+	fd->q = q;
+	INIT_LIST_HEAD(&fd->dispatch);
+	INIT_LIST_HEAD(&fd->active);
+	INIT_LIST_HEAD(&fd->busy);
+	fios_task_init(&fd->unowned);
+	hrtimer_init(&fd->timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
+	fd->timer.function = fios_anticipation_timer;
+	fd->timeslice_ns = (u64)FIOS_DEFAULT_TIMESLICE_US * NSEC_PER_USEC;
+	fd->alpha_permille = FIOS_DEFAULT_ALPHA_PERMILLE;
+	fd->read_preference = true;
+	fd->max_depth = FIOS_DEFAULT_MAX_DEPTH;
+	fd->epoch = 1;
+	eq->elevator_data = fd;
+
+	/* one scheduler per queue, dispatching for every hardware queue */
+	blk_queue_flag_set(QUEUE_FLAG_SQ_SCHED, q);
+	q->elevator = eq;
+	return 0;
+}
+
+static void fios_exit_sched(struct elevator_queue *e)
+{
+	struct fios_data *fd = e->elevator_data;
+
+	hrtimer_cancel(&fd->timer);
+	WARN_ON_ONCE(!list_empty(&fd->dispatch));
+	WARN_ON_ONCE(fd->queued[FIOS_READ] || fd->queued[FIOS_WRITE]);
+	kfree(fd);
+}
+
+/* --- tunables under queue/iosched/ -------------------------------------------------------- */
+
+static ssize_t fios_show_u64(char *page, u64 value)
+{
+	return sysfs_emit(page, "%llu\n", value);
+}
+
+/* Parse a decimal; out-of-range values are clamped, anything else is -EINVAL. */
+static int fios_parse(const char *page, u64 min, u64 max, u64 *value)
+{
+	int err = kstrtoull(page, 10, value);
+
+	if (err)
+		return err;
+	*value = clamp(*value, min, max);
+	return 0;
+}
+
+#define FIOS_ATTR(name, min, max, get, set)                                                \
+	static ssize_t fios_##name##_show(struct elevator_queue *e, char *page)             \
+	{                                                                                  \
+		struct fios_data *fd = e->elevator_data;                                   \
+		return fios_show_u64(page, (get));                                         \
+	}                                                                                  \
+	static ssize_t fios_##name##_store(struct elevator_queue *e, const char *page,      \
+					   size_t count)                                   \
+	{                                                                                  \
+		struct fios_data *fd = e->elevator_data;                                   \
+		unsigned long flags;                                                       \
+		u64 value;                                                                 \
+		int err = fios_parse(page, (min), (max), &value);                          \
+		if (err)                                                                   \
+			return err;                                                        \
+		spin_lock_irqsave(&fd->lock, flags);                                       \
+		set;                                                                       \
+		spin_unlock_irqrestore(&fd->lock, flags);                                  \
+		return count;                                                              \
+	}
+
+FIOS_ATTR(alpha_permille, 0, FIOS_MAX_ALPHA_PERMILLE, fd->alpha_permille,
+	  fd->alpha_permille = value)
+FIOS_ATTR(timeslice_us, FIOS_MIN_TIMESLICE_US, FIOS_MAX_TIMESLICE_US,
+	  div_u64(fd->timeslice_ns, NSEC_PER_USEC), fd->timeslice_ns = value * NSEC_PER_USEC)
+FIOS_ATTR(read_preference, 0, 1, fd->read_preference, fd->read_preference = value)
+FIOS_ATTR(max_depth, 1, FIOS_MAX_DEPTH, fd->max_depth, fd->max_depth = value)
+FIOS_ATTR(cost_read_4k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_READ][0],
+	  fd->cost_ns[FIOS_READ][0] = value)
+FIOS_ATTR(cost_read_128k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_READ][1],
+	  fd->cost_ns[FIOS_READ][1] = value)
+FIOS_ATTR(cost_write_4k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_WRITE][0],
+	  fd->cost_ns[FIOS_WRITE][0] = value)
+FIOS_ATTR(cost_write_128k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_WRITE][1],
+	  fd->cost_ns[FIOS_WRITE][1] = value)
+
+static ssize_t fios_stats_show(struct elevator_queue *e, char *page)
+{
+	struct fios_data *fd = e->elevator_data;
+	struct fios_stats s;
+	unsigned long flags;
+	bool calibrated;
+	u64 epoch;
+
+	spin_lock_irqsave(&fd->lock, flags);
+	s = fd->stats;
+	epoch = fd->epoch;
+	calibrated = fios_calibrated(fd);
+	spin_unlock_irqrestore(&fd->lock, flags);
+	return sysfs_emit(page,
+			  "epoch %llu\nepochs %llu\nreads %llu\nwrites %llu\nanticipations %llu\n"
+			  "anticipation_hits %llu\nanticipation_idle_ns %llu\nwrites_held %llu\n"
+			  "cost_model %s\n",
+			  epoch, s.epochs, s.dispatched[FIOS_READ], s.dispatched[FIOS_WRITE],
+			  s.anticipations, s.anticipation_hits, s.anticipation_idle_ns,
+			  s.writes_held, calibrated ? "calibrated" : "elapsed/parallelism");
+}
+
+#define FIOS_RW(name) __ATTR(name, 0644, fios_##name##_show, fios_##name##_store)
+
+static struct elv_fs_entry fios_attrs[] = {
+	FIOS_RW(alpha_permille),
+	FIOS_RW(timeslice_us),
+	FIOS_RW(read_preference),
+	FIOS_RW(max_depth),
+	FIOS_RW(cost_read_4k_ns),
+	FIOS_RW(cost_read_128k_ns),
+	FIOS_RW(cost_write_4k_ns),
+	FIOS_RW(cost_write_128k_ns),
+	__ATTR(stats, 0444, fios_stats_show, NULL),
+	__ATTR_NULL
+};
+
+static struct elevator_type fios_sched = {
+	.ops = {
+		.insert_requests	= fios_insert_requests,
+		.dispatch_request	= fios_dispatch_request,
+		.has_work		= fios_has_work,
+		.prepare_request	= fios_prepare_request,
+		.finish_request		= fios_finish_request,
+		.completed_request	= fios_completed_request,
+		.requeue_request	= fios_requeue_request,
+		.allow_merge		= fios_allow_merge,
+		.bio_merge		= fios_bio_merge,
+		.init_icq		= fios_init_icq,
+		.exit_icq		= fios_exit_icq,
+		.init_sched		= fios_init_sched,
+		.exit_sched		= fios_exit_sched,
+	},
+	.icq_size = sizeof(struct fios_icq),
+	.icq_align = __alignof__(struct fios_icq),
+	.elevator_attrs = fios_attrs,
+	.elevator_name = "fios",
+	.elevator_owner = THIS_MODULE,
+};
+MODULE_ALIAS("fios-iosched");
+
+static int __init fios_init(void)
+{
+	return elv_register(&fios_sched);
+}
+
+static void __exit fios_exit(void)
+{
+	elv_unregister(&fios_sched);
+}
+
+module_init(fios_init);
+module_exit(fios_exit);
+
+MODULE_AUTHOR("blkpilot");
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("FIOS: fair, efficient flash I/O scheduler (FAST '12) for blk-mq");
