@@ -6,6 +6,11 @@ read stuck behind a write on the device is not billed for the write's time. The 
 the four points with fio (one task, queue depth 1, nothing else running on the device) when a
 policy chooses fios, and writes them, with the policy's alpha, to fios' tunables.
 
+A point's cost is the request's time inside the block layer — from the device's own
+/sys/block/NAME/stat (ticks over completions, the kernel's per-request accounting) — which is
+what fios measures from issue to completion. fio's latency adds the system call and the wake-up
+of the task on top; it is used only where the device statistics are not usable.
+
 Measuring write costs writes to the device, so it happens only on scratch devices (no data;
 see agent.bench.target). On a device that holds data nothing is measured: fios then charges
 elapsed time divided by the parallelism at issue (the paper's equation 1), and the agent says
@@ -25,6 +30,7 @@ from agent.bench.target import Target
 from agent.effects import Effects
 from agent.errors import BenchmarkFailed
 from agent.fsutil import read_json, write_json_atomic
+from agent.host import HostPaths, read_text
 from agent.wire import (
     SCHEDULER_TUNABLES,
     DeviceConfig,
@@ -78,41 +84,83 @@ def workloads(seconds: float = 2.0, warmup_s: float = 0.5) -> dict[str, Workload
     return specs
 
 
-def costs_from(results: Mapping[str, fio.FioResult]) -> dict[str, int]:
-    """Mean standalone latency of each point in ns, checked against fios' allow-listed range."""
+MIN_TICKS_MS = 50  # below this, the ms-resolution tick counter is too coarse to use
+
+
+def block_layer_ns(tunable: str, before: str, after: str) -> float | None:
+    """Mean time per request in the block layer between two readings of a device's `stat`
+    file (fields: reads, merges, sectors, ticks ms, writes, merges, sectors, ticks ms, …)."""
+    offset = 0 if POINTS[tunable][0] is IOPattern.RANDREAD else 4
+    try:
+        old, new = [int(v) for v in before.split()], [int(v) for v in after.split()]
+        completions = new[offset] - old[offset]
+        ticks_ms = new[offset + 3] - old[offset + 3]
+    except (ValueError, IndexError):
+        return None
+    if completions <= 0 or ticks_ms < MIN_TICKS_MS:
+        return None
+    return ticks_ms * 1e6 / completions
+
+
+def costs_from(
+    results: Mapping[str, fio.FioResult], device_stat: Mapping[str, tuple[str, str]] | None = None
+) -> tuple[dict[str, int], str]:
+    """Each point's standalone cost in ns, and where it came from: the block layer's time from
+    the device's stat readings (before, after) when all four points have a usable one, else
+    fio's mean latency for all four (one source, so the points compare). Checked against
+    fios' allow-listed range."""
     if set(results) != set(POINTS):
         missing = ", ".join(sorted(set(POINTS) - set(results)))
         raise BenchmarkFailed(f"calibration is missing {missing}")
+    block = {
+        tunable: block_layer_ns(tunable, *readings)
+        for tunable, readings in (device_stat or {}).items()
+        if tunable in POINTS
+    }
+    from_block_layer = len(block) == len(POINTS) and None not in block.values()
     costs = {}
     for tunable, result in results.items():
         ios = sum(task.ios for task in result.tasks)
         if ios == 0:
             raise BenchmarkFailed(f"calibration of {tunable} completed no I/O")
-        mean_ns = round(sum(t.mean_latency_us * t.ios for t in result.tasks) / ios * 1000)
+        measured = block[tunable] if from_block_layer else None
+        if measured is None:
+            measured = sum(t.mean_latency_us * t.ios for t in result.tasks) / ios * 1000
+        mean_ns = round(measured)
         low, high = SCHEDULER_TUNABLES[Scheduler.FIOS][tunable]
         if not low < mean_ns <= high:
             raise BenchmarkFailed(f"calibrated {tunable} = {mean_ns} ns is outside ({low}, {high}]")
         costs[tunable] = mean_ns
-    return costs
+    return costs, "block layer" if from_block_layer else "fio latency"
 
 
 def measure(
-    target: Target, *, workdir: Path, effects: Effects | None = None, seconds: float = 2.0
+    target: Target,
+    *,
+    workdir: Path,
+    paths: HostPaths | None = None,
+    effects: Effects | None = None,
+    seconds: float = 2.0,
 ) -> Calibration:
     now = datetime.now(UTC).isoformat()
+    paths = paths or HostPaths()
     device = target.device or str(target.path)
     if target.holds_data:
         return Calibration(device, {}, now, (
             f"not calibrated: {target.path} holds data ({'; '.join(target.reasons)}), so its"
             " write costs cannot be measured; fios charges elapsed time / parallelism"
         ))  # fmt: skip
-    results = {
-        tunable: fio.run(spec, target, effects=effects, workdir=workdir)
-        for tunable, spec in workloads(seconds).items()
-    }
-    costs = costs_from(results)
+    stat = paths.block / target.device / "stat" if target.device else None
+    results, readings = {}, {}
+    for tunable, spec in workloads(seconds).items():
+        before = read_text(stat) if stat else None
+        results[tunable] = fio.run(spec, target, effects=effects, workdir=workdir)
+        after = read_text(stat) if stat else None
+        if before and after:
+            readings[tunable] = (before, after)
+    costs, source = costs_from(results, readings)
     summary = ", ".join(f"{k.removeprefix('cost_')}={v}" for k, v in costs.items())
-    return Calibration(device, costs, now, f"calibrated on {target.path}: {summary}")
+    return Calibration(device, costs, now, f"calibrated on {target.path} ({source}): {summary}")
 
 
 class CalibrationStore:

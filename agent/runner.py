@@ -296,6 +296,7 @@ class Agent:
             found = calibrate.measure(
                 target,
                 workdir=self.state_dir / "calibration-work",
+                paths=self.paths,
                 effects=self.effects,
                 seconds=self.config.calibration_seconds,
             )

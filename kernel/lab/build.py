@@ -28,25 +28,22 @@ def headers_dir(root: Path, trio: packages.KernelTrio) -> Path:
 
 def block_headers(root: Path, trio: packages.KernelTrio) -> Path:
     """The block layer's private headers (block/*.h), taken from the linux-source tarball of
-    the same version; schedulers need them and linux-headers does not ship them."""
+    the same version by kernel/fios/block-headers.sh — the script dkms runs on a real host."""
     tarball = root / "usr" / "src" / "linux-source-6.1.tar.xz"
-    target = root / "usr" / "src" / "linux-source-6.1" / "block"
-    marker = target / ".extracted"
+    out = root / "usr" / "src" / "fios-private"
+    marker = out / ".extracted"
     if marker.exists():
-        return target
+        return out / "block"
     if not tarball.exists():
         raise BuildError(f"{tarball} is missing: fetch the trio with with_build=True")
     result = subprocess.run(
-        ["tar", "-C", str(root / "usr" / "src"), "-xJf", str(tarball), "--wildcards",
-         "linux-source-6.1/block/*.h"],
+        ["sh", str(KERNEL_DIR / "fios" / "block-headers.sh"), str(out), str(tarball)],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     if result.returncode != 0:
         raise BuildError(f"extracting block headers from {tarball} failed: {result.stderr}")
-    if not (target / "elevator.h").exists():
-        raise BuildError(f"{tarball} has no block/elevator.h")
     marker.touch()
-    return target
+    return out / "block"
 
 
 # Extra make variables per module: what it needs beyond the headers package.

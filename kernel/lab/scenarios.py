@@ -64,7 +64,7 @@ def null_overhead_script(
 
 
 FLASHSIM = "insmod /lib/modules/flashsim.ko {params}\n"
-FLASH_LIKE = "units=2 read_lat_ns=25000 read_ns_per_kb=50 write_lat_ns=2000000 write_ns_per_kb=200"
+FLASH_LIKE = "units=2 read_lat_ns=250000 read_ns_per_kb=50 write_lat_ns=4000000 write_ns_per_kb=200"
 
 
 def fairness_files(
@@ -86,7 +86,8 @@ def fairness_files(
         if kernel_name in LOADABLE and kernel_name not in loaded:
             script += f"insmod /lib/modules/{LOADABLE[kernel_name]}.ko\n"
             loaded.add(kernel_name)
-        script += f"echo {kernel_name} > {queue}/scheduler\n"
+        # through none, so that every variant starts with a fresh scheduler instance
+        script += f"echo none > {queue}/scheduler\necho {kernel_name} > {queue}/scheduler\n"
         for name, value in (tunables or {}).get(scheduler, {}).items():
             script += f"echo {value} > {queue}/iosched/{name}\n"
         for workload in workloads:
@@ -249,16 +250,24 @@ def _polling(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict
     return polling_script(rounds, seconds)
 
 
-# fios as the agent configures it (calibrated costs, alpha 0.5), and fios without calibration
-# (costs 0: elapsed time / parallelism, the paper's equation 1).
-FAIRNESS_SCHEDULERS = (*SCHEDULERS, "fios+eq1")
-UNCALIBRATED = {name: 0 for name in calibrate.POINTS}
+# fios as the agent configures it (calibrated costs, alpha 0.5), and variants on top of that:
+# without read preference / write blocking (the paper makes it optional), and without
+# calibration (costs 0: elapsed time / parallelism, the paper's equation 1).
+FIOS_VARIANTS: dict[str, dict[str, int]] = {
+    "fios+norp": {"read_preference": 0},
+    "fios+eq1": {name: 0 for name in calibrate.POINTS},
+}
+FAIRNESS_SCHEDULERS = (*SCHEDULERS, *FIOS_VARIANTS)
 
 
 def _fairness(workloads: list[str]) -> Callable[[int, float, Tunables], tuple[str, dict[str, str]]]:
     def make(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
         chosen = [w for w in fios() if w.name in workloads]
-        tunables = {**tunables, "fios+eq1": UNCALIBRATED}
+        calibrated = tunables.get("fios", {})
+        tunables = {
+            **tunables,
+            **{name: {**calibrated, **extra} for name, extra in FIOS_VARIANTS.items()},
+        }
         script, files = fairness_files(chosen, FAIRNESS_SCHEDULERS, seconds, tunables)
         # back to none, then unload both modules: they must leave cleanly
         unload = "echo none > /sys/block/flashsim0/queue/scheduler\nrmmod fios\nrmmod flashsim\n"
@@ -278,8 +287,11 @@ def calibration_files(seconds: float) -> tuple[str, dict[str, str]]:
     for tunable, spec in calibrate.workloads(seconds, warmup_s=0.3).items():
         files[f"jobs/{tunable}.fio"] = fio_jobs.job_file(spec, target)
         script += (
+            "before=$(cat /sys/block/flashsim0/stat)\n"
             f"fio --eta=never --output-format=json+ --output=/tmp/out.json /jobs/{tunable}.fio\n"
             f"echo BLKPILOT-RESULT-BEGIN {tunable}\ncat /tmp/out.json\necho BLKPILOT-RESULT-END\n"
+            f'echo BLKPILOT-STATS-BEGIN {tunable}\necho "before $before"\n'
+            'echo "after $(cat /sys/block/flashsim0/stat)"\necho BLKPILOT-STATS-END\n'
         )
     script += "echo none > /sys/block/flashsim0/queue/scheduler\nrmmod fios\nrmmod flashsim\n"
     return script, files
@@ -343,7 +355,8 @@ def run(
         booted, parsed = _boot(
             f"{name}-calibrate", trio, root, modules, script, files, seconds, cache
         )
-        costs = calibrate.costs_from(parsed)
+        stat = {k: (v["before"], v["after"]) for k, v in booted.stats.items()}
+        costs, _ = calibrate.costs_from(parsed, stat)
         tunables["fios"] = {"alpha_permille": calibrate.DEFAULT_ALPHA_PERMILLE, **costs}
         problems += booted.kernel_problems()
     script, files = scenario.script(rounds, seconds, tunables)

@@ -1,0 +1,106 @@
+"""fios calibration by the agent: four standalone points measured with fio on a real scratch
+loop device, costs from the block layer's own accounting, never a write to a data device."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agent import calibrate
+from agent.applier import plan
+from agent.bench.target import device_target
+from agent.discovery import KernelFacts
+from agent.host import HostPaths
+from agent.wire import DeviceConfig, IOPattern, Scheduler
+from tests.agent.conftest import LoopFactory
+
+
+def test_four_standalone_qd1_points() -> None:
+    specs = calibrate.workloads(seconds=1.0)
+    assert set(specs) == set(calibrate.POINTS)
+    for tunable, spec in specs.items():
+        (job,) = spec.jobs
+        pattern, size = calibrate.POINTS[tunable]
+        assert (job.pattern, job.block_sizes, job.queue_depth, job.tasks) == (
+            pattern,
+            {size: 100},
+            1,
+            1,
+        )
+        assert spec.writes is (pattern is IOPattern.RANDWRITE)
+
+
+def test_block_layer_time_from_two_stat_readings() -> None:
+    before = "1000 0 8000 100 10 0 80 40 0 50 140 0 0 0 0 0 0"
+    after = "5000 0 40000 420 30 0 240 240 0 300 660 0 0 0 0 0 0"
+    # 4000 reads in 320 ms of ticks: 80 µs each
+    assert calibrate.block_layer_ns("cost_read_4k_ns", before, after) == pytest.approx(80_000)
+    # 20 writes in 200 ms: 10 ms each
+    assert calibrate.block_layer_ns("cost_write_4k_ns", before, after) == pytest.approx(1e7)
+    # too few ticks to trust the ms counter, or nothing completed, or garbage: not usable
+    assert calibrate.block_layer_ns("cost_read_4k_ns", before, before) is None
+    assert calibrate.block_layer_ns("cost_read_4k_ns", before, "1001 0 8 101 10") is None
+    assert calibrate.block_layer_ns("cost_read_4k_ns", before, "x y") is None
+
+
+def test_a_scratch_device_is_calibrated(loop_device: LoopFactory, tmp_path: Path) -> None:
+    device = loop_device(size_mb=64)
+    target = device_target(HostPaths(), device)
+    found = calibrate.measure(target, workdir=tmp_path / "work", seconds=0.5)
+    assert found.calibrated, found.note
+    assert "(block layer)" in found.note  # the device's own accounting, not fio's latency
+    assert all(cost > 0 for cost in found.costs.values())
+    # more bytes cost more: the linear model fios builds from these has a positive slope
+    assert found.costs["cost_read_128k_ns"] > found.costs["cost_read_4k_ns"]
+    assert found.costs["cost_write_128k_ns"] > found.costs["cost_write_4k_ns"]
+
+    store = calibrate.CalibrationStore(tmp_path / "state")
+    store.put(found)
+    assert store.get(device) == found
+    assert store.forget(device) and store.get(device) is None
+
+
+def test_a_device_holding_data_is_not_written(loop_device: LoopFactory, tmp_path: Path) -> None:
+    device = loop_device(size_mb=64)
+    subprocess.run(["mkfs.ext4", "-q", f"/dev/{device}"], check=True)
+    before = Path(f"/sys/block/{device}/stat").read_text().split()
+    target = device_target(HostPaths(), device)
+    found = calibrate.measure(target, workdir=tmp_path / "work", seconds=0.5)
+    assert not found.calibrated and found.costs == {}
+    assert "holds data" in found.note and "elapsed time / parallelism" in found.note
+    after = Path(f"/sys/block/{device}/stat").read_text().split()
+    assert after[4] == before[4]  # writes completed: unchanged
+
+
+def test_measured_costs_and_alpha_complete_the_policy() -> None:
+    calibration = calibrate.Calibration(
+        "flashsim0",
+        {name: 1_000 * (i + 1) for i, name in enumerate(calibrate.POINTS)},
+        "2026-11-21T00:00:00+00:00",
+        "calibrated",
+    )
+    policy = DeviceConfig(scheduler=Scheduler.FIOS, scheduler_tunables={"alpha_permille": 300})
+    assert calibrate.needs_calibration(policy)
+    config = calibrate.with_costs(policy, calibration)
+    assert config.scheduler_tunables == {"alpha_permille": 300, **calibration.costs}
+    assert not calibrate.needs_calibration(config)
+    # the writes the applier makes: the scheduler first, then every tunable under iosched/
+    kernel = KernelFacts("6.1.0-18-amd64", (6, 1))
+    writes = plan(config, kernel, "none")
+    assert list(writes)[0] == "scheduler" and writes["scheduler"] == "fios"
+    assert writes["iosched/cost_write_128k_ns"] == "4000"
+    assert writes["iosched/alpha_permille"] == "300"
+    # without a policy alpha, the paper's 0.5; other schedulers are left alone
+    bare = calibrate.with_costs(DeviceConfig(scheduler=Scheduler.FIOS), calibration)
+    assert bare.scheduler_tunables["alpha_permille"] == 500
+    other = DeviceConfig(scheduler=Scheduler.BFQ)
+    assert calibrate.with_costs(other, calibration) == other
+
+
+def test_an_uncalibrated_device_keeps_the_policy_as_it_is() -> None:
+    empty = calibrate.Calibration("sda", {}, "", "not calibrated")
+    policy = DeviceConfig(scheduler=Scheduler.FIOS)
+    assert calibrate.with_costs(policy, empty).scheduler_tunables == {"alpha_permille": 500}
+    assert not empty.calibrated
