@@ -100,7 +100,8 @@ struct fios_data {
 	unsigned int queued[2];
 	unsigned int inflight[2];
 	u64 epoch;
-	bool blocked;			/* returned nothing with work queued: kick on completion */
+	bool waiting;			/* queued work may not go yet: has_work says no until an
+					 * insert, a completion or the anticipation's end */
 
 	/* anticipation */
 	struct {
@@ -219,7 +220,7 @@ static void fios_end_anticipation(struct fios_data *fd, u64 now, bool hit)
 	if (hit)
 		fd->stats.anticipation_hits++;
 	fd->antic_task = NULL;
-	hrtimer_try_to_cancel(&fd->timer);
+	/* the timer stays armed: it finds nothing to end, and re-arming costs less than that */
 }
 
 static void fios_remove_request(struct fios_data *fd, struct request *rq)
@@ -284,7 +285,8 @@ static bool fios_anticipate(struct fios_data *fd, int which, u64 now)
 	fd->antic_start_ns = now;
 	fd->antic_deadline_ns = deadline;
 	fd->stats.anticipations++;
-	hrtimer_start(&fd->timer, ns_to_ktime(deadline - now), HRTIMER_MODE_REL);
+	/* a little slack (1/8 of the window) lets the timer share an expiry with others */
+	hrtimer_start_range_ns(&fd->timer, ns_to_ktime(deadline), window >> 3, HRTIMER_MODE_ABS);
 	return true;
 }
 
@@ -351,7 +353,7 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	if (!fd->queued[FIOS_READ] && !fd->queued[FIOS_WRITE])
 		goto out;
 	if (fd->inflight[FIOS_READ] + fd->inflight[FIOS_WRITE] >= fd->max_depth)
-		goto blocked;
+		goto wait;
 	if (fd->antic_task && now >= fd->antic_deadline_ns)
 		fios_end_anticipation(fd, now, false);
 
@@ -363,18 +365,23 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		 * start a new one.
 		 */
 		if (fd->antic_task || fios_slice_holder_busy(fd) || fios_anticipate(fd, 1, now))
-			goto blocked;
+			goto wait;
 		fd->epoch++;
 		fd->stats.epochs++;
 		rq = fios_choose(fd, now);
 	}
 	if (!rq)
-		goto blocked;
+		goto wait;
 	fios_remove_request(fd, rq);
 	fios_issue(fd, rq, now);
 	goto out;
-blocked:
-	fd->blocked = true;
+wait:
+	/*
+	 * Something is queued but may not go yet. Until an insert, a completion or the end of
+	 * the anticipation changes that, has_work says there is nothing to do: blk-mq then
+	 * neither spins on dispatch nor re-runs the queue on a timer.
+	 */
+	WRITE_ONCE(fd->waiting, true);
 out:
 	spin_unlock_irqrestore(&fd->lock, flags);
 	return rq;
@@ -384,8 +391,9 @@ static bool fios_has_work(struct blk_mq_hw_ctx *hctx)
 {
 	struct fios_data *fd = hctx->queue->elevator->elevator_data;
 
-	return !list_empty_careful(&fd->dispatch) || READ_ONCE(fd->queued[FIOS_READ]) ||
-	       READ_ONCE(fd->queued[FIOS_WRITE]);
+	return !list_empty_careful(&fd->dispatch) ||
+	       ((READ_ONCE(fd->queued[FIOS_READ]) || READ_ONCE(fd->queued[FIOS_WRITE])) &&
+		!READ_ONCE(fd->waiting));
 }
 
 static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *list,
@@ -397,6 +405,7 @@ static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *l
 	u64 now = ktime_get_ns();
 
 	spin_lock_irqsave(&fd->lock, flags);
+	WRITE_ONCE(fd->waiting, false); /* blk-mq runs the queue after inserting */
 	while (!list_empty(list)) {
 		struct request *rq = list_first_entry(list, struct request, queuelist);
 		struct fios_task *task;
@@ -473,8 +482,8 @@ static void fios_completed_request(struct request *rq, u64 now)
 			}
 		}
 	}
-	if (fd->blocked) {
-		fd->blocked = false;
+	if (fd->waiting) {
+		WRITE_ONCE(fd->waiting, false);
 		kick = true;
 	}
 	spin_unlock_irqrestore(&fd->lock, flags);
@@ -520,6 +529,7 @@ static enum hrtimer_restart fios_anticipation_timer(struct hrtimer *timer)
 	spin_lock_irqsave(&fd->lock, flags);
 	if (fd->antic_task && now >= fd->antic_deadline_ns) {
 		fios_end_anticipation(fd, now, false);
+		WRITE_ONCE(fd->waiting, false);
 		kick = true;
 	}
 	spin_unlock_irqrestore(&fd->lock, flags);
@@ -592,7 +602,7 @@ static int fios_init_sched(struct request_queue *q, struct elevator_type *e)
 	INIT_LIST_HEAD(&fd->active);
 	INIT_LIST_HEAD(&fd->busy);
 	fios_task_init(&fd->unowned);
-	hrtimer_init(&fd->timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
+	hrtimer_init(&fd->timer, CLOCK_MONOTONIC, HRTIMER_MODE_ABS);
 	fd->timer.function = fios_anticipation_timer;
 	fd->timeslice_ns = (u64)FIOS_DEFAULT_TIMESLICE_US * NSEC_PER_USEC;
 	fd->alpha_permille = FIOS_DEFAULT_ALPHA_PERMILLE;
@@ -652,7 +662,9 @@ static int fios_parse(const char *page, u64 min, u64 max, u64 *value)
 			return err;                                                        \
 		spin_lock_irqsave(&fd->lock, flags);                                       \
 		set;                                                                       \
+		WRITE_ONCE(fd->waiting, false);                                            \
 		spin_unlock_irqrestore(&fd->lock, flags);                                  \
+		blk_mq_run_hw_queues(fd->q, true); /* what waited may go now */            \
 		return count;                                                              \
 	}
 

@@ -8,7 +8,9 @@
  * - The device has `units` parallel units (dies); each request goes to the unit its LBA is
  *   striped onto (64 KiB chunks), and a unit serves one request at a time. A read that lands
  *   on a unit busy with a write waits behind it: the read-blocked-by-write effect the FIOS
- *   paper measures, while requests on different units proceed in parallel.
+ *   paper measures, while requests on different units proceed in parallel. A write may
+ *   occupy several units (`write_units`), as writes striped over dies do: then it also
+ *   disrupts the device's read parallelism, which the paper observed on its SSDs.
  * - Interrupt-style completion fires an hrtimer at the request's completion time. Polled
  *   queues (poll_queues > 0, io_uring with IOPOLL) complete a request only when a poll finds
  *   its completion time has passed — unlike null_blk, whose poll queues complete at the first
@@ -29,6 +31,11 @@ MODULE_PARM_DESC(size_mb, "Capacity in MiB (memory backed)");
 static unsigned int units = 4;
 module_param(units, uint, 0444);
 MODULE_PARM_DESC(units, "Parallel units; a unit serves one request at a time");
+
+static unsigned int write_units = 1;
+module_param(write_units, uint, 0444);
+MODULE_PARM_DESC(write_units,
+		 "Units a write occupies (its unit and the next ones): writes that disrupt read parallelism");
 
 static unsigned int read_lat_ns = 25000;
 module_param(read_lat_ns, uint, 0444);
@@ -90,18 +97,25 @@ static u64 service_ns(struct request *rq)
 	return read_lat_ns + kib * read_ns_per_kb;
 }
 
-/* When the request's unit finishes it: after whatever the unit is busy with. */
+/*
+ * When the request finishes: a read on its unit, a write on `write_units` units from its own,
+ * each after whatever those units are busy with.
+ */
 static u64 schedule_on_unit(struct flashsim *dev, struct request *rq)
 {
 	unsigned int unit = (blk_rq_pos(rq) >> FLASHSIM_CHUNK_SHIFT) % units;
+	unsigned int span = rq_data_dir(rq) == WRITE ? write_units : 1;
 	u64 now = ktime_get_ns();
-	u64 start, done;
+	u64 start = now, done;
 	unsigned long flags;
+	unsigned int i;
 
 	spin_lock_irqsave(&dev->units_lock, flags);
-	start = max(now, dev->busy_until[unit]);
+	for (i = 0; i < span; i++)
+		start = max(start, dev->busy_until[(unit + i) % units]);
 	done = start + service_ns(rq);
-	dev->busy_until[unit] = done;
+	for (i = 0; i < span; i++)
+		dev->busy_until[(unit + i) % units] = done;
 	spin_unlock_irqrestore(&dev->units_lock, flags);
 	return done;
 }
@@ -248,7 +262,8 @@ static int __init flashsim_init(void)
 	unsigned int hw_queues;
 	int err;
 
-	if (!units || units > FLASHSIM_MAX_UNITS || !size_mb || poll_queues > 4)
+	if (!units || units > FLASHSIM_MAX_UNITS || !size_mb || poll_queues > 4 ||
+	    !write_units || write_units > units)
 		return -EINVAL;
 	dev = kzalloc(sizeof(*dev), GFP_KERNEL);
 	if (!dev)
@@ -304,8 +319,9 @@ static int __init flashsim_init(void)
 	if (err)
 		goto put_disk;
 	flashsim = dev;
-	pr_info("flashsim0: %u MiB, %u units, read %u ns + %u ns/KiB, write %u ns + %u ns/KiB, %u poll queues\n",
-		size_mb, units, read_lat_ns, read_ns_per_kb, write_lat_ns, write_ns_per_kb, poll_queues);
+	pr_info("flashsim0: %u MiB, %u units, read %u ns + %u ns/KiB, write %u ns + %u ns/KiB on %u units, %u poll queues\n",
+		size_mb, units, read_lat_ns, read_ns_per_kb, write_lat_ns, write_ns_per_kb,
+		write_units, poll_queues);
 	return 0;
 
 put_disk:

@@ -59,7 +59,8 @@ def test_a_scratch_device_is_calibrated(loop_device: LoopFactory, tmp_path: Path
     store = calibrate.CalibrationStore(tmp_path / "state")
     store.put(found)
     assert store.get(device) == found
-    assert store.forget(device) and store.get(device) is None
+    assert store.forget(device)
+    assert store.get(device) is None
 
 
 def test_a_device_holding_data_is_not_written(loop_device: LoopFactory, tmp_path: Path) -> None:
@@ -68,8 +69,10 @@ def test_a_device_holding_data_is_not_written(loop_device: LoopFactory, tmp_path
     before = Path(f"/sys/block/{device}/stat").read_text().split()
     target = device_target(HostPaths(), device)
     found = calibrate.measure(target, workdir=tmp_path / "work", seconds=0.5)
-    assert not found.calibrated and found.costs == {}
-    assert "holds data" in found.note and "elapsed time / parallelism" in found.note
+    assert not found.calibrated
+    assert found.costs == {}
+    assert "holds data" in found.note
+    assert "elapsed time / parallelism" in found.note
     after = Path(f"/sys/block/{device}/stat").read_text().split()
     assert after[4] == before[4]  # writes completed: unchanged
 
@@ -89,7 +92,8 @@ def test_measured_costs_and_alpha_complete_the_policy() -> None:
     # the writes the applier makes: the scheduler first, then every tunable under iosched/
     kernel = KernelFacts("6.1.0-18-amd64", (6, 1))
     writes = plan(config, kernel, "none")
-    assert list(writes)[0] == "scheduler" and writes["scheduler"] == "fios"
+    assert next(iter(writes)) == "scheduler"
+    assert writes["scheduler"] == "fios"
     assert writes["iosched/cost_write_128k_ns"] == "4000"
     assert writes["iosched/alpha_permille"] == "300"
     # without a policy alpha, the paper's 0.5; other schedulers are left alone

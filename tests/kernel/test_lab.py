@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from agent import calibrate
 from kernel.lab import packages
-from kernel.lab.scenarios import STOCK, LabResult, run
+from kernel.lab.scenarios import SCHEDULERS, STOCK, LabResult, run
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+ROUNDS = 3
 
 
 @pytest.fixture(scope="module")
 def overhead() -> LabResult:
-    return run("null-overhead", rounds=2, seconds=1.5)
+    return run("null-overhead", rounds=ROUNDS, seconds=1.0)
 
 
 def test_the_trio_shares_one_version() -> None:
@@ -24,49 +31,105 @@ def test_the_trio_shares_one_version() -> None:
 
 def test_every_scheduler_ran_in_every_round(overhead: LabResult) -> None:
     assert overhead.kernel.startswith("6.1.0-")
-    assert sorted(overhead.runs) == sorted(f"{s}/{r}" for s in STOCK for r in range(2))
+    assert sorted(overhead.runs) == sorted(f"{s}/{r}" for s in SCHEDULERS for r in range(ROUNDS))
     assert all(m["iops"] > 0 and m["lat_mean_us"] > 0 for m in overhead.runs.values())
 
 
-def test_every_scheduler_adds_latency_over_none(overhead: LabResult) -> None:
+def test_every_stock_scheduler_adds_latency_over_none(overhead: LabResult) -> None:
     """HotStorage '23: on a fast device every scheduler adds latency to 4 KB QD1 reads.
     Under TCG the numbers are inflated and short runs are noisy, so the finer order
     (mq-deadline ≈ kyber < bfq) is left to bench/lab_overhead.py's longer runs."""
     relative = overhead.summary["relative_to_none"]
-    for scheduler in ("mq-deadline", "kyber", "bfq"):
+    for scheduler in STOCK[1:]:
         assert relative[scheduler] > 1.05, relative
 
 
+def test_fios_adds_no_more_latency_than_mq_deadline(overhead: LabResult) -> None:
+    """fios' fast path (one task, nothing to anticipate) costs no more than mq-deadline's.
+    Medians of rounds in rotated order; the 3 % allowance is the run-to-run noise of
+    TCG on a shared host (bench/lab_overhead.py measures it with longer runs)."""
+    mean = overhead.summary["mean_latency_us"]
+    added = {s: mean[s] - mean["none"] for s in SCHEDULERS}
+    assert added["fios"] <= added["mq-deadline"] + 0.03 * mean["none"], mean
+
+
 def test_no_warnings_in_the_kernel_log(overhead: LabResult) -> None:
-    assert overhead.kernel_problems == []
+    assert overhead.kernel_problems == []  # fios included: loaded, used, unloaded
 
 
 @pytest.fixture(scope="module")
 def flash_fairness() -> LabResult:
-    return run("flash-fairness-1r1w", seconds=1.5)
+    return run("flash-fairness-rw", seconds=1.5)
 
 
-def test_flashsim_builds_against_the_lab_kernel(flash_fairness: LabResult) -> None:
+def test_the_modules_build_against_the_lab_kernel(flash_fairness: LabResult) -> None:
+    """fios needs the block layer's private headers: taken from linux-source of the very
+    same version at build time (kernel/fios/block-headers.sh), never from the repository."""
     from kernel.lab import build
 
     trio = packages.select_trio()
-    module = packages.DEFAULT_CACHE / trio.version / "build" / "flashsim" / "flashsim.ko"
-    assert build.vermagic(module).startswith(f"{trio.abi} SMP")
+    for name in ("flashsim", "fios"):
+        module = packages.DEFAULT_CACHE / trio.version / "build" / name / f"{name}.ko"
+        assert build.vermagic(module).startswith(f"{trio.abi} SMP")
+    assert not list((ROOT / "kernel").rglob("elevator.h"))
 
 
-def test_reads_are_blocked_by_writes_on_the_test_device(flash_fairness: LabResult) -> None:
-    """The FIOS paper's premise, on flashsim: with no scheduling, a reader next to a writer
-    slows down far more than the writer does."""
+def test_the_agent_calibration_sets_fios_costs(flash_fairness: LabResult) -> None:
+    """agent.calibrate's four standalone points, run on flashsim and written to fios."""
+    tunables = flash_fairness.tunables["fios"]
+    assert set(tunables) == {"alpha_permille", *calibrate.POINTS}
+    assert tunables["alpha_permille"] == 500
+    # flashsim's writes (4 ms) cost over ten times its reads (250 µs), larger ones more
+    assert tunables["cost_write_4k_ns"] > 10 * tunables["cost_read_4k_ns"]
+    assert tunables["cost_read_128k_ns"] > tunables["cost_read_4k_ns"] > 250_000
+    # the stats fios prints say it used them
+    stats = flash_fairness.stats["fios-1r1w/fios/together"]
+    assert stats["cost_model"] == "calibrated"
+
+
+@pytest.mark.parametrize("workload", ["fios-1r1w", "fios-4r4w"])
+def test_reads_are_blocked_by_writes_without_fios(flash_fairness: LabResult, workload: str) -> None:
+    """The FIOS paper's premise on the test device: with none and mq-deadline, readers next
+    to writers are slowed three times or more beyond the proportional slowdown."""
+    cases = flash_fairness.summary[workload]
+    assert set(cases) == {*SCHEDULERS, "fios+noantic"}
+    for scheduler in ("none", "mq-deadline"):
+        case = cases[scheduler]
+        readers = [v for k, v in case["slowdowns"].items() if k.startswith("reader")]
+        assert min(readers) >= 3 * case["proportional_slowdown"], (scheduler, case)
+
+
+@pytest.mark.parametrize("workload", ["fios-1r1w", "fios-4r4w"])
+def test_fios_is_fair_and_efficient(flash_fairness: LabResult, workload: str) -> None:
+    """FAST '12 on the test device: fios keeps every task within 1.5 times the proportional
+    slowdown, with at least 0.9 of the best alternative's concurrent efficiency."""
+    cases = flash_fairness.summary[workload]
+    fios = cases["fios"]
+    assert fios["worst_over_proportional"] <= 1.5, fios
+    best = max(cases[s]["concurrent_efficiency"] for s in STOCK)
+    assert fios["concurrent_efficiency"] >= 0.9 * best, (fios, best)
+
+
+def test_fios_anticipates_for_readers(flash_fairness: LabResult) -> None:
+    """Read preference needs anticipation: after a read completes fios idles briefly for the
+    reader's next read rather than issuing a write; most of those waits are rewarded."""
+    stats = {k: int(v) for k, v in flash_fairness.stats["fios-1r1w/fios/together"].items()
+             if v.isdigit()}  # fmt: skip
+    assert stats["epochs"] >= 2
+    assert stats["anticipations"] > 100
+    assert stats["anticipation_hits"] >= 0.8 * stats["anticipations"]
+    assert stats["writes_held"] > 0
+    # without it (alpha 0) the reader's deceptive idleness lets writes in: unfair again
     cases = flash_fairness.summary["fios-1r1w"]
-    assert set(cases) == set(STOCK)
-    none = cases["none"]["slowdowns"]
-    assert none["reader_0"] > 1.3 * none["writer_0"]
-    assert all(case["proportional_slowdown"] == 2 for case in cases.values())
-    assert all(0 < case["concurrent_efficiency"] <= 2.0 for case in cases.values())
+    assert int(flash_fairness.stats["fios-1r1w/fios+noantic/together"]["anticipations"]) == 0
+    assert (
+        cases["fios+noantic"]["worst_over_proportional"]
+        > 2 * cases["fios"]["worst_over_proportional"]
+    )
 
 
-def test_flashsim_loads_serves_and_unloads_cleanly(flash_fairness: LabResult) -> None:
-    assert flash_fairness.kernel_problems == []  # includes the rmmod check
+def test_the_modules_load_serve_and_unload_cleanly(flash_fairness: LabResult) -> None:
+    assert flash_fairness.kernel_problems == []  # includes the rmmod checks
 
 
 def test_polling_completes_only_when_the_device_is_done() -> None:
