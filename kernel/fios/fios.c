@@ -527,8 +527,9 @@ static enum hrtimer_restart fios_anticipation_timer(struct hrtimer *timer)
 	bool kick = false;
 
 	spin_lock_irqsave(&fd->lock, flags);
-	if (fd->antic_task && now >= fd->antic_deadline_ns) {
+	if (fd->antic_task && now >= fd->antic_deadline_ns)
 		fios_end_anticipation(fd, now, false);
+	if (!fd->antic_task && fd->waiting) {
 		WRITE_ONCE(fd->waiting, false);
 		kick = true;
 	}
@@ -548,6 +549,7 @@ static void fios_exit_icq(struct io_cq *icq)
 	struct fios_data *fd = icq->q->elevator->elevator_data;
 	struct fios_task *task = icq_to_task(icq);
 	unsigned long flags;
+	bool kick = false;
 
 	spin_lock_irqsave(&fd->lock, flags);
 	task->exited = true;
@@ -556,10 +558,14 @@ static void fios_exit_icq(struct io_cq *icq)
 	if (fd->recent[1].task == task)
 		fd->recent[1].task = NULL;
 	if (fd->antic_task == task) {
+		/* what waited for this task may go now */
 		fd->antic_task = NULL;
-		hrtimer_try_to_cancel(&fd->timer);
+		kick = fd->waiting;
+		WRITE_ONCE(fd->waiting, false);
 	}
 	spin_unlock_irqrestore(&fd->lock, flags);
+	if (kick)
+		blk_mq_run_hw_queues(fd->q, true);
 }
 
 static bool fios_allow_merge(struct request_queue *q, struct request *rq, struct bio *bio)

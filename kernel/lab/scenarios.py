@@ -32,8 +32,11 @@ def _fio_block(label: str, options: str) -> str:
     )
 
 
+OVERHEAD_ORDER = ("none", "mq-deadline", "fios", "kyber", "bfq")  # fios next to its yardstick
+
+
 def null_overhead_script(
-    rounds: int, seconds: float, schedulers: tuple[str, ...] = SCHEDULERS
+    rounds: int, seconds: float, schedulers: tuple[str, ...] = OVERHEAD_ORDER
 ) -> str:
     """HotStorage '23's overhead case: 4 KB QD1 synchronous random reads on null_blk with a
     10 µs completion time, under each scheduler. One unrecorded warm-up run first (TCG
@@ -48,14 +51,14 @@ def null_overhead_script(
     script = "\n".join(lines) + "\n"
     job = (
         "--name=qd1 --filename=/dev/nullb0 --direct=1 --ioengine=psync --rw=randread"
-        " --bs=4k --iodepth=1 --time_based --runtime={seconds} --ramp_time=0.5 --size=512m"
+        " --bs=4k --iodepth=1 --time_based --runtime={ms}ms --ramp_time=500ms --size=512m"
     )
-    script += f"fio --eta=never --output=/dev/null {job.format(seconds=1)}\n"
+    script += f"fio --eta=never --output=/dev/null {job.format(ms=1000)}\n"
     for r in range(rounds):
         shift = r % len(schedulers)
         for scheduler in schedulers[shift:] + schedulers[:shift]:
             script += f"echo {scheduler} > /sys/block/nullb0/queue/scheduler\n"
-            script += _fio_block(f"{scheduler}/{r}", job.format(seconds=seconds))
+            script += _fio_block(f"{scheduler}/{r}", job.format(ms=round(seconds * 1000)))
     script += "echo none > /sys/block/nullb0/queue/scheduler\n"
     if "fios" in schedulers:
         script += "rmmod fios\ngrep -q fios /sys/block/nullb0/queue/scheduler"
@@ -168,7 +171,7 @@ def polling_script(rounds: int, seconds: float) -> tuple[str, dict[str, str]]:
                         f"{device}/{size}/{mode}/{r}",
                         f"--name=p --filename=/dev/flashsim0 --direct=1 --ioengine=io_uring"
                         f" --hipri={hipri} --rw=randread --bs={size} --iodepth=1 --time_based"
-                        f" --runtime={seconds} --ramp_time=0.3 --size=64m",
+                        f" --runtime={round(seconds * 1000)}ms --ramp_time=300ms --size=64m",
                     )
         script += "rmmod flashsim\ntest -e /sys/block/flashsim0 && echo BLKPILOT-UNLOAD-FAILED\n"
     return script, {}
@@ -227,10 +230,19 @@ def summarize_overhead(runs: dict[str, dict[str, float]]) -> dict[str, Any]:
         )
         for s in schedulers
     }
+    rounds = sorted({label.split("/")[1] for label in runs})
+    added = {
+        s: statistics.median(
+            runs[f"{s}/{r}"]["lat_mean_us"] / runs[f"none/{r}"]["lat_mean_us"] - 1 for r in rounds
+        )
+        for s in schedulers
+    }
     return {
         "mean_latency_us": {s: round(v, 2) for s, v in mean.items()},
         "p50_latency_us": {s: round(v, 2) for s, v in p50.items()},
         "relative_to_none": {s: round(mean[s] / mean["none"], 3) for s in schedulers},
+        # per round, each scheduler's added latency over none in that round; the median
+        "added_over_none_per_round": {s: round(v, 3) for s, v in added.items()},
     }
 
 

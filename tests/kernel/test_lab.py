@@ -14,12 +14,12 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-ROUNDS = 3
+ROUNDS = 5
 
 
 @pytest.fixture(scope="module")
 def overhead() -> LabResult:
-    return run("null-overhead", rounds=ROUNDS, seconds=1.0)
+    return run("null-overhead", rounds=ROUNDS, seconds=0.8)
 
 
 def test_the_trio_shares_one_version() -> None:
@@ -46,11 +46,11 @@ def test_every_stock_scheduler_adds_latency_over_none(overhead: LabResult) -> No
 
 def test_fios_adds_no_more_latency_than_mq_deadline(overhead: LabResult) -> None:
     """fios' fast path (one task, nothing to anticipate) costs no more than mq-deadline's.
-    Medians of rounds in rotated order; the 3 % allowance is the run-to-run noise of
-    TCG on a shared host (bench/lab_overhead.py measures it with longer runs)."""
-    mean = overhead.summary["mean_latency_us"]
-    added = {s: mean[s] - mean["none"] for s in SCHEDULERS}
-    assert added["fios"] <= added["mq-deadline"] + 0.03 * mean["none"], mean
+    Each round's added latency over that round's none, median over rounds in rotated order;
+    the 3 % of none allowed on top is TCG's run-to-run noise on a shared host
+    (bench/lab_overhead.py measures the same with longer runs)."""
+    added = overhead.summary["added_over_none_per_round"]
+    assert added["fios"] <= added["mq-deadline"] + 0.03, added
 
 
 def test_no_warnings_in_the_kernel_log(overhead: LabResult) -> None:
