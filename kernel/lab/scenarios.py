@@ -7,6 +7,7 @@ import json
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +204,8 @@ class LabResult:
     summary: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, dict[str, str]] = field(default_factory=dict)  # fios' counters per run
     tunables: dict[str, dict[str, int]] = field(default_factory=dict)  # written per scheduler
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    finished_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 def _modules(root: Path, trio: packages.KernelTrio, names: list[str]) -> list[Path]:
@@ -376,6 +379,7 @@ def run(
     modules += [
         build.build_module(m, root, trio, cache / trio.version / "build") for m in scenario.ours
     ]
+    started = datetime.now(UTC)
     tunables: Tunables = {}
     problems: list[str] = []
     if scenario.calibrate:
@@ -392,6 +396,7 @@ def run(
     result = LabResult(
         name, trio.abi, booted.seconds, {k: v.metrics for k, v in parsed.items()}, parsed,
         problems + booted.kernel_problems(), stats=booted.stats, tunables=tunables,
+        started_at=started, finished_at=datetime.now(UTC),
     )  # fmt: skip
     result.summary = scenario.summarize(parsed)
     return result

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agent import calibrate
 from kernel.lab import packages
+from kernel.lab import report as lab_report
 from kernel.lab.scenarios import SCHEDULERS, STOCK, LabResult, run
+from tests.proc import ServiceProcess
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,12 +135,16 @@ def test_the_modules_load_serve_and_unload_cleanly(flash_fairness: LabResult) ->
     assert flash_fairness.kernel_problems == []  # includes the rmmod checks
 
 
-def test_polling_completes_only_when_the_device_is_done() -> None:
+@pytest.fixture(scope="module")
+def polling() -> LabResult:
+    return run("flash-polling", rounds=1, seconds=1.0)
+
+
+def test_polling_completes_only_when_the_device_is_done(polling: LabResult) -> None:
     """HotStorage '22 on flashsim: polling saves the interrupt path and its context switches,
     but cannot make the device itself faster than its service time."""
-    result = run("flash-polling", rounds=1, seconds=1.0)
-    assert result.kernel_problems == []
-    summary = result.summary
+    assert polling.kernel_problems == []
+    summary = polling.summary
     for device in ("ull", "flash"):
         for size in ("4k", "128k"):
             irq, poll = summary[f"{device}/{size}/interrupt"], summary[f"{device}/{size}/classic"]
@@ -145,3 +152,39 @@ def test_polling_completes_only_when_the_device_is_done() -> None:
             assert poll["lat_mean_us"] < irq["lat_mean_us"]
     # the flash-like device's 80 µs read time shows through polling: no instant completions
     assert summary["flash/4k/classic"]["lat_p50_us"] > 80
+
+
+def test_lab_runs_are_stored_as_observations(
+    polling: LabResult, overhead: LabResult, service: ServiceProcess, tmp_path: Path
+) -> None:
+    """The lab is a node whose devices stand in for what this machine lacks; each fio run in
+    the guest is one benchmark observation with the configuration it ran under."""
+    token = service.api("POST", "/enrollment-tokens", json={}).json()["token"]
+    node = lab_report.lab_node(tmp_path / "lab", service.base_url, token)
+    assert lab_report.lab_node(tmp_path / "lab") == node  # enrolled once, then remembered
+    assert lab_report.report(polling, node) == len(polling.runs)
+    assert lab_report.report(overhead, node) == len(overhead.runs)
+
+    devices = {d["name"]: d for d in service.api(
+        "GET", "/devices", params={"node_id": str(node.node_id)}
+    ).json()}  # fmt: skip
+    # the second report added null_blk without dropping the polling devices
+    assert {lab_report.ULL_DEVICE, lab_report.NULL_DEVICE} <= {n for n, d in devices.items()
+                                                              if d["present"]}  # fmt: skip
+    assert devices[lab_report.ULL_DEVICE]["device_class"] == "ull"
+    assert devices[lab_report.ULL_DEVICE]["capabilities"]["kernel_version"] == polling.kernel
+
+    def observations(device: str) -> list[dict[str, Any]]:
+        found = service.api("GET", "/observations", params={"device_id": devices[device]["id"]})
+        result: list[dict[str, Any]] = found.json()
+        return result
+
+    ull = observations(lab_report.ULL_DEVICE)
+    modes = {o["configuration"]["completion"] for o in ull}
+    assert modes == {"interrupt", "classic_poll", "hybrid_poll"}
+    classic = next(o for o in ull if o["configuration"]["completion"] == "classic_poll")
+    assert classic["workload"]["engine"] == "io_uring_poll"
+    assert classic["metrics"]["context_switches_per_io"] < 0.2
+
+    null = observations(lab_report.NULL_DEVICE)
+    assert {o["configuration"]["scheduler"] for o in null} == set(SCHEDULERS)
