@@ -402,7 +402,6 @@ static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *l
 	struct request_queue *q = hctx->queue;
 	struct fios_data *fd = q->elevator->elevator_data;
 	unsigned long flags;
-	u64 now = ktime_get_ns();
 
 	spin_lock_irqsave(&fd->lock, flags);
 	WRITE_ONCE(fd->waiting, false); /* blk-mq runs the queue after inserting */
@@ -432,7 +431,7 @@ static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *l
 		if (rq_mergeable(rq))
 			elv_rqhash_add(q, rq);
 		if (fd->antic_task == task && (!fd->antic_read || dir == FIOS_READ))
-			fios_end_anticipation(fd, now, true);
+			fios_end_anticipation(fd, ktime_get_ns(), true);
 	}
 	spin_unlock_irqrestore(&fd->lock, flags);
 }
