@@ -13,7 +13,7 @@ from kernel.lab import report as lab_report
 from kernel.lab.scenarios import SCHEDULERS, STOCK, LabResult, run
 from tests.proc import ServiceProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # QEMU boots under TCG
 ROOT = Path(__file__).resolve().parents[2]
 
 
