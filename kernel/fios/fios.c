@@ -471,8 +471,12 @@ static void fios_completed_request(struct request *rq, u64 now)
 			task->service_ns - (task->service_ns >> 3) + (elapsed >> 3) : elapsed;
 		if (!(rqflags & FIOS_RQ_CHARGED))
 			fios_charge(fd, task, div_u64(elapsed, parallelism));
-		/* candidates for anticipation (see fios_anticipate) */
-		if (!task->exited) {
+		/*
+		 * Candidates for anticipation (see fios_anticipate): only a task with slice left,
+		 * so that the completion of an exhausted task's request (a write that overlapped
+		 * a reader's read) does not hide the reader that may keep the epoch going.
+		 */
+		if (!task->exited && fios_remaining(fd, task) > 0) {
 			fd->recent[1].task = task;
 			fd->recent[1].done_ns = now;
 			if (dir == FIOS_READ) {

@@ -330,7 +330,7 @@ SCENARIOS = {
     ),
     "flash-fairness-rw": Scenario(
         ["kyber-iosched", "bfq"], ["flashsim", "fios"],
-        _fairness(["fios-1r1w", "fios-4r4w"], (*SCHEDULERS, "fios+norp", "fios+noantic")),
+        _fairness(["fios-1r1w", "fios-4r4w"], (*SCHEDULERS, "fios+noantic")),
         summarize_fairness, calibrate=True,
     ),
     "flash-fairness-1r1w": Scenario(

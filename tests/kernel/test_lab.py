@@ -97,28 +97,28 @@ def test_reads_are_blocked_by_writes_without_fios(flash_fairness: LabResult, wor
     """The FIOS paper's premise on the test device: with none and mq-deadline, readers next
     to writers are slowed three times or more beyond the proportional slowdown."""
     cases = flash_fairness.summary[workload]
-    assert set(cases) == {*SCHEDULERS, "fios+norp", "fios+noantic"}
+    assert set(cases) == {*SCHEDULERS, "fios+noantic"}
     for scheduler in ("none", "mq-deadline"):
         case = cases[scheduler]
         readers = [v for k, v in case["slowdowns"].items() if k.startswith("reader")]
         assert min(readers) >= 3 * case["proportional_slowdown"], (scheduler, case)
 
 
-@pytest.mark.parametrize("workload", ["fios-1r1w", "fios-4r4w"])
-def test_fios_is_fair_and_efficient(flash_fairness: LabResult, workload: str) -> None:
+@pytest.mark.parametrize(("workload", "efficiency"), [("fios-1r1w", 0.8), ("fios-4r4w", 0.9)])
+def test_fios_is_fair_and_efficient(
+    flash_fairness: LabResult, workload: str, efficiency: float
+) -> None:
     """FAST '12 on the test device: fios keeps every task within 1.5 times the proportional
-    slowdown — with and without read preference — and, configured for the device as a policy
-    would (read preference is optional in the paper), reaches at least 0.9 of the best stock
-    scheduler's concurrent efficiency. With read preference on 1 reader + 1 writer it reaches
-    0.85-0.9 here: the reader's gaps between requests, which fios idles through rather than
-    let a write in, are inflated by TCG (bench/results/lab_flash.md)."""
+    slowdown, with at least 0.9 of the best stock scheduler's concurrent efficiency where
+    several tasks can use the device's parallelism (4 + 4: fios is the most efficient by far).
+    With 1 reader + 1 writer it measures 0.87-0.89 of it: the stock schedulers' efficiency
+    there is the writer at full speed with the reader starved (11x slower), fios gives each
+    half of the device, less the time it idles for the reader's next read — a gap TCG's slow
+    CPU inflates (bench/results/lab_flash.md). That case is held to 0.8."""
     cases = flash_fairness.summary[workload]
-    for variant in ("fios", "fios+norp"):
-        assert cases[variant]["worst_over_proportional"] <= 1.5, (variant, cases[variant])
+    assert cases["fios"]["worst_over_proportional"] <= 1.5, cases["fios"]
     best_stock = max(cases[s]["concurrent_efficiency"] for s in STOCK)
-    best_fios = max(cases[s]["concurrent_efficiency"] for s in ("fios", "fios+norp"))
-    assert best_fios >= 0.9 * best_stock, cases
-    assert cases["fios"]["concurrent_efficiency"] >= 0.8 * best_stock, cases
+    assert cases["fios"]["concurrent_efficiency"] >= efficiency * best_stock, cases
 
 
 def test_fios_anticipates_for_readers(flash_fairness: LabResult) -> None:
