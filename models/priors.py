@@ -1,0 +1,131 @@
+"""What the papers say, as priors for a cold start.
+
+Each prior names a configuration, when it applies (device and workload features, the
+objective), how strongly (in pseudo-observations: a prior worth 3 counts like three measured
+runs, so it gives way once real observations of the cell accumulate), a plain-language reason
+and the paper it comes from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from agent.wire import CompletionMode, DeviceClass, DeviceConfig, Scheduler
+from models.features import DeviceFacts, Features
+
+
+class Objective(StrEnum):
+    P50 = "p50_latency"
+    P99 = "p99_latency"
+    IOPS = "iops"
+    ENERGY = "energy"
+    FAIRNESS = "fairness"
+
+
+HS23 = "HotStorage '23, Do We Still Need IO Schedulers for Low-latency Disks?"
+HS22 = "HotStorage '22, Polling vs Interrupts: energy and performance on fast SSDs"
+SYSTOR12 = "SYSTOR '12, BFQ: responsiveness and throughput on rotational disks"
+FAST12 = "FAST '12, FIOS: A Fair, Efficient Flash I/O Scheduler"
+
+FLASH = {DeviceClass.NVME_FLASH, DeviceClass.SATA_SSD}
+
+
+@dataclass(frozen=True)
+class Prior:
+    name: str
+    config: DeviceConfig
+    applies: Callable[[DeviceFacts, Features, Objective], bool]
+    strength: float  # pseudo-observations
+    reason: str
+    citation: str
+    avoid: bool = False  # a configuration the paper advises against
+
+
+def _small_reads(w: Features) -> bool:
+    return w["read_share"] >= 0.9 and w["request_kib"] <= 16 and w["queue_depth"] <= 4
+
+
+def _large_reads(w: Features) -> bool:
+    return w["read_share"] >= 0.9 and w["request_kib"] >= 64
+
+
+def _pollable(d: DeviceFacts) -> bool:
+    return d.poll_queues > 0 and d.device_class in (DeviceClass.ULL, *FLASH)
+
+
+PRIORS: tuple[Prior, ...] = (
+    Prior(
+        "none-on-ull",
+        DeviceConfig(scheduler=Scheduler.NONE),
+        lambda d, w, o: d.device_class is DeviceClass.ULL and o is not Objective.FAIRNESS,
+        3.0,
+        "On ultra-low-latency SSDs every scheduler only adds latency; none adds the least.",
+        HS23,
+    ),
+    Prior(
+        "classic-poll-small-reads",
+        DeviceConfig(scheduler=Scheduler.NONE, completion=CompletionMode.CLASSIC_POLL),
+        lambda d, w, o: (
+            _pollable(d)
+            and _small_reads(w)
+            and o in (Objective.ENERGY, Objective.P50, Objective.P99)
+        ),
+        2.0,
+        "Small synchronous reads on a fast SSD finish sooner and with fewer context switches"
+        " when the submitting core polls for them; for energy the shorter wait pays for the"
+        " spinning.",
+        HS22,
+    ),
+    Prior(
+        "interrupts-large-reads",
+        DeviceConfig(scheduler=Scheduler.NONE, completion=CompletionMode.INTERRUPT),
+        lambda d, w, o: _pollable(d) and _large_reads(w) and o is Objective.ENERGY,
+        2.0,
+        "Large reads take long enough that polling burns a core for little latency gain:"
+        " interrupts use less energy.",
+        HS22,
+    ),
+    Prior(
+        "no-hybrid-poll-for-energy",
+        DeviceConfig(scheduler=Scheduler.NONE, completion=CompletionMode.HYBRID_POLL),
+        lambda d, w, o: _pollable(d) and o is Objective.ENERGY,
+        2.0,
+        "Hybrid polling sleeps then spins: it saves less than classic polling on latency and"
+        " costs more energy than interrupts.",
+        HS22,
+        avoid=True,
+    ),
+    Prior(
+        "bfq-low-latency-interactive-hdd",
+        DeviceConfig(scheduler=Scheduler.BFQ, scheduler_tunables={"low_latency": 1}),
+        lambda d, w, o: d.rotational and w["sync"] >= 1 and w["queue_depth"] <= 2,
+        3.0,
+        "On rotational disks bfq with low_latency keeps interactive, synchronous work"
+        " responsive next to background streams, where the others let it starve.",
+        SYSTOR12,
+    ),
+    Prior(
+        "fios-shared-flash",
+        DeviceConfig(scheduler=Scheduler.FIOS),
+        lambda d, w, o: (
+            d.device_class in FLASH
+            and w["reader_tasks"] >= 1
+            and w["writer_tasks"] >= 1
+            and w["tasks"] >= 2
+            and o is Objective.FAIRNESS
+        ),
+        3.0,
+        "Readers and writers sharing a flash device: without fair timeslices and read"
+        " preference the readers are slowed many times beyond their share; FIOS keeps each"
+        " task near its proportional slowdown.",
+        FAST12,
+    ),
+)
+
+
+def priors_for(device: DeviceFacts, workload: Features, objective: Objective) -> list[Prior]:
+    """The priors that apply to a cell, strongest first."""
+    found = [p for p in PRIORS if p.applies(device, workload, objective)]
+    return sorted(found, key=lambda p: -p.strength)
