@@ -1,0 +1,143 @@
+"""Training data from observations: one sample per benchmark or canary run, with the device's
+facts (class, rotational, queues, and what its own observations measured: QD1 read latency,
+write/read asymmetry, speed-up from parallel issue), the workload and the configuration.
+"""
+
+from __future__ import annotations
+
+import statistics
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from agent.wire import CompletionMode, DeviceConfig, IOPattern, Scheduler, WorkloadSpec
+from models.features import DeviceFacts
+from models.priors import Objective
+from service.tables import Device, Observation
+
+# objective -> (metric, higher is better)
+OBJECTIVE_METRIC: dict[Objective, tuple[str, bool]] = {
+    Objective.P50: ("lat_p50_us", False),
+    Objective.P99: ("lat_p99_us", False),
+    Objective.IOPS: ("iops", True),
+    Objective.ENERGY: ("joules_per_mio", False),
+    Objective.FAIRNESS: ("worst_over_proportional", False),
+}
+
+
+@dataclass(frozen=True)
+class Sample:
+    device_id: uuid.UUID
+    device: dict[str, Any]  # the inventory row as the API shows it
+    workload: WorkloadSpec
+    config: DeviceConfig
+    metrics: dict[str, float]
+    finished_at: datetime
+
+    def value(self, objective: Objective) -> float | None:
+        metric, _ = OBJECTIVE_METRIC[objective]
+        found = self.metrics.get(metric)
+        return float(found) if isinstance(found, int | float) else None
+
+
+def _single_job(workload: WorkloadSpec) -> tuple[IOPattern, int, int] | None:
+    if workload.tool != "fio" or len(workload.jobs) != 1 or workload.jobs[0].tasks != 1:
+        return None
+    job = workload.jobs[0]
+    if len(job.block_sizes) != 1:
+        return None
+    (size,) = job.block_sizes
+    return job.pattern, size, job.queue_depth
+
+
+def _plain(config: DeviceConfig) -> bool:
+    return config.scheduler in (None, Scheduler.NONE) and config.completion in (
+        None,
+        CompletionMode.INTERRUPT,
+    )
+
+
+def measured_facts(samples: Iterable[Sample]) -> dict[uuid.UUID, dict[str, float]]:
+    """Per device, from its own plain runs (no scheduler, interrupts): median QD1 4 KiB read
+    latency, QD1 write over read latency, and random-read IOPS at its deepest queue over QD1."""
+    reads: dict[uuid.UUID, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    writes: dict[uuid.UUID, list[float]] = defaultdict(list)
+    for sample in samples:
+        shape = _single_job(sample.workload)
+        if shape is None or not _plain(sample.config):
+            continue
+        pattern, size, depth = shape
+        if size != 4096:
+            continue
+        if pattern is IOPattern.RANDREAD:
+            key = "lat_mean_us" if depth == 1 else "iops"
+            if key in sample.metrics:
+                reads[sample.device_id][depth].append(float(sample.metrics[key]))
+        elif pattern is IOPattern.RANDWRITE and depth == 1 and "lat_mean_us" in sample.metrics:
+            writes[sample.device_id].append(float(sample.metrics["lat_mean_us"]))
+    facts: dict[uuid.UUID, dict[str, float]] = defaultdict(dict)
+    for device_id, by_depth in reads.items():
+        if 1 not in by_depth:
+            continue
+        qd1 = statistics.median(by_depth[1])
+        facts[device_id]["qd1_read_us"] = qd1
+        if writes.get(device_id):
+            facts[device_id]["write_over_read"] = statistics.median(writes[device_id]) / qd1
+        deepest = max(by_depth)
+        if deepest > 1 and qd1 > 0:
+            facts[device_id]["parallel_speedup"] = statistics.median(by_depth[deepest]) / (
+                1e6 / qd1
+            )
+    return dict(facts)
+
+
+def _device_row(device: Device) -> dict[str, Any]:
+    return {
+        "name": device.name,
+        "device_class": device.device_class,
+        "rotational": device.rotational,
+        "capabilities": device.capabilities,
+    }
+
+
+def load(
+    session: Session, *, since: datetime | None = None, until: datetime | None = None
+) -> list[Sample]:
+    """Every observation (of present and past devices) in the time range, oldest first.
+    Observations whose workload or configuration no longer validates are skipped."""
+    query = select(Observation, Device).join(Device, Device.id == Observation.device_id)
+    if since is not None:
+        query = query.where(Observation.finished_at >= since)
+    if until is not None:
+        query = query.where(Observation.finished_at < until)
+    samples = []
+    for observation, device in session.execute(query.order_by(Observation.finished_at)):
+        try:
+            workload = WorkloadSpec.model_validate(observation.workload)
+            config = DeviceConfig.model_validate(observation.configuration)
+        except ValidationError:
+            continue
+        metrics = {
+            k: float(v) for k, v in observation.metrics.items() if isinstance(v, int | float)
+        }
+        samples.append(Sample(observation.device_id, _device_row(device), workload, config,
+                              metrics, observation.finished_at))  # fmt: skip
+    return samples
+
+
+def facts_for(samples: list[Sample]) -> dict[uuid.UUID, DeviceFacts]:
+    measured = measured_facts(samples)
+    facts = {}
+    for sample in samples:
+        if sample.device_id not in facts:
+            facts[sample.device_id] = DeviceFacts.from_inventory(
+                sample.device, measured.get(sample.device_id, {})
+            )
+    return facts

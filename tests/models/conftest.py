@@ -1,0 +1,1 @@
+from tests.agent.conftest import loop_device  # noqa: F401  (real loop devices)
