@@ -109,6 +109,8 @@ def config_features(config: DeviceConfig) -> Features:
     completion = config.completion or CompletionMode.INTERRUPT
     features: Features = {f"scheduler={s.value}": float(scheduler is s) for s in Scheduler}
     features.update({f"completion={m.value}": float(completion is m) for m in CompletionMode})
+    # hybrid polling is polling: a model that has seen classic polling knows something of it
+    features["polled"] = float(completion is not CompletionMode.INTERRUPT)
     tunables = config.scheduler_tunables
     if scheduler is Scheduler.BFQ and "slice_idle_us" not in tunables and "slice_idle" in tunables:
         tunables = {**tunables, "slice_idle_us": tunables["slice_idle"] * 1000}

@@ -1,0 +1,219 @@
+"""Policy search: per device and workload, the best configuration for an objective, with how
+sure the model is, and the configuration most worth a canary next.
+
+One BootstrapRegressor per objective predicts the objective's metric (on a log scale: the
+effects of a configuration are ratios) from a (device, workload, configuration) row. The
+search scores every candidate configuration the device can run:
+
+- exploitation: the predicted value, blended with the papers' priors, whose weight (in
+  pseudo-observations) gives way as the cell's own observations accumulate;
+- exploration: an upper confidence bound — predicted improvement plus `beta` standard
+  deviations — picks the next canary, until the expected gain of the best untried
+  configuration falls below `min_gain`.
+Guardrails drop candidates whose pessimistic prediction of a guarded metric is worse than
+the current configuration's by more than allowed (e.g. p99 may not grow over 10 %).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from sklearn.feature_extraction import DictVectorizer
+
+from agent.wire import CompletionMode, DeviceConfig, Scheduler, WorkloadSpec
+from models.dataset import OBJECTIVE_METRIC, Sample, facts_for
+from models.estimator import BootstrapRegressor
+from models.features import DeviceFacts, row, workload_features
+from models.priors import Objective, Prior, priors_for
+
+PRIOR_EFFECT = math.log(1.05)
+
+
+def config_key(config: DeviceConfig) -> str:
+    """A stable name of a configuration (what makes two runs the same cell)."""
+    tunables = ",".join(f"{k}={v}" for k, v in sorted(config.scheduler_tunables.items())
+                        if not k.startswith("cost_"))  # fmt: skip
+    scheduler = (config.scheduler or Scheduler.NONE).value
+    completion = (config.completion or CompletionMode.INTERRUPT).value
+    return f"{scheduler}[{tunables}]/{completion}"
+
+
+def candidates(device: DeviceFacts, available: Iterable[Scheduler]) -> list[DeviceConfig]:
+    """The grid the search chooses from: each available scheduler with the anticipation,
+    idling and deadline parameters that matter, and the poll modes where the device polls."""
+    available = set(available)
+    grid: list[DeviceConfig] = []
+    if Scheduler.NONE in available:
+        grid.append(DeviceConfig(scheduler=Scheduler.NONE))
+        if device.poll_queues > 0:
+            polled = (CompletionMode.CLASSIC_POLL, CompletionMode.HYBRID_POLL)
+            grid += [DeviceConfig(scheduler=Scheduler.NONE, completion=m) for m in polled]
+    if Scheduler.MQ_DEADLINE in available:
+        grid += [DeviceConfig(scheduler=Scheduler.MQ_DEADLINE,
+                              scheduler_tunables={"read_expire": r, "fifo_batch": b})
+                 for r in (100, 500) for b in (1, 16)]  # fmt: skip
+    if Scheduler.KYBER in available:
+        grid += [DeviceConfig(scheduler=Scheduler.KYBER, scheduler_tunables={"read_lat_nsec": n})
+                 for n in (250_000, 2_000_000)]  # fmt: skip
+    if Scheduler.BFQ in available:
+        grid += [DeviceConfig(scheduler=Scheduler.BFQ,
+                              scheduler_tunables={"slice_idle_us": s, "low_latency": low})
+                 for s in (0, 8_000) for low in (0, 1)]  # fmt: skip
+    if Scheduler.FIOS in available:
+        grid += [DeviceConfig(scheduler=Scheduler.FIOS,
+                              scheduler_tunables={"alpha_permille": a, "read_preference": rp})
+                 for a in (0, 500) for rp in (0, 1)]  # fmt: skip
+    return grid
+
+
+@dataclass
+class ObjectiveModel:
+    objective: Objective
+    vectorizer: DictVectorizer
+    regressor: BootstrapRegressor
+    higher_is_better: bool
+    rows: int
+    cells: Counter[tuple[str, str, str]] = field(
+        default_factory=Counter
+    )  # device, workload, config
+
+    def predict(self, features: Sequence[dict[str, float]]) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and standard deviation on the log scale."""
+        X = self.vectorizer.transform(list(features))  # noqa: N806
+        mean, std = self.regressor.predict(X.toarray(), return_std=True)
+        return np.asarray(mean), np.asarray(std)
+
+
+def fit(samples: list[Sample], objective: Objective, *, random_state: int = 0) -> ObjectiveModel:
+    metric, higher = OBJECTIVE_METRIC[objective]
+    facts = facts_for(samples)
+    rows, targets, cells = [], [], Counter[tuple[str, str, str]]()
+    for sample in samples:
+        value = sample.value(objective)
+        if value is None or value <= 0 or not math.isfinite(value):
+            continue
+        rows.append(row(facts[sample.device_id], sample.workload, sample.config))
+        targets.append(math.log(value))
+        cells[(str(sample.device_id), sample.workload.name, config_key(sample.config))] += 1
+    if len(rows) < 4:
+        raise ValueError(f"{len(rows)} observations carry {metric}: too few to learn from")
+    vectorizer = DictVectorizer(sparse=True)
+    X = vectorizer.fit_transform(rows).toarray()  # noqa: N806
+    regressor = BootstrapRegressor(random_state=random_state).fit(X, np.array(targets))
+    return ObjectiveModel(objective, vectorizer, regressor, higher, len(rows), cells)
+
+
+@dataclass(frozen=True)
+class Scored:
+    config: DeviceConfig
+    predicted: float  # in the metric's own unit
+    low: float
+    high: float
+    std: float  # log scale
+    observations: int
+    priors: tuple[Prior, ...]
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    objective: Objective
+    best: Scored
+    current: Scored | None
+    next_canary: Scored | None
+    expected_gain: float  # of next_canary over best, as a fraction (UCB)
+    ranked: list[Scored]
+
+    @property
+    def reason(self) -> str:
+        best = self.best
+        parts = [
+            f"{config_key(best.config)} is predicted best for {self.objective.value}"
+            f" ({best.predicted:.4g}, 80 % interval {best.low:.4g}-{best.high:.4g})"
+        ]
+        if self.current is not None and self.current.config != best.config:
+            change = best.predicted / self.current.predicted - 1 if self.current.predicted else 0
+            parts.append(f"{change:+.1%} against the current {config_key(self.current.config)}")
+        parts.append(f"from {best.observations} observations of this cell")
+        for prior in best.priors:
+            parts.append(f"{'against' if prior.avoid else 'with'} the prior '{prior.reason}'"
+                         f" ({prior.citation})")  # fmt: skip
+        return "; ".join(parts)
+
+
+def recommend(
+    model: ObjectiveModel,
+    device_id: str,
+    device: DeviceFacts,
+    workload: WorkloadSpec,
+    available: Iterable[Scheduler],
+    *,
+    current: DeviceConfig | None = None,
+    beta: float = 1.0,
+    min_gain: float = 0.02,
+    guard: tuple[ObjectiveModel, float] | None = None,
+) -> Recommendation:
+    """Score every candidate for this device and workload; see the module docstring."""
+    grid = candidates(device, available)
+    if current is not None and all(config_key(current) != config_key(c) for c in grid):
+        grid.append(current)
+    rows = [row(device, workload, config) for config in grid]
+    mean, std = model.predict(rows)
+    sign = 1.0 if model.higher_is_better else -1.0
+    applicable = priors_for(device, workload_features(workload), model.objective)
+    # a prior moves its configuration by an effect of at least 5 % (or the spread between
+    # the candidates, if larger), weighted s / (n + s): n observations of the cell outweigh it
+    spread = float(np.std(mean)) or 0.1
+    effect = max(spread, PRIOR_EFFECT)
+    scored, utility = [], []
+    for i, config in enumerate(grid):
+        key = config_key(config)
+        seen = model.cells[(device_id, workload.name, key)]
+        matched = tuple(p for p in applicable if _matches(p.config, config))
+        shift = sum((-1 if p.avoid else 1) * p.strength / (seen + p.strength) for p in matched)
+        value = mean[i] + sign * shift * effect
+        low, high = sorted((math.exp(mean[i] - 1.28 * std[i]), math.exp(mean[i] + 1.28 * std[i])))
+        scored.append(Scored(config, math.exp(mean[i]), low, high, float(std[i]), seen, matched))
+        utility.append(sign * value)
+    allowed = set(range(len(grid)))
+    if guard is not None and current is not None:
+        guard_model, limit = guard
+        g_mean, g_std = guard_model.predict(rows)
+        base = g_mean[[config_key(c) for c in grid].index(config_key(current))]
+        g_sign = 1.0 if guard_model.higher_is_better else -1.0
+        for i in range(len(grid)):
+            pessimistic = g_mean[i] - g_sign * g_std[i]
+            if g_sign * (pessimistic - base) < math.log(1 - limit):
+                allowed.discard(i)
+    order = sorted(allowed, key=lambda i: -utility[i])
+    best = scored[order[0]]
+    untried = [i for i in order if scored[i].observations == 0]
+    next_canary, gain = None, 0.0
+    if untried:
+        # an untried cell is also uncertain for want of data: the model's spread between
+        # configurations stands in for what a first canary could reveal
+        ucb = {i: utility[i] + beta * math.hypot(std[i], spread) for i in untried}
+        pick = max(ucb, key=lambda i: ucb[i])
+        gain = math.expm1(ucb[pick] - utility[order[0]])
+        if gain >= min_gain:
+            next_canary = scored[pick]
+    current_scored = None
+    if current is not None:
+        current_scored = scored[[config_key(c) for c in grid].index(config_key(current))]
+    return Recommendation(model.objective, best, current_scored, next_canary, gain,
+                          [scored[i] for i in order])  # fmt: skip
+
+
+def _matches(prior: DeviceConfig, config: DeviceConfig) -> bool:
+    """A prior names a scheduler, maybe a completion mode and some tunables; a candidate
+    matches when it agrees on everything the prior names."""
+    if prior.scheduler is not None and prior.scheduler != (config.scheduler or Scheduler.NONE):
+        return False
+    if prior.completion is not None and prior.completion != (
+        config.completion or CompletionMode.INTERRUPT
+    ):
+        return False
+    return all(config.scheduler_tunables.get(k) == v for k, v in prior.scheduler_tunables.items())
