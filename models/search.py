@@ -158,8 +158,9 @@ def recommend(
 ) -> Recommendation:
     """Score every candidate for this device and workload; see the module docstring."""
     grid = candidates(device, available)
-    if current is not None and all(config_key(current) != config_key(c) for c in grid):
+    if current is not None and config_key(current) not in {config_key(c) for c in grid}:
         grid.append(current)
+    keys = [config_key(config) for config in grid]
     rows = [row(device, workload, config) for config in grid]
     mean, std = model.predict(rows)
     sign = 1.0 if model.higher_is_better else -1.0
@@ -170,8 +171,7 @@ def recommend(
     effect = max(spread, PRIOR_EFFECT)
     scored, utility = [], []
     for i, config in enumerate(grid):
-        key = config_key(config)
-        seen = model.cells[(device_id, workload.name, key)]
+        seen = model.cells[(device_id, workload.name, keys[i])]
         matched = tuple(p for p in applicable if _matches(p.config, config))
         shift = sum((-1 if p.avoid else 1) * p.strength / (seen + p.strength) for p in matched)
         value = mean[i] + sign * shift * effect
@@ -182,7 +182,7 @@ def recommend(
     if guard is not None and current is not None:
         guard_model, limit = guard
         g_mean, g_std = guard_model.predict(rows)
-        base = g_mean[[config_key(c) for c in grid].index(config_key(current))]
+        base = g_mean[keys.index(config_key(current))]
         g_sign = 1.0 if guard_model.higher_is_better else -1.0
         for i in range(len(grid)):
             pessimistic = g_mean[i] - g_sign * g_std[i]
@@ -202,7 +202,7 @@ def recommend(
             next_canary = scored[pick]
     current_scored = None
     if current is not None:
-        current_scored = scored[[config_key(c) for c in grid].index(config_key(current))]
+        current_scored = scored[keys.index(config_key(current))]
     return Recommendation(model.objective, best, current_scored, next_canary, gain,
                           [scored[i] for i in order])  # fmt: skip
 

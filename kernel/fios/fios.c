@@ -57,7 +57,6 @@
 #define FIOS_MAX_COST_NS 100000000ULL
 
 /* rq->elv.priv[1] flags; priv[0] holds the issue time in ns */
-#define FIOS_RQ_QUEUED 0x1UL   /* went through fios_insert_requests */
 #define FIOS_RQ_INFLIGHT 0x2UL /* issued, completion not seen yet */
 #define FIOS_RQ_CHARGED 0x4UL  /* cost charged at issue (calibrated model) */
 #define FIOS_RQ_PAR_SHIFT 8    /* parallelism at issue */
@@ -305,7 +304,6 @@ static bool fios_slice_holder_busy(struct fios_data *fd)
 static struct request *fios_choose(struct fios_data *fd, u64 now)
 {
 	struct fios_task *task;
-	int dir;
 
 	if (!fd->read_preference) {
 		struct request *r, *w;
@@ -332,8 +330,7 @@ static struct request *fios_choose(struct fios_data *fd, u64 now)
 		fd->stats.writes_held++;
 		return NULL;
 	}
-	dir = FIOS_WRITE;
-	return list_first_entry(&task->fifo[dir], struct request, queuelist);
+	return list_first_entry(&task->fifo[FIOS_WRITE], struct request, queuelist);
 }
 
 static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
@@ -417,7 +414,6 @@ static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *l
 			rq->elv.priv[0] = NULL;
 			rq->elv.priv[1] = NULL;
 		}
-		rq->elv.priv[1] = (void *)((unsigned long)rq->elv.priv[1] | FIOS_RQ_QUEUED);
 		if (at_head || !(rq->rq_flags & RQF_ELVPRIV)) {
 			list_add_tail(&rq->queuelist, &fd->dispatch);
 			continue;
