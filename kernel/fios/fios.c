@@ -40,6 +40,7 @@
 #include <linux/kernel.h>
 #include <linux/ktime.h>
 #include <linux/module.h>
+#include <linux/rcupdate.h>
 #include <linux/slab.h>
 
 #include "elevator.h"
@@ -96,6 +97,7 @@ struct fios_data {
 	struct list_head active;	/* tasks with queued requests */
 	struct list_head busy;		/* tasks with requests on the device */
 	struct fios_task unowned;	/* requests without an io_context */
+	struct io_cq *icq_hint;		/* the last submitter's io_cq (see prepare_request) */
 	unsigned int queued[2];
 	unsigned int inflight[2];
 	u64 epoch;
@@ -432,12 +434,41 @@ static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *l
 	spin_unlock_irqrestore(&fd->lock, flags);
 }
 
-/* Runs in the submitter's context: find (or create) the task's io_cq and pin it. */
+/*
+ * Runs in the submitter's context: find (or create) the task's io_cq and pin it (a reference
+ * on its io_context, dropped in finish_request).
+ *
+ * The usual submitter is the previous one, whose io_cq is remembered in fd->icq_hint and
+ * taken without ioc_find_get_icq's queue_lock round trip (mq-deadline, which tracks no
+ * tasks, has none). That is safe: exit_icq clears the hint before an io_cq is destroyed,
+ * and a destroyed one is freed only after an RCU grace period, so under rcu_read_lock the
+ * hint is readable; it is used only if it belongs to the current task's io_context and has
+ * not exited, and an io_cq of a live task's io_context lives as long as the task.
+ */
 static void fios_prepare_request(struct request *rq)
 {
-	rq->elv.icq = ioc_find_get_icq(rq->q);
+	struct fios_data *fd = rq->q->elevator->elevator_data;
+	struct io_context *ioc = current->io_context;
+	struct io_cq *icq;
+
 	rq->elv.priv[0] = NULL;
 	rq->elv.priv[1] = NULL;
+	if (likely(ioc)) {
+		rcu_read_lock();
+		icq = READ_ONCE(fd->icq_hint);
+		if (icq && icq->ioc == ioc &&
+		    !(READ_ONCE(icq->flags) & (ICQ_EXITED | ICQ_DESTROYED))) {
+			atomic_long_inc(&ioc->refcount); /* what ioc_find_get_icq takes */
+			rcu_read_unlock();
+			rq->elv.icq = icq;
+			return;
+		}
+		rcu_read_unlock();
+	}
+	icq = ioc_find_get_icq(rq->q);
+	if (icq)
+		WRITE_ONCE(fd->icq_hint, icq);
+	rq->elv.icq = icq;
 }
 
 /* Called once per completion, before finish_request; `now` is the completion time. */
@@ -550,6 +581,8 @@ static void fios_exit_icq(struct io_cq *icq)
 	unsigned long flags;
 	bool kick = false;
 
+	/* before the io_cq can be destroyed: prepare_request must not find it any more */
+	cmpxchg(&fd->icq_hint, icq, NULL);
 	spin_lock_irqsave(&fd->lock, flags);
 	task->exited = true;
 	if (fd->recent[FIOS_READ].task == task)
