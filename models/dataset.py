@@ -28,7 +28,7 @@ OBJECTIVE_METRIC: dict[Objective, tuple[str, bool]] = {
     Objective.P99: ("lat_p99_us", False),
     Objective.IOPS: ("iops", True),
     Objective.ENERGY: ("joules_per_mio", False),
-    Objective.FAIRNESS: ("worst_over_proportional", False),
+    Objective.FAIRNESS: ("worst_slowdown_over_proportional", False),
 }
 
 

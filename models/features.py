@@ -100,7 +100,8 @@ def workload_features(workload: WorkloadSpec) -> Features:
 
 TUNABLES = (  # the parameters learned across schedulers; absent ones are -1
     "slice_idle_us", "low_latency", "read_expire", "write_expire", "fifo_batch",
-    "read_lat_nsec", "alpha_permille", "read_preference", "timeslice_us",
+    "writes_starved", "read_lat_nsec", "write_lat_nsec", "alpha_permille", "read_preference",
+    "timeslice_us",
 )  # fmt: skip
 
 

@@ -43,8 +43,13 @@ def config_key(config: DeviceConfig) -> str:
 
 
 def candidates(device: DeviceFacts, available: Iterable[Scheduler]) -> list[DeviceConfig]:
-    """The grid the search chooses from: each available scheduler with the anticipation,
-    idling and deadline parameters that matter, and the poll modes where the device polls."""
+    """The grid the search chooses from: each available scheduler with the parameters that
+    decide its behaviour — mq-deadline's read deadline, batch and write starvation; kyber's
+    read and write latency targets; bfq's idling and low_latency heuristics; fios'
+    anticipation bound and read preference — and the poll modes where the device polls.
+    Each stock scheduler's kernel defaults are among them (mq-deadline 500 ms / 16 / 2,
+    kyber 2 ms / 10 ms, bfq 8 ms idling with low_latency), so fixed rules can be compared.
+    25 configurations where the four stock schedulers are offered, 31 with fios, 33 polled."""
     available = set(available)
     grid: list[DeviceConfig] = []
     if Scheduler.NONE in available:
@@ -54,19 +59,21 @@ def candidates(device: DeviceFacts, available: Iterable[Scheduler]) -> list[Devi
             grid += [DeviceConfig(scheduler=Scheduler.NONE, completion=m) for m in polled]
     if Scheduler.MQ_DEADLINE in available:
         grid += [DeviceConfig(scheduler=Scheduler.MQ_DEADLINE,
-                              scheduler_tunables={"read_expire": r, "fifo_batch": b})
-                 for r in (100, 500) for b in (1, 16)]  # fmt: skip
+                              scheduler_tunables={"read_expire": r, "fifo_batch": b,
+                                                  "writes_starved": w})
+                 for r in (20, 100, 500) for b in (1, 16) for w in (2, 8)]  # fmt: skip
     if Scheduler.KYBER in available:
-        grid += [DeviceConfig(scheduler=Scheduler.KYBER, scheduler_tunables={"read_lat_nsec": n})
-                 for n in (250_000, 2_000_000)]  # fmt: skip
+        grid += [DeviceConfig(scheduler=Scheduler.KYBER,
+                              scheduler_tunables={"read_lat_nsec": r, "write_lat_nsec": w})
+                 for r in (250_000, 2_000_000) for w in (2_000_000, 10_000_000)]  # fmt: skip
     if Scheduler.BFQ in available:
         grid += [DeviceConfig(scheduler=Scheduler.BFQ,
                               scheduler_tunables={"slice_idle_us": s, "low_latency": low})
-                 for s in (0, 8_000) for low in (0, 1)]  # fmt: skip
+                 for s in (0, 2_000, 8_000, 16_000) for low in (0, 1)]  # fmt: skip
     if Scheduler.FIOS in available:
         grid += [DeviceConfig(scheduler=Scheduler.FIOS,
                               scheduler_tunables={"alpha_permille": a, "read_preference": rp})
-                 for a in (0, 500) for rp in (0, 1)]  # fmt: skip
+                 for a in (0, 500, 900) for rp in (0, 1)]  # fmt: skip
     return grid
 
 

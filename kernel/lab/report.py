@@ -150,7 +150,7 @@ def runs(result: LabResult) -> dict[str, Run]:
                 case = result.summary[name][scheduler]
                 extra = {
                     "worst_slowdown": float(case["worst_slowdown"]),
-                    "worst_over_proportional": float(case["worst_over_proportional"]),
+                    "worst_slowdown_over_proportional": float(case["worst_over_proportional"]),
                     "concurrent_efficiency": float(case["concurrent_efficiency"]),
                 }
             found[label] = Run(FLASH_DEVICE, workload, config, extra)

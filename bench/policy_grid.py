@@ -1,0 +1,179 @@
+"""The ground-truth grid for `blkpilot eval`: every candidate configuration of the policy
+search (models.search.candidates), measured, repeated, on each device and workload.
+
+Devices: both kinds of host loop device (a file on tmpfs: memory speed; a file on disk
+with direct I/O: the disk's speed) with the host's four stock schedulers, and the kernel
+lab's test device (flashsim under Debian 6.1 in QEMU) at a ULL and a flash latency with poll
+queues, where fios is loaded and interrupt, classic and hybrid polling are configurations.
+Workloads: models.grid.GRID_WORKLOADS. Each repeat runs the configurations in a fresh order.
+
+    python bench/policy_grid.py --host                 # loop devices, 3 repeats of 0.8 s runs
+    python bench/policy_grid.py --lab                  # lab devices, 2 repeats of 1 s runs
+    python bench/policy_grid.py --host --lab           # both
+
+Writes bench/results/policy_grid_runs.json.gz (the devices measured here replace earlier entries
+of the same devices) and a line per part in bench/results/policy_grid.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agent import lab  # noqa: E402
+from agent.applier import Applier  # noqa: E402
+from agent.bench.measure import measure  # noqa: E402
+from agent.bench.target import device_target  # noqa: E402
+from agent.discovery import KernelFacts, describe  # noqa: E402
+from agent.effects import Effects  # noqa: E402
+from agent.errors import ChangeRefused  # noqa: E402
+from agent.host import HostPaths  # noqa: E402
+from bench.record import provenance, record  # noqa: E402
+from models.features import DeviceFacts  # noqa: E402
+from models.grid import Grid, GridDevice, default_config, grid_workloads  # noqa: E402
+from models.search import candidates, config_key  # noqa: E402
+
+RESULT = ROOT / "bench" / "results" / "policy_grid_runs.json.gz"
+HOST_DEVICES = {  # grid name -> (where the backing file lives, size)
+    "host-loop-tmpfs": (lab.TMPFS, 512 << 20),
+    "host-loop-disk": (Path("/var/tmp"), 512 << 20),  # noqa: S108 (a file, never a device)
+}
+
+
+def load_existing() -> Grid:
+    if not RESULT.exists():
+        return Grid()
+    with gzip.open(RESULT, "rt") as handle:
+        return Grid.from_json(json.load(handle))
+
+
+def save(grid: Grid) -> None:
+    RESULT.parent.mkdir(parents=True, exist_ok=True)
+    tmp = RESULT.with_suffix(".tmp")
+    with gzip.open(tmp, "wt") as handle:
+        json.dump(grid.to_json(), handle, separators=(",", ":"))
+    tmp.replace(RESULT)
+
+
+def host_grid(repeats: int, seconds: float, seed: int) -> Grid:
+    paths = HostPaths()
+    kernel = KernelFacts.of(paths)
+    work = Path(tempfile.mkdtemp(prefix="blkpilot-grid-"))
+    applier = Applier(paths, work / "agent")
+    grid = Grid(meta={"host_kernel": kernel.release})
+    workloads = grid_workloads(seconds, warmup_s=0.2)
+    specs = {
+        label: (where / f"blkpilot-grid-{label}.img", size)
+        for label, (where, size) in HOST_DEVICES.items()
+    }
+    rng = random.Random(seed)
+    with lab.lab_devices(specs) as devices:
+        plans = {}
+        for label, name in devices.items():
+            found = describe(paths, name, kernel, Effects()).inventory
+            caps = found.capabilities
+            grid.devices[label] = GridDevice(
+                label,
+                {"name": label, "device_class": found.device_class.value,
+                 "rotational": found.rotational,
+                 "capabilities": caps.model_dump(mode="json", exclude_none=True)},
+                tuple(caps.available_schedulers),
+                default_config(caps.current_scheduler, caps.scheduler_tunables),
+                f"host loop device on {HOST_DEVICES[label][0]} ({kernel.release})",
+            )  # fmt: skip
+            plans[label] = candidates(
+                DeviceFacts.from_inventory(grid.devices[label].row, {}), caps.available_schedulers
+            )
+        for workload in workloads:
+            grid.workloads[workload.name] = workload
+        total = sum(len(p) for p in plans.values()) * repeats
+        done, started = 0, time.monotonic()
+        for repeat in range(repeats):
+            for label, name in devices.items():
+                target = device_target(paths, name, applier.effects)
+                order = list(plans[label])
+                rng.shuffle(order)
+                for config in order:
+                    try:
+                        applier.apply(name, config)
+                        changed = True
+                    except ChangeRefused:  # the device is in this configuration already
+                        changed = False
+                    try:
+                        for workload in workloads:
+                            result = measure(workload, target, workdir=work / "bench",
+                                             effects=applier.effects)  # fmt: skip
+                            grid.add_run(label, workload.name, config, repeat, result.metrics)
+                    finally:
+                        if changed:
+                            applier.rollback(name)
+                    done += 1
+                    rate = (time.monotonic() - started) / done
+                    print(f"[{done}/{total}] {label} r{repeat} {config_key(config)}"
+                          f" (~{rate * (total - done) / 60:.0f} min left)", flush=True)  # fmt: skip
+    return grid
+
+
+def lab_grid(repeats: int, seconds: float, seed: int) -> Grid:
+    from kernel.lab.grid import run_grid
+
+    return run_grid(repeats=repeats, seconds=seconds, seed=seed)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--host", action="store_true")
+    parser.add_argument("--lab", action="store_true")
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--seconds", type=float)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    if not (args.host or args.lab):
+        parser.error("give --host, --lab or both")
+    grid = load_existing()
+    parts = [("host", host_grid, 3, 0.8)] if args.host else []
+    parts += [("lab", lab_grid, 2, 1.0)] if args.lab else []
+    for part, measure_part, repeats, seconds in parts:
+        started = time.monotonic()
+        measured = measure_part(args.repeats or repeats, args.seconds or seconds, args.seed)
+        # the devices measured now replace what an earlier run recorded of them
+        grid.runs = [r for r in grid.runs if r.device not in measured.devices]
+        grid.meta[part] = {**provenance("policy_grid.py"),
+                           "repeats": args.repeats or repeats, "seconds": args.seconds or seconds,
+                           "minutes": round((time.monotonic() - started) / 60, 1),
+                           **measured.meta}  # fmt: skip
+        grid.merge(measured)
+        save(grid)
+        cells = [c for c in grid.cells() if c[0] in measured.devices]
+        configs = min(len(grid.configs(*cell)) for cell in cells)
+        doc = {
+            "benchmark": "policy_grid",
+            "part": part,
+            "devices": ", ".join(sorted(measured.devices)),
+            "cells": len(cells),
+            "min_configs_per_cell": configs,
+            "runs": len(measured.runs),
+            **grid.meta[part],
+        }
+        print(json.dumps(doc, indent=2))
+        record(
+            "policy_grid", doc,
+            {"part": "part", "devices": "devices", "cells": "cells",
+             "configs/cell": "min_configs_per_cell", "runs": "runs", "minutes": "minutes"},
+        )  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
