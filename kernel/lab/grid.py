@@ -152,8 +152,11 @@ def run_grid(
                 inventory = booted.stats.get("inventory", {})
                 listed = inventory.get("scheduler", "").split(",")
                 current = next((s.strip("[]") for s in listed if s.startswith("[")), None)
-                tunables = {k: int(v) for k, v in inventory.items()
-                            if k not in ("scheduler", "hw_queues") and v.lstrip("-").isdigit()}  # fmt: skip
+                tunables = {
+                    k: int(v)
+                    for k, v in inventory.items()
+                    if k not in ("scheduler", "hw_queues") and v.lstrip("-").isdigit()
+                }
                 row = _facts_row(label, device_class, int(inventory.get("hw_queues", "1")))
                 grid.devices[label] = GridDevice(
                     label, row, AVAILABLE,
