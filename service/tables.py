@@ -211,3 +211,81 @@ class AuditEvent(Base):
     before: Mapped[dict[str, Any] | None] = mapped_column()
     after: Mapped[dict[str, Any] | None] = mapped_column()
     detail: Mapped[str] = mapped_column(Text, default="")
+
+
+class ModelVersion(Base):
+    """One trained model (a nightly task: a device class and an objective), with the range of
+    the observations it learned from and how well it predicted cells it did not see."""
+
+    __tablename__ = "model_versions"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    run_id: Mapped[uuid.UUID] = mapped_column(index=True)  # the nightly run that trained it
+    device_class: Mapped[str] = mapped_column(String(16))
+    objective: Mapped[str] = mapped_column(String(16))
+    rows: Mapped[int] = mapped_column(Integer)
+    cells: Mapped[int] = mapped_column(Integer)
+    data_from: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    data_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    scores: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    parameters: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = _now()
+
+
+class Recommendation(Base):
+    """What the search recommends for a device and objective, against what it runs now; an
+    operator accepts it (it becomes the device's policy) or rejects it."""
+
+    __tablename__ = "recommendations"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('proposed', 'accepted', 'rejected', 'superseded')", name="status"
+        ),
+        Index("ix_recommendations_device_status", "device_id", "status"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    device_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
+    model_version_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("model_versions.id", ondelete="CASCADE")
+    )
+    objective: Mapped[str] = mapped_column(String(16))
+    workload_name: Mapped[str] = mapped_column(String(128))
+    workload_basis: Mapped[str] = mapped_column(Text)  # why this workload (telemetry match …)
+    current_config: Mapped[dict[str, Any] | None] = mapped_column()
+    recommended_config: Mapped[dict[str, Any]] = mapped_column()
+    predictions: Mapped[dict[str, Any]] = mapped_column()  # objective -> current/recommended
+    confidence: Mapped[float] = mapped_column(Double)
+    evidence: Mapped[dict[str, Any]] = mapped_column()
+    reason: Mapped[str] = mapped_column(Text)
+    next_canary: Mapped[dict[str, Any] | None] = mapped_column()
+    expected_gain: Mapped[float] = mapped_column(Double)
+    status: Mapped[str] = mapped_column(String(16), default="proposed")
+    decided_by: Mapped[str | None] = mapped_column(String(160))
+    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    decision_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+
+
+class ScheduledCanary(Base):
+    """A canary the nightly job wants run: the configuration most worth measuring on a device
+    for a workload, ranked by expected gain (promise) and uncertainty."""
+
+    __tablename__ = "scheduled_canaries"
+    __table_args__ = (
+        CheckConstraint("status IN ('scheduled', 'done', 'cancelled')", name="status"),
+        Index("ix_scheduled_canaries_device_status", "device_id", "status"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    run_id: Mapped[uuid.UUID] = mapped_column(index=True)
+    device_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
+    objective: Mapped[str] = mapped_column(String(16))
+    workload_name: Mapped[str] = mapped_column(String(128))
+    workload: Mapped[dict[str, Any]] = mapped_column()
+    config: Mapped[dict[str, Any]] = mapped_column()
+    expected_gain: Mapped[float] = mapped_column(Double)
+    uncertainty: Mapped[float] = mapped_column(Double)
+    rank: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), default="scheduled")
+    created_at: Mapped[datetime] = _now()
