@@ -67,6 +67,10 @@ class BootstrapRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         X_ = validate_data(self, X, reset=False)  # noqa: N806
         return np.stack([m.predict(X_) for m in self.estimators_])
 
+    def predict_members(self, X: ArrayLike) -> NDArray[np.float64]:  # noqa: N803
+        """Each member's predictions, one row per member."""
+        return self._members_predict(X)
+
     def predict(self, X: ArrayLike, return_std: bool = False) -> Any:  # noqa: N803
         members = self._members_predict(X)
         mean = members.mean(axis=0)

@@ -105,10 +105,12 @@ class Report:
                 "never": sum(1 for w in within if w is None),
             },
             "baselines": {
-                rule: {"median_regret": round(self.baseline_median(rule), 4),
-                       "mean_regret": round(self.baseline_mean(rule), 4)}
+                rule: {
+                    "median_regret": round(self.baseline_median(rule), 4),
+                    "mean_regret": round(self.baseline_mean(rule), 4),
+                }
                 for rule in self.rules
-            },  # fmt: skip
+            },
             "beats_every_baseline": all(
                 self.median_regret <= self.baseline_median(rule)
                 and self.mean_regret < self.baseline_mean(rule)
@@ -148,7 +150,7 @@ def evaluate_cell(
     for k in range(max_canaries + 1):
         samples = training + canaries
         model = fit(samples, objective, random_state=random_state)
-        facts = facts_for(samples)[found.id] if found.id in facts_for(samples) else None
+        facts = facts_for(samples).get(found.id)
         if facts is None:
             raise ValueError(f"no observations of {device} outside the held-out cell")
         rec = recommend(model, str(found.id), facts, spec, found.available, current=found.default)

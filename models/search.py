@@ -94,6 +94,38 @@ class ObjectiveModel:
         mean, std = self.regressor.predict(X.toarray(), return_std=True)
         return np.asarray(mean), np.asarray(std)
 
+    def members(self, features: Sequence[dict[str, float]]) -> np.ndarray:
+        """Every ensemble member's prediction (one row per member), on the log scale."""
+        X = self.vectorizer.transform(list(features))  # noqa: N806
+        return np.asarray(self.regressor.predict_members(X.toarray()))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One objective's predicted value under two configurations, and the change between them
+    with an 80 % interval (from the ensemble members' own ratios)."""
+
+    objective: Objective
+    current: float
+    recommended: float
+    change: float  # recommended / current - 1
+    change_low: float
+    change_high: float
+    higher_is_better: bool
+
+
+def compare(
+    model: ObjectiveModel, device: DeviceFacts, workload: WorkloadSpec,
+    current: DeviceConfig, recommended: DeviceConfig,
+) -> Comparison:  # fmt: skip
+    members = model.members([row(device, workload, current), row(device, workload, recommended)])
+    ratios = np.expm1(members[:, 1] - members[:, 0])
+    mean = members.mean(axis=0)
+    return Comparison(
+        model.objective, math.exp(mean[0]), math.exp(mean[1]), math.expm1(mean[1] - mean[0]),
+        float(np.quantile(ratios, 0.1)), float(np.quantile(ratios, 0.9)), model.higher_is_better,
+    )  # fmt: skip
+
 
 def fit(samples: list[Sample], objective: Objective, *, random_state: int = 0) -> ObjectiveModel:
     metric, higher = OBJECTIVE_METRIC[objective]
@@ -133,6 +165,7 @@ class Recommendation:
     next_canary: Scored | None
     expected_gain: float  # of next_canary over best, as a fraction (UCB)
     ranked: list[Scored]
+    confidence: float = 0.0  # share of the ensemble's members that also rank `best` first
 
     @property
     def reason(self) -> str:
@@ -197,6 +230,12 @@ def recommend(
                 allowed.discard(i)
     order = sorted(allowed, key=lambda i: -utility[i])
     best = scored[order[0]]
+    # each member of the ensemble, with the same priors, votes for its own best
+    shifts = np.array([sign * u - m for u, m in zip(utility, mean, strict=True)])
+    votes = sign * (model.members(rows) + shifts)
+    candidates_allowed = sorted(allowed)
+    firsts = [candidates_allowed[int(np.argmax(v[candidates_allowed]))] for v in votes]
+    confidence = sum(1 for first in firsts if first == order[0]) / len(firsts)
     untried = [i for i in order if scored[i].observations == 0]
     next_canary, gain = None, 0.0
     if untried:
@@ -211,7 +250,7 @@ def recommend(
     if current is not None:
         current_scored = scored[keys.index(config_key(current))]
     return Recommendation(model.objective, best, current_scored, next_canary, gain,
-                          [scored[i] for i in order])  # fmt: skip
+                          [scored[i] for i in order], confidence)  # fmt: skip
 
 
 def _matches(prior: DeviceConfig, config: DeviceConfig) -> bool:

@@ -1,0 +1,47 @@
+"""Ray for the nightly job and the evaluation: the cluster named by RAY_ADDRESS (or the
+`address` given), else a local Ray started for the job and stopped after it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@contextmanager
+def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> Iterator[str]:
+    """Connect to (or start) Ray; yields where the tasks run. Shuts down only what it
+    started."""
+    import ray
+
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if ray.is_initialized():
+        yield "the Ray session already open"
+        return
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        where = f"the Ray cluster at {address}"
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)  # fmt: skip
+        cpus = int(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]
+        where = f"a local Ray ({cpus} CPUs)"
+    try:
+        yield where
+    finally:
+        ray.shutdown()
+
+
+def ray_map(function: Callable[[T], R], items: Sequence[T], **options: Any) -> list[R]:
+    """function(item) for every item as a Ray task; results in the items' order. A task's
+    exception is raised here (the first one, after every task has ended)."""
+    import ray
+
+    remote = ray.remote(**options)(function) if options else ray.remote(function)
+    refs = [remote.remote(item) for item in items]
+    results: list[R] = ray.get(refs)
+    return results
