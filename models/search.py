@@ -222,9 +222,12 @@ def recommend(
     if guard is not None and current is not None:
         guard_model, limit = guard
         g_mean, g_std = guard_model.predict(rows)
-        base = g_mean[keys.index(config_key(current))]
+        here = keys.index(config_key(current))
+        base = g_mean[here]
         g_sign = 1.0 if guard_model.higher_is_better else -1.0
         for i in range(len(grid)):
+            if i == here:
+                continue  # the yardstick: staying put is always allowed
             pessimistic = g_mean[i] - g_sign * g_std[i]
             if g_sign * (pessimistic - base) < math.log(1 - limit):
                 allowed.discard(i)

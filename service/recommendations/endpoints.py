@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from service.deps import API_PREFIX, MAX_OFFSET, OperatorAuth, SessionDep, ViewerAuth
+from service.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable, responses
+from service.recommendations import service
+from service.recommendations.schemas import (
+    Decision,
+    ModelVersionRead,
+    RecommendationRead,
+    ScheduledCanaryRead,
+    Status,
+)
+
+router = APIRouter(prefix=API_PREFIX, tags=["recommendations"])
+Objective = Literal["p50_latency", "p99_latency", "iops", "energy", "fairness"]
+
+
+@router.get(
+    "/recommendations",
+    response_model=list[RecommendationRead],
+    responses=responses(Unauthorized, Forbidden),
+)
+def list_recommendations(
+    session: SessionDep,
+    _: ViewerAuth,
+    device_id: uuid.UUID | None = None,
+    status: Status | None = None,
+    objective: Objective | None = None,
+    limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+) -> list[RecommendationRead]:
+    """Newest first: per device and objective, the current against the recommended
+    configuration, the predicted change per objective with intervals, confidence, evidence
+    and a plain-language reason."""
+    rows = service.list_recommendations(
+        session, device_id=device_id, status=status, objective=objective, limit=limit,
+        offset=offset,
+    )  # fmt: skip
+    return [service.to_read(row) for row in rows]
+
+
+@router.get(
+    "/recommendations/{recommendation_id}",
+    response_model=RecommendationRead,
+    responses=responses(Unauthorized, Forbidden, NotFound),
+)
+def get_recommendation(
+    recommendation_id: uuid.UUID, session: SessionDep, _: ViewerAuth
+) -> RecommendationRead:
+    return service.to_read(service.get(session, recommendation_id))
+
+
+@router.post(
+    "/recommendations/{recommendation_id}/accept",
+    response_model=RecommendationRead,
+    responses=responses(Unauthorized, Forbidden, NotFound, Conflict, Unprocessable),
+)
+def accept(
+    recommendation_id: uuid.UUID, body: Decision, session: SessionDep, operator: OperatorAuth
+) -> RecommendationRead:
+    """Make the recommended configuration the device's policy (audited)."""
+    return service.accept(session, operator, recommendation_id, body.reason)
+
+
+@router.post(
+    "/recommendations/{recommendation_id}/reject",
+    response_model=RecommendationRead,
+    responses=responses(Unauthorized, Forbidden, NotFound, Conflict, Unprocessable),
+)
+def reject(
+    recommendation_id: uuid.UUID, body: Decision, session: SessionDep, operator: OperatorAuth
+) -> RecommendationRead:
+    return service.reject(session, operator, recommendation_id, body.reason)
+
+
+@router.get(
+    "/model-versions",
+    response_model=list[ModelVersionRead],
+    responses=responses(Unauthorized, Forbidden),
+)
+def model_versions(
+    session: SessionDep,
+    _: ViewerAuth,
+    run_id: uuid.UUID | None = None,
+    limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+) -> list[ModelVersionRead]:
+    """Trained models with their training-data range and evaluation scores."""
+    rows = service.model_versions(session, run_id=run_id, limit=limit, offset=offset)
+    return [ModelVersionRead.model_validate(row) for row in rows]
+
+
+@router.get(
+    "/canaries",
+    response_model=list[ScheduledCanaryRead],
+    responses=responses(Unauthorized, Forbidden),
+)
+def scheduled_canaries(
+    session: SessionDep,
+    _: ViewerAuth,
+    device_id: uuid.UUID | None = None,
+    status: Literal["scheduled", "done", "cancelled"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+) -> list[ScheduledCanaryRead]:
+    """Canaries the nightly job scheduled, most promising first."""
+    rows = service.scheduled_canaries(session, device_id=device_id, status=status, limit=limit,
+                                      offset=offset)  # fmt: skip
+    return [ScheduledCanaryRead.model_validate(row) for row in rows]

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.wire import DeviceConfig, InputModel, WorkloadSpec
+
+Status = Literal["proposed", "accepted", "rejected", "superseded"]
+
+
+class Prediction(BaseModel):
+    """One objective's predicted value now and under the recommendation, and the change with
+    an 80 % interval."""
+
+    metric: str
+    current: float
+    recommended: float
+    change: float
+    change_low: float
+    change_high: float
+    higher_is_better: bool
+
+
+class RecommendationRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: uuid.UUID
+    device_id: uuid.UUID
+    model_version_id: uuid.UUID
+    objective: str
+    workload_name: str
+    workload_basis: str
+    current_config: DeviceConfig | None
+    recommended_config: DeviceConfig
+    changes_configuration: bool
+    predictions: dict[str, Prediction]
+    confidence: float
+    evidence: dict[str, Any]
+    reason: str
+    next_canary: DeviceConfig | None
+    expected_gain: float
+    status: Status
+    decided_by: str | None
+    decided_at: datetime | None
+    decision_reason: str | None
+    created_at: datetime
+
+
+class Decision(InputModel):
+    reason: Annotated[str, Field(min_length=3, max_length=2_000, description="why, for the audit")]
+
+
+class ModelVersionRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: uuid.UUID
+    run_id: uuid.UUID
+    device_class: str
+    objective: str
+    rows: int
+    cells: int
+    data_from: datetime | None
+    data_until: datetime | None
+    scores: dict[str, Any]
+    parameters: dict[str, Any]
+    created_at: datetime
+
+
+class ScheduledCanaryRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: uuid.UUID
+    run_id: uuid.UUID
+    device_id: uuid.UUID
+    objective: str
+    workload_name: str
+    workload: WorkloadSpec
+    config: DeviceConfig
+    expected_gain: float
+    uncertainty: float
+    rank: int
+    status: str
+    created_at: datetime

@@ -1,0 +1,143 @@
+"""Recommendations from the nightly job: listed, read, and decided by an operator. Accepting
+one makes its configuration the device's policy (checked against what the device can take,
+audited by the policy service) and supersedes the device's other open proposals; both
+decisions are audited in the same transaction."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from agent.wire import DeviceConfig
+from service.audit import service as audit
+from service.errors import Conflict, NotFound
+from service.policies import service as policies
+from service.recommendations.schemas import RecommendationRead
+from service.security import Principal
+from service.tables import ModelVersion, Recommendation, ScheduledCanary
+
+
+def to_read(row: Recommendation) -> RecommendationRead:
+    current = DeviceConfig.model_validate(row.current_config) if row.current_config else None
+    recommended = DeviceConfig.model_validate(row.recommended_config)
+    return RecommendationRead.model_validate(
+        {
+            **{c.key: getattr(row, c.key) for c in Recommendation.__table__.columns},
+            "current_config": current,
+            "recommended_config": recommended,
+            "next_canary": DeviceConfig.model_validate(row.next_canary)
+            if row.next_canary
+            else None,
+            "changes_configuration": current != recommended,
+        }
+    )
+
+
+def list_recommendations(
+    session: Session,
+    *,
+    device_id: uuid.UUID | None,
+    status: str | None,
+    objective: str | None,
+    limit: int,
+    offset: int,
+) -> Sequence[Recommendation]:
+    query = select(Recommendation)
+    if device_id is not None:
+        query = query.where(Recommendation.device_id == device_id)
+    if status is not None:
+        query = query.where(Recommendation.status == status)
+    if objective is not None:
+        query = query.where(Recommendation.objective == objective)
+    query = query.order_by(Recommendation.created_at.desc(), Recommendation.id)
+    return session.scalars(query.limit(limit).offset(offset)).all()
+
+
+def get(session: Session, recommendation_id: uuid.UUID, *, lock: bool = False) -> Recommendation:
+    query = select(Recommendation).where(Recommendation.id == recommendation_id)
+    found = session.scalars(query.with_for_update() if lock else query).one_or_none()
+    if found is None:
+        raise NotFound(f"no recommendation {recommendation_id}")
+    return found
+
+
+def _open(session: Session, recommendation_id: uuid.UUID) -> Recommendation:
+    row = get(session, recommendation_id, lock=True)
+    if row.status != "proposed":
+        raise Conflict(
+            f"recommendation {recommendation_id} is {row.status}; only a proposed one can be"
+            " decided, nothing was changed"
+        )
+    return row
+
+
+def accept(
+    session: Session, operator: Principal, recommendation_id: uuid.UUID, reason: str
+) -> RecommendationRead:
+    row = _open(session, recommendation_id)
+    config = DeviceConfig.model_validate(row.recommended_config)
+    # refused (and nothing changed) if the device can no longer take it
+    policies.set_policy(
+        session, operator, row.device_id, config,
+        f"recommendation {row.id} ({row.objective}): {reason}",
+    )  # fmt: skip
+    _decide(session, operator, row, "accepted", reason)
+    session.execute(
+        update(Recommendation)
+        .where(Recommendation.device_id == row.device_id, Recommendation.status == "proposed",
+               Recommendation.id != row.id)
+        .values(status="superseded")
+    )  # fmt: skip
+    return to_read(row)
+
+
+def reject(
+    session: Session, operator: Principal, recommendation_id: uuid.UUID, reason: str
+) -> RecommendationRead:
+    row = _open(session, recommendation_id)
+    _decide(session, operator, row, "rejected", reason)
+    return to_read(row)
+
+
+def _decide(
+    session: Session, operator: Principal, row: Recommendation, status: str, reason: str
+) -> None:
+    row.status = status
+    row.decided_by = operator.name
+    row.decided_at = datetime.now(UTC)
+    row.decision_reason = reason
+    session.flush()
+    audit.record(
+        session, operator, f"recommendation.{status}", target_type="recommendation",
+        target_id=row.id, before={"status": "proposed"},
+        after={"status": status, "device_id": str(row.device_id),
+               "config": row.recommended_config, "objective": row.objective},
+        detail=reason,
+    )  # fmt: skip
+
+
+def model_versions(
+    session: Session, *, run_id: uuid.UUID | None, limit: int, offset: int
+) -> Sequence[ModelVersion]:
+    query = select(ModelVersion)
+    if run_id is not None:
+        query = query.where(ModelVersion.run_id == run_id)
+    query = query.order_by(ModelVersion.created_at.desc(), ModelVersion.device_class,
+                           ModelVersion.objective)  # fmt: skip
+    return session.scalars(query.limit(limit).offset(offset)).all()
+
+
+def scheduled_canaries(
+    session: Session, *, device_id: uuid.UUID | None, status: str | None, limit: int, offset: int
+) -> Sequence[ScheduledCanary]:
+    query = select(ScheduledCanary)
+    if device_id is not None:
+        query = query.where(ScheduledCanary.device_id == device_id)
+    if status is not None:
+        query = query.where(ScheduledCanary.status == status)
+    query = query.order_by(ScheduledCanary.created_at.desc(), ScheduledCanary.rank)
+    return session.scalars(query.limit(limit).offset(offset)).all()

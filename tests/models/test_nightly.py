@@ -1,0 +1,168 @@
+"""The nightly job end to end on a local Ray: real fio runs on two real loop devices become
+observations; the job trains a model per device class and objective (stored with its data
+range and held-out scores), recommends per device under guardrails with predictions per
+objective, schedules canaries; an operator accepts one (it becomes the policy) and rejects
+another, all audited; a second run supersedes what the first proposed."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from agent.applier import Applier
+from agent.bench.measure import measure
+from agent.bench.report import benchmark_observation
+from agent.bench.target import device_target
+from agent.discovery import KernelFacts, describe
+from agent.effects import Effects
+from agent.host import HostPaths
+from agent.wire import DeviceConfig, IOEngine, IOPattern, JobSpec, Scheduler, WorkloadSpec
+from models import nightly
+from models.priors import Objective
+from service.security import Role
+from service.tables import AuditEvent, ModelVersion, Recommendation, ScheduledCanary
+from tests.agent.conftest import LoopFactory
+from tests.factories import bearer, create_api_token, create_node, report_inventory
+
+CONFIGS = [
+    DeviceConfig(scheduler=Scheduler.NONE),
+    DeviceConfig(scheduler=Scheduler.MQ_DEADLINE,
+                 scheduler_tunables={"read_expire": 500, "fifo_batch": 16, "writes_starved": 2}),
+    DeviceConfig(scheduler=Scheduler.BFQ,
+                 scheduler_tunables={"slice_idle_us": 8_000, "low_latency": 1}),
+]  # fmt: skip
+
+
+def _workload(name: str, pattern: IOPattern, depth: int) -> WorkloadSpec:
+    share = 1.0 if pattern is IOPattern.RANDREAD else 0.0
+    job = JobSpec(name="j", pattern=pattern, read_share=share, queue_depth=depth)
+    return WorkloadSpec(name=name, engine=IOEngine.IO_URING, jobs=[job], duration_s=0.3)
+
+
+WORKLOADS = [
+    _workload("read-qd1", IOPattern.RANDREAD, 1),
+    _workload("read-qd8", IOPattern.RANDREAD, 8),
+    _workload("write-qd1", IOPattern.RANDWRITE, 1),
+]
+
+
+@pytest.mark.timeout(600)
+def test_nightly_trains_recommends_schedules_and_an_operator_decides(
+    client: TestClient, session: Session, loop_device: LoopFactory, tmp_path: Path
+) -> None:
+    paths = HostPaths()
+    kernel = KernelFacts.of(paths)
+    names = [loop_device(on="tmpfs", size_mb=64), loop_device(on="disk", size_mb=64)]
+    node, node_token = create_node(session)
+    devices = report_inventory(
+        session, node, *(describe(paths, n, kernel, Effects()).inventory for n in names)
+    )
+    applier = Applier(paths, tmp_path / "agent")
+    for name, device in zip(names, devices, strict=True):
+        target = device_target(paths, name)
+        for config in CONFIGS:
+            changed = config.scheduler is not Scheduler.NONE
+            if changed:
+                applier.apply(name, config)
+            for workload in WORKLOADS:
+                measured = measure(workload, target, workdir=tmp_path / "bench")
+                body = benchmark_observation(device.id, measured, config).model_dump(mode="json")
+                response = client.post("/api/v1/observations", json=body,
+                                       headers=bearer(node_token))  # fmt: skip
+                assert response.status_code == 201, response.text
+            if changed:
+                applier.rollback(name)
+
+    report = nightly.run(session, ray_address=None, max_canaries=1)
+    assert "local Ray" in report.where
+    assert report.samples == len(names) * len(CONFIGS) * len(WORKLOADS)
+    # loop devices are one class (virtual); p50, p99 and IOPS have data, fairness and energy not
+    versions = session.scalars(select(ModelVersion).where(ModelVersion.run_id == report.run_id))
+    by_objective = {v.objective: v for v in versions}
+    assert set(by_objective) == {"p50_latency", "p99_latency", "iops"}
+    p50 = by_objective["p50_latency"]
+    assert p50.device_class == devices[0].device_class
+    assert p50.rows == report.samples
+    assert p50.cells == len(names) * len(WORKLOADS)
+    assert p50.data_from is not None
+    assert p50.data_until is not None
+    assert p50.data_from < p50.data_until
+    assert p50.scores["folds"] == 3
+    assert 0 <= p50.scores["interval_80_coverage"] <= 1
+
+    recs = session.scalars(select(Recommendation).where(Recommendation.status == "proposed")).all()
+    assert {(r.device_id, r.objective) for r in recs} == {
+        (d.id, o) for d in devices for o in ("p50_latency", "p99_latency", "iops")
+    }
+    for rec in recs:
+        assert set(rec.predictions) == {"p50_latency", "p99_latency", "iops"}
+        assert 0 < rec.confidence <= 1
+        assert rec.reason
+        assert "most observed workload" in rec.workload_basis
+        assert rec.current_config == {"scheduler": "none", "scheduler_tunables": {}}
+        prediction = rec.predictions[rec.objective]
+        assert prediction["change_low"] <= prediction["change_high"]
+    canaries = session.scalars(
+        select(ScheduledCanary).where(ScheduledCanary.run_id == report.run_id)
+    ).all()
+    assert len(canaries) <= 1  # max_canaries
+    assert all(c.status == "scheduled" and c.expected_gain >= 0.02 for c in canaries)
+
+    # the API: an operator reads and decides
+    operator = bearer(create_api_token(session, role=Role.OPERATOR))
+    viewer = bearer(create_api_token(session, role=Role.VIEWER))
+    listed = client.get("/api/v1/recommendations", params={"device_id": str(devices[0].id),
+                        "status": "proposed"}, headers=viewer).json()  # fmt: skip
+    assert len(listed) == 3
+    chosen = next(r for r in listed if r["objective"] == "p50_latency")
+    assert chosen["evidence"]["device_facts"]["qd1_read_us"] > 0
+    assert client.post(f"/api/v1/recommendations/{chosen['id']}/accept",
+                       json={"reason": "ok"}, headers=viewer).status_code == 403  # fmt: skip
+    assert client.post(f"/api/v1/recommendations/{chosen['id']}/accept",
+                       json={"reason": ""}, headers=operator).status_code == 422  # fmt: skip
+    accepted = client.post(f"/api/v1/recommendations/{chosen['id']}/accept",
+                           json={"reason": "night shift agrees"}, headers=operator)  # fmt: skip
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.json()["status"] == "accepted"
+    policy = client.get(f"/api/v1/devices/{devices[0].id}/policy", headers=viewer).json()
+    assert policy["config"]["scheduler"] == chosen["recommended_config"]["scheduler"]
+    assert chosen["id"] in policy["reason"]
+    # the device's other proposals were made against a configuration it no longer has
+    others = client.get("/api/v1/recommendations", params={"device_id": str(devices[0].id)},
+                        headers=viewer).json()  # fmt: skip
+    assert {r["status"] for r in others if r["id"] != chosen["id"]} == {"superseded"}
+    again = client.post(f"/api/v1/recommendations/{chosen['id']}/accept",
+                        json={"reason": "twice"}, headers=operator)  # fmt: skip
+    assert again.status_code == 409
+
+    other = client.get("/api/v1/recommendations", params={"device_id": str(devices[1].id),
+                       "objective": "iops"}, headers=viewer).json()[0]  # fmt: skip
+    rejected = client.post(f"/api/v1/recommendations/{other['id']}/reject",
+                           json={"reason": "not on this box"}, headers=operator)  # fmt: skip
+    assert rejected.json()["status"] == "rejected"
+    actions = session.scalars(select(AuditEvent.action)).all()
+    assert {"nightly.run", "policy.set", "recommendation.accepted",
+            "recommendation.rejected"} <= set(actions)  # fmt: skip
+    versions_api = client.get("/api/v1/model-versions", params={"run_id": str(report.run_id)},
+                              headers=viewer).json()  # fmt: skip
+    assert {v["objective"] for v in versions_api} == {"p50_latency", "p99_latency", "iops"}
+
+    # a second run: the device with a policy is scored from it; proposals are superseded
+    second = nightly.run(session, objectives=[Objective.P50], window=timedelta(hours=1))
+    assert second.run_id != report.run_id
+    statuses = {
+        r.status for r in session.scalars(select(Recommendation).where(
+            Recommendation.device_id == devices[1].id, Recommendation.objective == "p50_latency"))
+    }  # fmt: skip
+    assert statuses == {"superseded", "proposed"}
+    fresh = session.scalars(
+        select(Recommendation).where(
+            Recommendation.device_id == devices[0].id, Recommendation.status == "proposed"
+        )
+    ).one()
+    assert fresh.current_config["scheduler"] == chosen["recommended_config"]["scheduler"]
