@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import random
 import sys
 import tempfile
 import time
@@ -30,17 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agent import lab  # noqa: E402
-from agent.applier import Applier  # noqa: E402
-from agent.bench.measure import measure  # noqa: E402
-from agent.bench.target import device_target  # noqa: E402
-from agent.discovery import KernelFacts, describe  # noqa: E402
-from agent.effects import Effects  # noqa: E402
-from agent.errors import ChangeRefused  # noqa: E402
-from agent.host import HostPaths  # noqa: E402
 from bench.record import provenance, record  # noqa: E402
-from models.features import DeviceFacts  # noqa: E402
-from models.grid import Grid, GridDevice, default_config, grid_workloads  # noqa: E402
-from models.search import candidates, config_key  # noqa: E402
+from models.grid import Grid, grid_workloads  # noqa: E402
+from models.measure_grid import measure_host_grid  # noqa: E402
 
 RESULT = ROOT / "bench" / "results" / "policy_grid_runs.json.gz"
 HOST_DEVICES = {  # grid name -> (where the backing file lives, size)
@@ -65,62 +56,18 @@ def save(grid: Grid) -> None:
 
 
 def host_grid(repeats: int, seconds: float, seed: int) -> Grid:
-    paths = HostPaths()
-    kernel = KernelFacts.of(paths)
     work = Path(tempfile.mkdtemp(prefix="blkpilot-grid-"))
-    applier = Applier(paths, work / "agent")
-    grid = Grid(meta={"host_kernel": kernel.release})
-    workloads = grid_workloads(seconds, warmup_s=0.2)
     specs = {
         label: (where / f"blkpilot-grid-{label}.img", size)
         for label, (where, size) in HOST_DEVICES.items()
     }
-    rng = random.Random(seed)
     with lab.lab_devices(specs) as devices:
-        plans = {}
-        for label, name in devices.items():
-            found = describe(paths, name, kernel, Effects()).inventory
-            caps = found.capabilities
-            grid.devices[label] = GridDevice(
-                label,
-                {"name": label, "device_class": found.device_class.value,
-                 "rotational": found.rotational,
-                 "capabilities": caps.model_dump(mode="json", exclude_none=True)},
-                tuple(caps.available_schedulers),
-                default_config(caps.current_scheduler, caps.scheduler_tunables),
-                f"host loop device on {HOST_DEVICES[label][0]} ({kernel.release})",
-            )  # fmt: skip
-            plans[label] = candidates(
-                DeviceFacts.from_inventory(grid.devices[label].row, {}), caps.available_schedulers
-            )
-        for workload in workloads:
-            grid.workloads[workload.name] = workload
-        total = sum(len(p) for p in plans.values()) * repeats
-        done, started = 0, time.monotonic()
-        for repeat in range(repeats):
-            for label, name in devices.items():
-                target = device_target(paths, name, applier.effects)
-                order = list(plans[label])
-                rng.shuffle(order)
-                for config in order:
-                    try:
-                        applier.apply(name, config)
-                        changed = True
-                    except ChangeRefused:  # the device is in this configuration already
-                        changed = False
-                    try:
-                        for workload in workloads:
-                            result = measure(workload, target, workdir=work / "bench",
-                                             effects=applier.effects)  # fmt: skip
-                            grid.add_run(label, workload.name, config, repeat, result.metrics)
-                    finally:
-                        if changed:
-                            applier.rollback(name)
-                    done += 1
-                    rate = (time.monotonic() - started) / done
-                    print(f"[{done}/{total}] {label} r{repeat} {config_key(config)}"
-                          f" (~{rate * (total - done) / 60:.0f} min left)", flush=True)  # fmt: skip
-    return grid
+        return measure_host_grid(
+            {label: (name, f"host loop device on {HOST_DEVICES[label][0]}")
+             for label, name in devices.items()},
+            grid_workloads(seconds, warmup_s=0.2), repeats=repeats, work=work, seed=seed,
+            progress=lambda line: print(line, flush=True),
+        )  # fmt: skip
 
 
 def lab_grid(repeats: int, seconds: float, seed: int) -> Grid:

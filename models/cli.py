@@ -114,6 +114,106 @@ def evaluate(
         raise typer.Exit(code=1)
 
 
+# --- operators' side: recommendations through the REST API ---------------------------------
+
+recommendations_app = typer.Typer(
+    help="Recommendations from the nightly job, through the API: list, show, accept, reject.",
+    no_args_is_help=True,
+)
+Url = Annotated[str, typer.Option(envvar="BLKPILOT_URL", help="The blkpilot service.")]
+Token = Annotated[str, typer.Option(envvar="BLKPILOT_TOKEN", help="An operator API token.")]
+Reason = Annotated[str, typer.Option(help="Why, for the audit log (3 characters or more).")]
+
+
+def _api(url: str, token: str, method: str, path: str, **kwargs: object) -> object:
+    import httpx
+
+    try:
+        response = httpx.request(method, f"{url.rstrip('/')}/api/v1{path}", timeout=30,
+                                 headers={"Authorization": f"Bearer {token}"}, **kwargs)  # type: ignore[arg-type]  # fmt: skip
+    except httpx.HTTPError as error:
+        typer.secho(f"cannot reach {url}: {error}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(code=2) from error
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text
+        typer.secho(f"{response.status_code}: {detail}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(code=1)
+    return response.json()
+
+
+def _key(config: dict[str, object] | None) -> str:
+    if not config:
+        return "-"
+    tunables = config.get("scheduler_tunables") or {}
+    assert isinstance(tunables, dict)
+    inner = ",".join(f"{k}={v}" for k, v in sorted(tunables.items()) if not k.startswith("cost_"))
+    return f"{config.get('scheduler') or 'none'}[{inner}]/{config.get('completion') or 'interrupt'}"
+
+
+@recommendations_app.command("list")
+def recommendations_list(
+    url: Url = "http://127.0.0.1:8000",
+    token: Token = "",
+    status: Annotated[str | None, typer.Option(help="proposed, accepted, rejected …")] = "proposed",
+    device_id: Annotated[str | None, typer.Option()] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Current against recommended configuration, predicted change, confidence."""
+    from rich.console import Console
+    from rich.table import Table
+
+    params = {k: v for k, v in {"status": status, "device_id": device_id}.items() if v}
+    rows = _api(url, token, "GET", "/recommendations", params=params)
+    assert isinstance(rows, list)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("id", "device", "objective", "workload", "current", "recommended", "change",
+                  "confidence", "status")  # fmt: skip
+    for row in rows:
+        prediction = row["predictions"].get(row["objective"], {})
+        change = (f"{prediction['change']:+.1%} ({prediction['change_low']:+.1%}"
+                  f"…{prediction['change_high']:+.1%})") if prediction else "-"  # fmt: skip
+        table.add_row(row["id"][:8], row["device_id"][:8], row["objective"],
+                      row["workload_name"], _key(row["current_config"]),
+                      _key(row["recommended_config"]), change, f"{row['confidence']:.0%}",
+                      row["status"])  # fmt: skip
+    Console().print(table)
+
+
+@recommendations_app.command("show")
+def recommendations_show(
+    recommendation_id: str, url: Url = "http://127.0.0.1:8000", token: Token = ""
+) -> None:
+    """Everything about one recommendation, with its reason and evidence."""
+    row = _api(url, token, "GET", f"/recommendations/{recommendation_id}")
+    typer.echo(json.dumps(row, indent=2))
+
+
+@recommendations_app.command("accept")
+def recommendations_accept(
+    recommendation_id: str, reason: Reason, url: Url = "http://127.0.0.1:8000", token: Token = ""
+) -> None:
+    """Make the recommended configuration the device's policy (audited)."""
+    row = _api(url, token, "POST", f"/recommendations/{recommendation_id}/accept",
+               json={"reason": reason})  # fmt: skip
+    assert isinstance(row, dict)
+    typer.echo(f"accepted: {_key(row['recommended_config'])} is now the device's policy")
+
+
+@recommendations_app.command("reject")
+def recommendations_reject(
+    recommendation_id: str, reason: Reason, url: Url = "http://127.0.0.1:8000", token: Token = ""
+) -> None:
+    _api(url, token, "POST", f"/recommendations/{recommendation_id}/reject",
+         json={"reason": reason})  # fmt: skip
+    typer.echo("rejected")
+
+
 def register(app: typer.Typer) -> None:
     app.command()(nightly)
     app.command("eval")(evaluate)
+    app.add_typer(recommendations_app, name="recommendations")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from kernel.lab import packages
 from kernel.lab import report as lab_report
 from kernel.lab.scenarios import SCHEDULERS, STOCK, LabResult, run
 from tests.proc import ServiceProcess
+from tests.proc import run as run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # QEMU boots under TCG
 ROOT = Path(__file__).resolve().parents[2]
@@ -197,3 +199,28 @@ def test_lab_runs_are_stored_as_observations(
 
     null = observations(lab_report.NULL_DEVICE)
     assert {o["configuration"]["scheduler"] for o in null} == set(SCHEDULERS)
+
+    # the nightly job, on a local Ray, learns from these lab observations
+    done = run_cli("nightly", "--json", "--objective", "p50_latency", env=service.env,
+                   timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert "local Ray" in report["where"]
+    assert report["samples"] >= len(polling.runs) + len(overhead.runs)
+
+    def proposed(device: str) -> dict[str, Any]:
+        found = service.api("GET", "/recommendations", params={
+            "device_id": devices[device]["id"], "status": "proposed"}).json()  # fmt: skip
+        (only,) = found
+        result: dict[str, Any] = only
+        return result
+
+    # on the ULL-like device, measured: polling completes reads in a fraction of the time
+    ull_rec = proposed(lab_report.ULL_DEVICE)
+    assert ull_rec["recommended_config"]["completion"] in ("classic_poll", "hybrid_poll"), ull_rec
+    assert ull_rec["predictions"]["p50_latency"]["change"] < -0.3
+    assert ull_rec["evidence"]["observations_of_cell"] > 0
+    # on null_blk every scheduler measured slower than none (HotStorage '23, and the prior)
+    null_rec = proposed(lab_report.NULL_DEVICE)
+    assert null_rec["recommended_config"]["scheduler"] == "none", null_rec
+    assert "none-on-ull" in [p["name"] for p in null_rec["evidence"]["priors"]]

@@ -1,0 +1,96 @@
+"""`blkpilot eval` on the measured grid (bench/policy_grid.py): each cell held out of
+training in turn, the policy search's choice after at most 4 canaries against the oracle,
+and the fixed rules (kernel default, always none, none-for-non-rotational/bfq-for-rotational)
+judged the same way. Cells are Ray tasks on a local Ray.
+
+    python bench/policy_eval.py                         # every objective the grid measured
+
+Records bench/results/policy_eval.json (summary per objective) and a row per objective in
+bench/results/policy_eval.md; every cell's trail is in bench/results/policy_eval_cells.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.record import RESULTS, provenance, record  # noqa: E402
+from models import evaluate  # noqa: E402
+from models.distributed import ray_map, ray_session  # noqa: E402
+from models.grid import Grid  # noqa: E402
+from models.priors import Objective  # noqa: E402
+
+GRID = RESULTS / "policy_grid_runs.json.gz"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--grid", type=Path, default=GRID)
+    parser.add_argument("--max-canaries", type=int, default=4)
+    parser.add_argument("--objective", action="append", choices=[o.value for o in Objective])
+    args = parser.parse_args()
+    with gzip.open(args.grid, "rt") as handle:
+        grid = Grid.from_json(json.load(handle))
+    objectives = [Objective(o) for o in args.objective] if args.objective else None
+    started = time.monotonic()
+    with ray_session() as where:
+        reports = evaluate.evaluate(grid, objectives, max_canaries=args.max_canaries,
+                                    mapper=ray_map)  # fmt: skip
+    minutes = round((time.monotonic() - started) / 60, 1)
+    (RESULTS / "policy_eval_cells.json").write_text(
+        json.dumps(evaluate.as_json(reports), indent=1) + "\n"
+    )
+    devices = sorted(grid.devices)
+    workloads = sorted(grid.workloads)
+    configs = min(len(grid.configs(*cell)) for cell in grid.cells())
+    ok = True
+    summaries = {}
+    for name, report in sorted(reports.items()):
+        summary = report.summary()
+        summaries[name] = summary
+        baselines = summary["baselines"]
+        doc = {
+            "benchmark": "policy_eval",
+            "objective": name,
+            "cells": summary["cells"],
+            "median_regret_pct": round(100 * summary["median_regret"], 2),
+            "mean_regret_pct": round(100 * summary["mean_regret"], 2),
+            "before_canaries_pct": round(100 * summary["median_regret_before_canaries"], 2),
+            "max_canaries": summary["max_canaries"],
+            "kernel_default_pct": round(100 * baselines["kernel-default"]["median_regret"], 2),
+            "always_none_pct": round(100 * baselines["always-none"]["median_regret"], 2),
+            "udev_rule_pct": round(100 * baselines["udev-rotational-rule"]["median_regret"], 2),
+            "beats_every_baseline": summary["beats_every_baseline"],
+            "devices": ", ".join(devices),
+            "workloads": len(workloads),
+            "min_configs_per_cell": configs,
+            "ray": where,
+            "minutes": minutes,
+            **provenance("policy_eval.py"),
+        }
+        ok &= summary["median_regret"] <= 0.02 and summary["beats_every_baseline"]
+        ok &= summary["max_canaries"] <= args.max_canaries
+        record(
+            "policy_eval", doc,
+            {"objective": "objective", "cells": "cells",
+             "median regret %": "median_regret_pct", "mean regret %": "mean_regret_pct",
+             "before canaries %": "before_canaries_pct", "max canaries": "max_canaries",
+             "kernel default %": "kernel_default_pct", "always none %": "always_none_pct",
+             "udev rule %": "udev_rule_pct", "beats all": "beats_every_baseline"},
+        )  # fmt: skip
+    (RESULTS / "policy_eval.json").write_text(json.dumps(summaries, indent=2) + "\n")
+    print(json.dumps(summaries, indent=2))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
