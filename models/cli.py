@@ -11,6 +11,7 @@ import typer
 
 if TYPE_CHECKING:
     from models.nightly import NightlyReport
+    from models.priors import Objective
 
 DEFAULT_GRID = Path(__file__).resolve().parent.parent / "bench/results/policy_grid_runs.json.gz"
 
@@ -28,6 +29,10 @@ def nightly(
         float, typer.Option(min=0.1, help="Telemetry that says what a device runs.")
     ] = 24.0,
     max_canaries: Annotated[int, typer.Option(min=0, help="Canaries to schedule.")] = 10,
+    mix: Annotated[
+        str | None,
+        typer.Option(help="Also recommend for a weighted mix, e.g. p99_latency=0.7,energy=0.3."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Retrain on every observation, re-score every device's recommendations and schedule
@@ -46,13 +51,14 @@ def nightly(
     except ValueError as error:
         known = ", ".join(o.value for o in Objective)
         raise typer.BadParameter(f"{error}; objectives are {known}") from error
+    weights = _mix(mix) if mix else None
     with database_url(settings) as url:
         engine = db.create_db_engine(url, pool_size=2, max_overflow=0)
         try:
             with Session(engine) as session, session.begin():
                 report = job.run(session, objectives=objectives, ray_address=ray_address,
                                  window=timedelta(hours=window_hours),
-                                 max_canaries=max_canaries)  # fmt: skip
+                                 max_canaries=max_canaries, mix=weights)  # fmt: skip
         finally:
             engine.dispose()
     if as_json:
@@ -67,6 +73,24 @@ def nightly(
                f" something), {len(report.canaries)} canaries scheduled")  # fmt: skip
     for name, why in sorted(report.skipped.items()):
         typer.echo(f"  skipped {name}: {why}")
+
+
+def _mix(text: str) -> dict[Objective, float]:
+    from models.priors import Objective
+
+    weights = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        try:
+            weights[Objective(name.strip())] = float(value)
+        except ValueError as error:
+            raise typer.BadParameter(
+                f"{part!r}: expected objective=weight, objectives "
+                + ", ".join(o.value for o in Objective)
+            ) from error
+        if not weights[Objective(name.strip())] > 0:
+            raise typer.BadParameter(f"{part!r}: a weight must be positive")
+    return weights
 
 
 def _report_json(report: NightlyReport) -> dict[str, object]:

@@ -35,6 +35,7 @@ from models.grid import default_config
 from models.priors import Objective
 from models.search import (
     Comparison,
+    MixModel,
     ObjectiveModel,
     Recommendation,
     compare,
@@ -83,10 +84,11 @@ class Trained:
 @dataclass
 class Scored:
     target: Target
-    objective: Objective
+    objective: str  # an Objective's value, or "mix"
     recommendation: Recommendation
     comparisons: list[Comparison]
     facts: DeviceFacts
+    model_objective: str  # whose model version it came from (a mix: its heaviest part's)
 
 
 @dataclass
@@ -223,19 +225,22 @@ def train_task(job: tuple[list[Sample], str, Objective]) -> Trained:
 
 
 def score_task(
-    job: tuple[list[Sample], Trained, dict[Objective, ObjectiveModel], list[Target]],
-) -> list[Scored]:
-    samples, trained, others, chosen = job
+    job: tuple[list[Sample], str, ObjectiveModel | MixModel, dict[Objective, ObjectiveModel],
+               list[Target]],
+) -> list[Scored]:  # fmt: skip
+    samples, label, model, others, chosen = job
+    lead = (label if isinstance(model, ObjectiveModel)
+            else max(model.parts, key=lambda part: part[1])[0].objective.value)  # fmt: skip
     facts = facts_for(samples)
     guard_objective, limit = GUARD
-    guard = others.get(guard_objective) if trained.objective is not guard_objective else None
+    guard = others.get(guard_objective) if label != guard_objective.value else None
     scored = []
     for target in chosen:
         device = facts.get(target.device_id) or DeviceFacts.from_inventory(target.row, {})
-        if trained.objective is Objective.FAIRNESS and target.workload.tasks < 2:
+        if label == Objective.FAIRNESS.value and target.workload.tasks < 2:
             continue  # fairness is between tasks
         rec = recommend(
-            trained.model, str(target.device_id), device, target.workload, target.available,
+            model, str(target.device_id), device, target.workload, target.available,
             current=target.current, guard=(guard, limit) if guard is not None else None,
         )  # fmt: skip
         comparisons = [
@@ -243,7 +248,7 @@ def score_task(
             for objective, model in sorted(others.items())
             if objective is not Objective.FAIRNESS or target.workload.tasks > 1
         ]
-        scored.append(Scored(target, trained.objective, rec, comparisons, device))
+        scored.append(Scored(target, label, rec, comparisons, device, lead))
     return scored
 
 
@@ -258,8 +263,10 @@ def run(
     window: timedelta = timedelta(hours=24),
     max_canaries: int = 10,
     now: datetime | None = None,
+    mix: dict[Objective, float] | None = None,
 ) -> NightlyReport:
-    """The whole job; writes in the session's transaction (the caller commits)."""
+    """The whole job; writes in the session's transaction (the caller commits). With `mix`
+    (objective -> weight), each class also gets recommendations for that weighted mix."""
     from models.distributed import ray_map, ray_session
 
     now = now or datetime.now(UTC)
@@ -287,12 +294,19 @@ def run(
         for t in trained:
             by_class[t.device_class][t.objective] = t.model
 
-        def score(index: int) -> list[Scored]:
-            t = trained[index]
-            mine = [x for x in chosen if x.device_class == t.device_class]
-            return score_task((ray.get(shared), t, by_class[t.device_class], mine))
+        scoring: list[tuple[str, str, ObjectiveModel | MixModel]] = [
+            (t.device_class, t.objective.value, t.model) for t in trained
+        ]
+        for device_class, models in by_class.items():
+            if mix and all(o in models for o in mix):
+                scoring.append((device_class, "mix", MixModel.of(models, mix)))
 
-        scored = [s for batch in ray_map(score, list(range(len(trained)))) for s in batch]
+        def score(job: tuple[str, str, ObjectiveModel | MixModel]) -> list[Scored]:
+            device_class, label, model = job
+            mine = [x for x in chosen if x.device_class == device_class]
+            return score_task((ray.get(shared), label, model, by_class[device_class], mine))
+
+        scored = [s for batch in ray_map(score, scoring) for s in batch]
     _store(session, report, trained, scored, max_canaries)
     return report
 
@@ -304,7 +318,7 @@ def _store(
     scored: list[Scored],
     max_canaries: int,
 ) -> None:
-    versions: dict[tuple[str, Objective], ModelVersion] = {}
+    versions: dict[tuple[str, str], ModelVersion] = {}
     for t in trained:
         version = ModelVersion(
             run_id=report.run_id, device_class=t.device_class, objective=t.objective.value,
@@ -315,7 +329,7 @@ def _store(
                         "metric": OBJECTIVE_METRIC[t.objective][0], "log_scale": True},
         )  # fmt: skip
         session.add(version)
-        versions[(t.device_class, t.objective)] = version
+        versions[(t.device_class, t.objective.value)] = version
         report.models.append({"device_class": t.device_class, "objective": t.objective.value,
                               "rows": t.model.rows, **t.scores})  # fmt: skip
     session.flush()
@@ -324,14 +338,14 @@ def _store(
         session.execute(
             update(RecommendationRow)
             .where(RecommendationRow.device_id == target.device_id,
-                   RecommendationRow.objective == item.objective.value,
+                   RecommendationRow.objective == item.objective,
                    RecommendationRow.status == "proposed")
             .values(status="superseded")
         )  # fmt: skip
         row = RecommendationRow(
             device_id=target.device_id,
-            model_version_id=versions[(target.device_class, item.objective)].id,
-            objective=item.objective.value, workload_name=target.workload.name,
+            model_version_id=versions[(target.device_class, item.model_objective)].id,
+            objective=item.objective, workload_name=target.workload.name,
             workload_basis=target.basis,
             current_config=target.current.model_dump(mode="json", exclude_none=True),
             recommended_config=rec.best.config.model_dump(mode="json", exclude_none=True),
@@ -341,7 +355,9 @@ def _store(
                       "model_rows": rec_rows(rec),
                       "priors": [{"name": p.name, "reason": p.reason, "citation": p.citation,
                                   "avoid": p.avoid} for p in rec.best.priors],
-                      "device_facts": _facts(item.facts)},
+                      "device_facts": _facts(item.facts),
+                      **({"mix": item.recommendation.objective} if item.objective == "mix"
+                         else {})},
             reason=rec.reason,
             next_canary=rec.next_canary.config.model_dump(mode="json", exclude_none=True)
             if rec.next_canary else None,
@@ -370,7 +386,7 @@ def _store(
         assert canary is not None
         session.add(ScheduledCanary(
             run_id=report.run_id, device_id=item.target.device_id,
-            objective=item.objective.value, workload_name=item.target.workload.name,
+            objective=item.objective, workload_name=item.target.workload.name,
             workload=item.target.workload.model_dump(mode="json"),
             config=canary.config.model_dump(mode="json", exclude_none=True),
             expected_gain=item.recommendation.expected_gain, uncertainty=canary.std,
@@ -378,7 +394,7 @@ def _store(
         ))  # fmt: skip
         gain = round(item.recommendation.expected_gain, 4)
         report.canaries.append(
-            {"device": item.target.name, "objective": item.objective.value,
+            {"device": item.target.name, "objective": item.objective,
              "config": config_key(canary.config), "expected_gain": gain}
         )  # fmt: skip
     audit.record(

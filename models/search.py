@@ -101,6 +101,56 @@ class ObjectiveModel:
 
 
 @dataclass(frozen=True)
+class MixModel:
+    """A weighted mix of objectives (say p99 0.7, energy 0.3) as one model: its value is the
+    weighted sum of each objective's log metric, signed so that higher is better — a 10 %
+    gain in an objective of weight w counts as w x 10 %. The uncertainty combines the parts'
+    (as if independent); each ensemble member is the same mix of the parts' members; the
+    papers' priors of every part apply, scaled by its weight."""
+
+    parts: tuple[tuple[ObjectiveModel, float], ...]
+    higher_is_better: bool = True
+
+    @classmethod
+    def of(
+        cls, models: dict[Objective, ObjectiveModel], weights: dict[Objective, float]
+    ) -> MixModel:
+        if not weights or any(w <= 0 or not math.isfinite(w) for w in weights.values()):
+            raise ValueError("a mix needs positive, finite weights")
+        missing = sorted(o.value for o in weights if o not in models)
+        if missing:
+            raise ValueError(f"no model for {', '.join(missing)} to mix")
+        total = sum(weights.values())
+        return cls(tuple((models[o], w / total) for o, w in sorted(weights.items())))
+
+    @property
+    def objective(self) -> str:
+        return "mix(" + ",".join(f"{m.objective.value}={w:.2g}" for m, w in self.parts) + ")"
+
+    @property
+    def cells(self) -> Counter[tuple[str, str, str]]:
+        merged: Counter[tuple[str, str, str]] = Counter()
+        for model, _ in self.parts:
+            merged |= model.cells
+        return merged
+
+    def predict(self, features: Sequence[dict[str, float]]) -> tuple[np.ndarray, np.ndarray]:
+        mean = np.zeros(len(features))
+        var = np.zeros(len(features))
+        for model, weight in self.parts:
+            m, s = model.predict(features)
+            mean += weight * (1 if model.higher_is_better else -1) * m
+            var += (weight * s) ** 2
+        return mean, np.sqrt(var)
+
+    def members(self, features: Sequence[dict[str, float]]) -> np.ndarray:
+        return np.asarray(sum(
+            weight * (1 if model.higher_is_better else -1) * model.members(features)
+            for model, weight in self.parts
+        ))  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Comparison:
     """One objective's predicted value under two configurations, and the change between them
     with an 80 % interval (from the ensemble members' own ratios)."""
@@ -159,7 +209,7 @@ class Scored:
 
 @dataclass(frozen=True)
 class Recommendation:
-    objective: Objective
+    objective: Objective | str  # a MixModel's is its label
     best: Scored
     current: Scored | None
     next_canary: Scored | None
@@ -171,7 +221,7 @@ class Recommendation:
     def reason(self) -> str:
         best = self.best
         parts = [
-            f"{config_key(best.config)} is predicted best for {self.objective.value}"
+            f"{config_key(best.config)} is predicted best for {self.objective}"
             f" ({best.predicted:.4g}, 80 % interval {best.low:.4g}-{best.high:.4g})"
         ]
         if self.current is not None and self.current.config != best.config:
@@ -184,8 +234,23 @@ class Recommendation:
         return "; ".join(parts)
 
 
+def _priors(
+    model: ObjectiveModel | MixModel, device: DeviceFacts, workload: WorkloadSpec
+) -> list[tuple[Prior, float]]:
+    features = workload_features(workload)
+    if isinstance(model, ObjectiveModel):
+        return [(p, 1.0) for p in priors_for(device, features, model.objective)]
+    weights: dict[str, float] = {}
+    found: dict[str, Prior] = {}
+    for part, weight in model.parts:
+        for prior in priors_for(device, features, part.objective):
+            found[prior.name] = prior
+            weights[prior.name] = weights.get(prior.name, 0.0) + weight
+    return [(found[name], weights[name]) for name in sorted(found)]
+
+
 def recommend(
-    model: ObjectiveModel,
+    model: ObjectiveModel | MixModel,
     device_id: str,
     device: DeviceFacts,
     workload: WorkloadSpec,
@@ -204,7 +269,7 @@ def recommend(
     rows = [row(device, workload, config) for config in grid]
     mean, std = model.predict(rows)
     sign = 1.0 if model.higher_is_better else -1.0
-    applicable = priors_for(device, workload_features(workload), model.objective)
+    applicable = _priors(model, device, workload)
     # a prior moves its configuration by an effect of at least 5 % (or the spread between
     # the candidates, if larger), weighted s / (n + s): n observations of the cell outweigh it
     spread = float(np.std(mean)) or 0.1
@@ -212,8 +277,10 @@ def recommend(
     scored, utility = [], []
     for i, config in enumerate(grid):
         seen = model.cells[(device_id, workload.name, keys[i])]
-        matched = tuple(p for p in applicable if _matches(p.config, config))
-        shift = sum((-1 if p.avoid else 1) * p.strength / (seen + p.strength) for p in matched)
+        weighted = [(p, w) for p, w in applicable if _matches(p.config, config)]
+        matched = tuple(p for p, _ in weighted)
+        shift = sum((-1 if p.avoid else 1) * w * p.strength / (seen + p.strength)
+                    for p, w in weighted)  # fmt: skip
         value = mean[i] + sign * shift * effect
         low, high = sorted((math.exp(mean[i] - 1.28 * std[i]), math.exp(mean[i] + 1.28 * std[i])))
         scored.append(Scored(config, math.exp(mean[i]), low, high, float(std[i]), seen, matched))

@@ -153,7 +153,14 @@ def test_nightly_trains_recommends_schedules_and_an_operator_decides(
     assert {v["objective"] for v in versions_api} == {"p50_latency", "p99_latency", "iops"}
 
     # a second run: the device with a policy is scored from it; proposals are superseded
-    second = nightly.run(session, objectives=[Objective.P50], window=timedelta(hours=1))
+    second = nightly.run(
+        session, objectives=[Objective.P50, Objective.IOPS], window=timedelta(hours=1),
+        mix={Objective.P50: 3, Objective.IOPS: 1},
+    )  # fmt: skip
+    mixed = session.scalars(select(Recommendation).where(
+        Recommendation.objective == "mix", Recommendation.status == "proposed")).all()  # fmt: skip
+    assert {r.device_id for r in mixed} == {d.id for d in devices}
+    assert all(r.evidence["mix"] == "mix(iops=0.25,p50_latency=0.75)" for r in mixed)
     assert second.run_id != report.run_id
     statuses = {
         r.status for r in session.scalars(select(Recommendation).where(
@@ -162,7 +169,10 @@ def test_nightly_trains_recommends_schedules_and_an_operator_decides(
     assert statuses == {"superseded", "proposed"}
     fresh = session.scalars(
         select(Recommendation).where(
-            Recommendation.device_id == devices[0].id, Recommendation.status == "proposed"
+            Recommendation.device_id == devices[0].id,
+            Recommendation.status == "proposed",
+            Recommendation.objective == "p50_latency",
         )
     ).one()
+    assert fresh.current_config is not None
     assert fresh.current_config["scheduler"] == chosen["recommended_config"]["scheduler"]
