@@ -384,6 +384,65 @@ def _report_canary(
 
 
 @app.command()
+def canaries(
+    state_dir: StateDir,
+    run: Annotated[bool, typer.Option("--run", help="Run them (else only list).")] = False,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many, best first.")] = 1,
+    rounds: Annotated[int, typer.Option(min=3, max=100, help="Samples per arm.")] = 8,
+    round_seconds: Annotated[float, typer.Option(min=0.1, max=600)] = 1.0,
+    config: ConfigFile = None,
+) -> None:
+    """The canaries the nightly job scheduled on this node's devices. With --run, each is a
+    measurement: candidate against the device's configuration, interleaved, the verdict and
+    statistics recorded; the device then returns to its configuration whatever the verdict
+    (the operator decides through the recommendations), and the canary is closed."""
+    from agent.applier import Applier
+    from agent.bench.energy import EnergyMeter
+    from agent.bench.report import canary_observation
+    from agent.canary import run_canary
+    from agent.client import ServiceClient
+    from agent.power_sources import power_collectors
+    from agent.state import NodeState
+    from agent.wire import DeviceConfig, WorkloadSpec
+
+    cfg = _load_config(config)
+    directory = cfg.state_dir or state_dir
+    try:
+        node = NodeState.load(directory)
+        with ServiceClient(node.server_url, node.node_token) as client:
+            scheduled = client.scheduled_canaries(node.node_id)
+            names = {d["id"]: d["name"] for d in client.devices(node.node_id)}
+            if not scheduled:
+                typer.echo("no canaries scheduled for this node")
+                return
+            for item in scheduled[: limit if run else None]:
+                device = names.get(item["device_id"], item["device_id"])
+                candidate = DeviceConfig.model_validate(item["config"])
+                spec = WorkloadSpec.model_validate(item["workload"])
+                typer.echo(f"#{item['rank']} {device}: {spec.name} under"
+                           f" {candidate.model_dump_json(exclude_none=True)}"
+                           f" (expected gain {item['expected_gain']:+.1%})")  # fmt: skip
+                if not run:
+                    continue
+                applier = Applier(cfg.paths, directory)
+                result = run_canary(
+                    applier, device, spec, candidate, workdir=directory / "bench",
+                    rounds=rounds, round_seconds=round_seconds,
+                    meter=EnergyMeter(power_collectors(cfg)),
+                )  # fmt: skip
+                if result.kept_candidate:
+                    applier.rollback(device)  # a measurement, not a change
+                observation = client.record_observation(
+                    canary_observation(uuid.UUID(item["device_id"]), spec, candidate, result)
+                )
+                client.canary_done(uuid.UUID(item["id"]), uuid.UUID(observation["id"]))
+                typer.echo(f"  verdict {result.verdict.value}; {device} back to its"
+                           " configuration; result recorded")  # fmt: skip
+    except AgentError as error:
+        raise _fail(error) from error
+
+
+@app.command()
 def rollback(
     device: Annotated[str, typer.Argument()], state_dir: StateDir, config: ConfigFile = None
 ) -> None:

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from agent.errors import ServiceRejected, ServiceUnreachable
 from agent.wire import (
     AppliedStateReport,
+    CanaryDone,
     EnrollRequest,
     EnrollResponse,
     Heartbeat,
@@ -94,6 +95,16 @@ class ServiceClient:
 
     def record_observation(self, observation: ObservationCreate) -> dict[str, Any]:
         result: dict[str, Any] = self._request("POST", "/observations", observation)
+        return result
+
+    def scheduled_canaries(self, node_id: uuid.UUID) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request("GET", f"/nodes/{node_id}/canaries")
+        return result
+
+    def canary_done(self, canary_id: uuid.UUID, observation_id: uuid.UUID) -> dict[str, Any]:
+        result: dict[str, Any] = self._request(
+            "POST", f"/canaries/{canary_id}/done", CanaryDone(observation_id=observation_id)
+        )
         return result
 
     def policies(self, node_id: uuid.UUID) -> list[dict[str, Any]]:

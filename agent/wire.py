@@ -491,6 +491,12 @@ class WorkloadSpec(WireModel):
         return sum(job.tasks for job in self.jobs) if self.jobs else 1
 
 
+class CanaryDone(InputModel):
+    """A node ran a scheduled canary; its canary observation closes it."""
+
+    observation_id: uuid.UUID
+
+
 class ObservationKind(StrEnum):
     BENCHMARK = "benchmark"
     CANARY = "canary"

@@ -5,10 +5,18 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from service.deps import API_PREFIX, MAX_OFFSET, OperatorAuth, SessionDep, ViewerAuth
+from service.deps import (
+    API_PREFIX,
+    MAX_OFFSET,
+    AnyPrincipal,
+    OperatorAuth,
+    SessionDep,
+    ViewerAuth,
+)
 from service.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable, responses
 from service.recommendations import service
 from service.recommendations.schemas import (
+    CanaryDone,
     Decision,
     ModelVersionRead,
     RecommendationRead,
@@ -112,3 +120,29 @@ def scheduled_canaries(
     rows = service.scheduled_canaries(session, device_id=device_id, status=status, limit=limit,
                                       offset=offset)  # fmt: skip
     return [ScheduledCanaryRead.model_validate(row) for row in rows]
+
+
+@router.get(
+    "/nodes/{node_id}/canaries",
+    response_model=list[ScheduledCanaryRead],
+    responses=responses(Unauthorized, Forbidden),
+)
+def node_canaries(
+    node_id: uuid.UUID, session: SessionDep, principal: AnyPrincipal
+) -> list[ScheduledCanaryRead]:
+    """The node's scheduled canaries, most promising first (the node itself, or a viewer)."""
+    rows = service.canaries_for_node(session, principal, node_id)
+    return [ScheduledCanaryRead.model_validate(row) for row in rows]
+
+
+@router.post(
+    "/canaries/{canary_id}/done",
+    response_model=ScheduledCanaryRead,
+    responses=responses(Unauthorized, Forbidden, NotFound, Conflict, Unprocessable),
+)
+def canary_done(
+    canary_id: uuid.UUID, body: CanaryDone, session: SessionDep, principal: AnyPrincipal
+) -> ScheduledCanaryRead:
+    """The node ran it: the canary observation it recorded closes the scheduled canary."""
+    row = service.canary_done(session, principal, canary_id, body.observation_id)
+    return ScheduledCanaryRead.model_validate(row)

@@ -6,7 +6,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.wire import DeviceConfig, InputModel, WorkloadSpec
+from agent.wire import CanaryDone, DeviceConfig, InputModel, WorkloadSpec
+
+__all__ = ["CanaryDone"]
 
 Status = Literal["proposed", "accepted", "rejected", "superseded"]
 

@@ -14,11 +14,11 @@ from sqlalchemy.orm import Session
 
 from agent.wire import DeviceConfig
 from service.audit import service as audit
-from service.errors import Conflict, NotFound
+from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.policies import service as policies
 from service.recommendations.schemas import RecommendationRead
-from service.security import Principal
-from service.tables import ModelVersion, Recommendation, ScheduledCanary
+from service.security import Principal, Role
+from service.tables import Device, ModelVersion, Observation, Recommendation, ScheduledCanary
 
 
 def to_read(row: Recommendation) -> RecommendationRead:
@@ -141,3 +141,55 @@ def scheduled_canaries(
         query = query.where(ScheduledCanary.status == status)
     query = query.order_by(ScheduledCanary.created_at.desc(), ScheduledCanary.rank)
     return session.scalars(query.limit(limit).offset(offset)).all()
+
+
+def canaries_for_node(
+    session: Session, principal: Principal, node_id: uuid.UUID
+) -> Sequence[ScheduledCanary]:
+    """The node's scheduled canaries, most promising first."""
+    if not principal.may_act_for_node(node_id, Role.VIEWER):
+        raise Forbidden("a node may read only its own canaries")
+    query = (
+        select(ScheduledCanary)
+        .join(Device, Device.id == ScheduledCanary.device_id)
+        .where(Device.node_id == node_id, ScheduledCanary.status == "scheduled")
+        .order_by(ScheduledCanary.rank, ScheduledCanary.created_at)
+    )
+    return session.scalars(query).all()
+
+
+def canary_done(
+    session: Session, principal: Principal, canary_id: uuid.UUID, observation_id: uuid.UUID
+) -> ScheduledCanary:
+    """The node ran the canary and recorded its result as a canary observation."""
+    canary = session.scalars(
+        select(ScheduledCanary).where(ScheduledCanary.id == canary_id).with_for_update()
+    ).one_or_none()
+    if canary is None:
+        raise NotFound(f"no scheduled canary {canary_id}")
+    device = session.get(Device, canary.device_id)
+    assert device is not None  # the foreign key
+    if not principal.may_act_for_node(device.node_id, Role.OPERATOR):
+        raise Forbidden("a node may report only its own devices' canaries")
+    if canary.status != "scheduled":
+        raise Conflict(f"canary {canary_id} is {canary.status}; nothing was changed")
+    observation = session.get(Observation, observation_id)
+    if observation is None or observation.device_id != canary.device_id:
+        raise Unprocessable(
+            f"observation {observation_id} is not a result on this canary's device",
+            fields=[{"loc": ["body", "observation_id"], "msg": "not this device's"}],
+        )
+    if observation.kind != "canary":
+        raise Unprocessable(
+            f"observation {observation_id} is a {observation.kind}, not a canary",
+            fields=[{"loc": ["body", "observation_id"], "msg": "not a canary"}],
+        )
+    canary.status = "done"
+    session.flush()
+    audit.record(
+        session, principal, "canary.done", target_type="scheduled_canary", target_id=canary.id,
+        before={"status": "scheduled"},
+        after={"status": "done", "observation_id": str(observation_id),
+               "verdict": observation.verdict},
+    )  # fmt: skip
+    return canary
