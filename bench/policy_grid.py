@@ -88,13 +88,14 @@ def main() -> int:
     args = parser.parse_args()
     if not (args.host or args.lab):
         parser.error("give --host, --lab or both")
-    grid = load_existing()
     parts = [("host", host_grid, 3, 0.8)] if args.host else []
     parts += [("lab", lab_grid, 2, 1.0)] if args.lab else []
     for part, measure_part, repeats, seconds in parts:
         started = time.monotonic()
         measured = measure_part(args.repeats or repeats, args.seconds or seconds, args.seed)
-        # the devices measured now replace what an earlier run recorded of them
+        # read now, not at the start: another part may have been recorded meanwhile; the
+        # devices measured now replace what an earlier run recorded of them
+        grid = load_existing()
         grid.runs = [r for r in grid.runs if r.device not in measured.devices]
         grid.meta[part] = {**provenance("policy_grid.py"),
                            "repeats": args.repeats or repeats, "seconds": args.seconds or seconds,
