@@ -4,6 +4,7 @@ regrets are against the grid's own oracle, and the fixed rules are judged the sa
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from models.measure_grid import measure_host_grid
 from models.priors import Objective
 from models.search import config_key
 from tests.agent.conftest import LoopFactory
+from tests.proc import clean_env
+from tests.proc import run as run_cli
 
 CONFIGS = [
     DeviceConfig(scheduler=Scheduler.NONE),
@@ -88,3 +91,13 @@ def test_held_out_cells_with_canaries_and_baselines(
     with ray_session(num_cpus=2):
         on_ray = evaluate.evaluate(grid, [Objective.P50], max_canaries=2, mapper=ray_map)
     assert [c.chosen for c in on_ray["p50_latency"].cells] == [c.chosen for c in report.cells]
+
+    # the command does the same from the stored grid
+    done = run_cli("eval", "--grid", str(tmp_path / "grid.json"), "--objective", "p50_latency",
+                   "--max-canaries", "2", "--local", "--output", str(tmp_path / "cells.json"),
+                   env=clean_env(tmp_path), timeout=600)  # fmt: skip
+    summary_cli = json.loads(done.stdout)["p50_latency"]
+    assert done.returncode == (0 if summary_cli["beats_every_baseline"] else 1), done.stderr
+    assert summary_cli["median_regret"] == summary["median_regret"]
+    cells = json.loads((tmp_path / "cells.json").read_text())["p50_latency"]["cells"]
+    assert [c["chosen"] for c in cells] == [c.chosen for c in report.cells]
