@@ -37,9 +37,16 @@ def main() -> int:
     parser.add_argument("--grid", type=Path, default=GRID)
     parser.add_argument("--max-canaries", type=int, default=4)
     parser.add_argument("--objective", action="append", choices=[o.value for o in Objective])
+    parser.add_argument("--device", action="append", help="only these grid devices")
     args = parser.parse_args()
     with gzip.open(args.grid, "rt") as handle:
         grid = Grid.from_json(json.load(handle))
+    if args.device:
+        unknown = sorted(set(args.device) - set(grid.devices))
+        if unknown:
+            parser.error(f"not in the grid: {', '.join(unknown)}")
+        grid.runs = [r for r in grid.runs if r.device in args.device]
+        grid.devices = {k: v for k, v in grid.devices.items() if k in args.device}
     objectives = [Objective(o) for o in args.objective] if args.objective else None
     started = time.monotonic()
     with ray_session() as where:
@@ -70,6 +77,8 @@ def main() -> int:
             "always_none_pct": round(100 * baselines["always-none"]["median_regret"], 2),
             "udev_rule_pct": round(100 * baselines["udev-rotational-rule"]["median_regret"], 2),
             "beats_every_baseline": summary["beats_every_baseline"],
+            "noise_floor_pct": round(100 * summary["noise_floor_median"], 2),
+            "repeat_cv_pct": round(100 * summary["repeat_cv_median"], 1),
             "devices": ", ".join(devices),
             "workloads": len(workloads),
             "min_configs_per_cell": configs,
@@ -85,7 +94,8 @@ def main() -> int:
              "median regret %": "median_regret_pct", "mean regret %": "mean_regret_pct",
              "before canaries %": "before_canaries_pct", "max canaries": "max_canaries",
              "kernel default %": "kernel_default_pct", "always none %": "always_none_pct",
-             "udev rule %": "udev_rule_pct", "beats all": "beats_every_baseline"},
+             "udev rule %": "udev_rule_pct", "beats all": "beats_every_baseline",
+             "noise floor %": "noise_floor_pct", "repeat CV %": "repeat_cv_pct"},
         )  # fmt: skip
     (RESULTS / "policy_eval.json").write_text(json.dumps(summaries, indent=2) + "\n")
     print(json.dumps(summaries, indent=2))

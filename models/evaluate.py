@@ -47,6 +47,8 @@ class CellResult:
     regrets: list[float]
     canaries: list[str]
     baselines: dict[str, float]  # rule -> regret
+    noise_floor: float = 0.0  # regret of measuring every configuration once and taking the best
+    repeat_cv: float = 0.0  # median over configurations of the repeats' spread / mean
 
     @property
     def final_regret(self) -> float:
@@ -111,6 +113,10 @@ class Report:
                 }
                 for rule in self.rules
             },
+            # what measurement noise alone costs: every configuration measured once (not 4
+            # canaries: all of them) and the best taken, judged like the search's choice
+            "noise_floor_median": round(statistics.median(c.noise_floor for c in self.cells), 4),
+            "repeat_cv_median": round(statistics.median(c.repeat_cv for c in self.cells), 4),
             "beats_every_baseline": all(
                 self.median_regret <= self.baseline_median(rule)
                 and self.mean_regret < self.baseline_mean(rule)
@@ -174,8 +180,33 @@ def evaluate_cell(
         for rule, config in grid.baselines(device).items()
         if config_key(config) in truth
     }
+    floor, cv = _noise(grid, device, workload, objective, truth, truth[oracle], higher)
     return CellResult(device, workload, objective.value, oracle, truth[oracle], chosen, regrets,
-                      names, baselines)  # fmt: skip
+                      names, baselines, floor, cv)  # fmt: skip
+
+
+def _noise(
+    grid: Grid, device: str, workload: str, objective: Objective, truth: dict[str, float],
+    best: float, higher: bool,
+) -> tuple[float, float]:  # fmt: skip
+    metric, _ = OBJECTIVE_METRIC[objective]
+    by_repeat: dict[int, dict[str, float]] = {}
+    spreads = []
+    for key in truth:
+        values = {r.repeat: r.metrics[metric] for r in grid.repeats(device, workload, key)
+                  if metric in r.metrics}  # fmt: skip
+        for repeat, value in values.items():
+            by_repeat.setdefault(repeat, {})[key] = value
+        if len(values) > 1 and statistics.fmean(values.values()) > 0:
+            spreads.append(statistics.pstdev(values.values()) / statistics.fmean(values.values()))
+    pick = max if higher else min
+    floors = [
+        regret(truth[pick(once, key=lambda k: once[k])], best, higher)
+        for once in by_repeat.values()
+        if once
+    ]
+    return (statistics.median(floors) if floors else 0.0,
+            statistics.median(spreads) if spreads else 0.0)  # fmt: skip
 
 
 Task = tuple[str, str, Objective]
