@@ -148,6 +148,7 @@ def evaluate_cell(
     found = grid.devices[device]
     spec = grid.workloads[workload]
     training = grid.samples(exclude=[(device, workload)])
+    measured = list(grid.configs(device, workload).values())  # the search chooses among these
     canaries: list[Sample] = []
     chosen: list[str] = []
     regrets: list[float] = []
@@ -159,7 +160,8 @@ def evaluate_cell(
         facts = facts_for(samples).get(found.id)
         if facts is None:
             raise ValueError(f"no observations of {device} outside the held-out cell")
-        rec = recommend(model, str(found.id), facts, spec, found.available, current=found.default)
+        rec = recommend(model, str(found.id), facts, spec, found.available,
+                        current=found.default, among=measured)  # fmt: skip
         key = config_key(rec.best.config)
         if key not in truth:
             raise ValueError(f"the grid did not measure {key} on {device} / {workload}")

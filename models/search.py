@@ -260,9 +260,11 @@ def recommend(
     beta: float = 1.0,
     min_gain: float = 0.02,
     guard: tuple[ObjectiveModel, float] | None = None,
+    among: Sequence[DeviceConfig] | None = None,
 ) -> Recommendation:
-    """Score every candidate for this device and workload; see the module docstring."""
-    grid = candidates(device, available)
+    """Score every candidate for this device and workload (or only those `among`); see the
+    module docstring."""
+    grid = list(among) if among is not None else candidates(device, available)
     if current is not None and config_key(current) not in {config_key(c) for c in grid}:
         grid.append(current)
     keys = [config_key(config) for config in grid]
