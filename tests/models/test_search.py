@@ -145,7 +145,7 @@ def test_a_weighted_mix_trades_one_objective_against_another() -> None:
         mix = search.MixModel.of(models, weights)
         rec = search.recommend(mix, str(DEVICE_ID), ull, WORKLOAD,
                                [Scheduler.NONE, Scheduler.KYBER])  # fmt: skip
-        assert rec.objective.startswith("mix(")  # type: ignore[union-attr]
+        assert rec.objective.startswith("mix(")
         return rec.best.config
 
     assert best({Objective.P50: 0.8, Objective.ENERGY: 0.2}).completion is (
