@@ -31,6 +31,7 @@ from models.features import DeviceFacts, row, workload_features
 from models.priors import Objective, Prior, priors_for
 
 PRIOR_EFFECT = math.log(1.05)
+CELL_PSEUDO_COUNT = 1.0  # the model's prediction counts as one measurement of the cell
 
 
 def config_key(config: DeviceConfig) -> str:
@@ -87,6 +88,12 @@ class ObjectiveModel:
     cells: Counter[tuple[str, str, str]] = field(
         default_factory=Counter
     )  # device, workload, config
+    cell_logs: dict[tuple[str, str, str], float] = field(default_factory=dict)  # sums of logs
+
+    def observed(self, key: tuple[str, str, str]) -> tuple[int, float]:
+        """How often the cell was measured, and the mean of its log values (0 if never)."""
+        n = self.cells[key]
+        return n, (self.cell_logs.get(key, 0.0) / n if n else 0.0)
 
     def predict(self, features: Sequence[dict[str, float]]) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation on the log scale."""
@@ -133,6 +140,16 @@ class MixModel:
         for model, _ in self.parts:
             merged |= model.cells
         return merged
+
+    def observed(self, key: tuple[str, str, str]) -> tuple[int, float]:
+        seen = [model.observed(key) for model, _ in self.parts]
+        n = min(count for count, _ in seen)
+        if n == 0:
+            return 0, 0.0
+        return n, sum(
+            weight * (1 if model.higher_is_better else -1) * log
+            for (model, weight), (_, log) in zip(self.parts, seen, strict=True)
+        )
 
     def predict(self, features: Sequence[dict[str, float]]) -> tuple[np.ndarray, np.ndarray]:
         mean = np.zeros(len(features))
@@ -181,19 +198,22 @@ def fit(samples: list[Sample], objective: Objective, *, random_state: int = 0) -
     metric, higher = OBJECTIVE_METRIC[objective]
     facts = facts_for(samples)
     rows, targets, cells = [], [], Counter[tuple[str, str, str]]()
+    logs: dict[tuple[str, str, str], float] = {}
     for sample in samples:
         value = sample.value(objective)
         if value is None or value <= 0 or not math.isfinite(value):
             continue
         rows.append(row(facts[sample.device_id], sample.workload, sample.config))
         targets.append(math.log(value))
-        cells[(str(sample.device_id), sample.workload.name, config_key(sample.config))] += 1
+        key = (str(sample.device_id), sample.workload.name, config_key(sample.config))
+        cells[key] += 1
+        logs[key] = logs.get(key, 0.0) + math.log(value)
     if len(rows) < 4:
         raise ValueError(f"{len(rows)} observations carry {metric}: too few to learn from")
     vectorizer = DictVectorizer(sparse=True)
     X = vectorizer.fit_transform(rows).toarray()  # noqa: N806
     regressor = BootstrapRegressor(random_state=random_state).fit(X, np.array(targets))
-    return ObjectiveModel(objective, vectorizer, regressor, higher, len(rows), cells)
+    return ObjectiveModel(objective, vectorizer, regressor, higher, len(rows), cells, logs)
 
 
 @dataclass(frozen=True)
@@ -270,6 +290,17 @@ def recommend(
     keys = [config_key(config) for config in grid]
     rows = [row(device, workload, config) for config in grid]
     mean, std = model.predict(rows)
+    members = model.members(rows)
+    # the cell's own measurements outweigh the model's prediction as they accumulate: n of
+    # them against CELL_PSEUDO_COUNT for the model (a model learns a cell from the others'
+    # data, and a handful of trees seldom bend to a few rows among hundreds)
+    for i, key in enumerate(keys):
+        n, observed = model.observed((device_id, workload.name, key))
+        if n:
+            blend = n / (n + CELL_PSEUDO_COUNT)
+            mean[i] += blend * (observed - mean[i])
+            members[:, i] += blend * (observed - members[:, i])
+            std[i] *= math.sqrt(1 - blend)
     sign = 1.0 if model.higher_is_better else -1.0
     applicable = _priors(model, device, workload)
     # a prior moves its configuration by an effect of at least 5 % (or the spread between
@@ -304,7 +335,7 @@ def recommend(
     best = scored[order[0]]
     # each member of the ensemble, with the same priors, votes for its own best
     shifts = np.array([sign * u - m for u, m in zip(utility, mean, strict=True)])
-    votes = sign * (model.members(rows) + shifts)
+    votes = sign * (members + shifts)
     candidates_allowed = sorted(allowed)
     firsts = [candidates_allowed[int(np.argmax(v[candidates_allowed]))] for v in votes]
     confidence = sum(1 for first in firsts if first == order[0]) / len(firsts)
