@@ -8,6 +8,10 @@ one, the canary "runs" (one measured repetition of that configuration on that ce
 from the grid, a different repetition for each canary), its result joins the training data,
 and the search recommends again — until it names no canary or `max_canaries` were run.
 
+The choice after k canaries is what blkpilot would keep: the best, by the search's estimate,
+of what is proven on that device — the configuration it runs and those a canary measured (a
+change is kept only after a canary); the model's own favourite is reported beside it.
+
 Regret of a choice: how much worse the configuration's true value (its mean over the grid's
 repetitions) is than the best configuration's, as a fraction (latency: chosen / best - 1;
 IOPS: 1 - chosen / best). The same for the fixed rules: the kernel's default, always none,
@@ -43,10 +47,11 @@ class CellResult:
     objective: str
     oracle: str
     oracle_value: float
-    chosen: list[str]  # after 0, 1, ... canaries
+    chosen: list[str]  # after 0, 1, ... canaries: the best proven configuration
     regrets: list[float]
     canaries: list[str]
     baselines: dict[str, float]  # rule -> regret
+    model_regrets: list[float] = field(default_factory=list)  # the model's favourite's
     noise_floor: float = 0.0  # regret of measuring every configuration once and taking the best
     repeat_cv: float = 0.0  # median over configurations of the repeats' spread / mean
 
@@ -96,6 +101,9 @@ class Report:
             "mean_regret": round(self.mean_regret, 4),
             "median_regret_before_canaries": round(
                 statistics.median(c.regrets[0] for c in self.cells), 4
+            ),
+            "median_regret_model_favourite": round(
+                statistics.median(c.model_regrets[-1] for c in self.cells), 4
             ),
             "cells_within_2pct": sum(1 for c in self.cells if c.final_regret <= WITHIN),
             "median_canaries": statistics.median(len(c.canaries) for c in self.cells),
@@ -152,6 +160,7 @@ def evaluate_cell(
     canaries: list[Sample] = []
     chosen: list[str] = []
     regrets: list[float] = []
+    model_regrets: list[float] = []
     names: list[str] = []
     start = datetime.now(UTC)
     for k in range(max_canaries + 1):
@@ -162,11 +171,18 @@ def evaluate_cell(
             raise ValueError(f"no observations of {device} outside the held-out cell")
         rec = recommend(model, str(found.id), facts, spec, found.available,
                         current=found.default, among=measured)  # fmt: skip
-        key = config_key(rec.best.config)
-        if key not in truth:
-            raise ValueError(f"the grid did not measure {key} on {device} / {workload}")
+        # what blkpilot keeps: the best of what is proven on the cell — the configuration the
+        # device runs and those a canary measured (rec.ranked is best first); the model's own
+        # favourite, proven or not, is kept for comparison
+        proven = {config_key(found.default), *names}
+        key = next(config_key(s.config) for s in rec.ranked if config_key(s.config) in proven)
+        favourite = config_key(rec.best.config)
+        for name in (key, favourite):
+            if name not in truth:
+                raise ValueError(f"the grid did not measure {name} on {device} / {workload}")
         chosen.append(key)
         regrets.append(regret(truth[key], truth[oracle], higher))
+        model_regrets.append(regret(truth[favourite], truth[oracle], higher))
         if k == max_canaries or rec.next_canary is None:
             break
         canary_key = config_key(rec.next_canary.config)
@@ -184,7 +200,7 @@ def evaluate_cell(
     }
     floor, cv = _noise(grid, device, workload, objective, truth, truth[oracle], higher)
     return CellResult(device, workload, objective.value, oracle, truth[oracle], chosen, regrets,
-                      names, baselines, floor, cv)  # fmt: skip
+                      names, baselines, model_regrets, floor, cv)  # fmt: skip
 
 
 def _noise(
