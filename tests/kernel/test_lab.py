@@ -221,7 +221,7 @@ def test_lab_runs_are_stored_as_observations(
     assert ull_rec["recommended_config"]["completion"] in ("classic_poll", "hybrid_poll"), ull_rec
     assert ull_rec["predictions"]["p50_latency"]["change"] < -0.3
     assert ull_rec["evidence"]["observations_of_cell"] > 0
-    # on null_blk every scheduler measured slower than none (HotStorage '23, and the prior)
+    # on null_blk every scheduler measured slower than none (HotStorage '23)
     null_rec = proposed(lab_report.NULL_DEVICE)
     assert null_rec["recommended_config"]["scheduler"] == "none", null_rec
-    assert "none-on-ull" in [p["name"] for p in null_rec["evidence"]["priors"]]
+    assert null_rec["evidence"]["observations_of_cell"] > 0
