@@ -110,8 +110,10 @@ PRIORS: tuple[Prior, ...] = (
         "fios-shared-flash",
         # the paper's FIOS: anticipation with alpha = 0.5, and read preference on — without
         # anticipation it measured readers unfair again (and so does the lab)
-        DeviceConfig(scheduler=Scheduler.FIOS,
-                     scheduler_tunables={"alpha_permille": 500, "read_preference": 1}),  # fmt: skip
+        DeviceConfig(
+            scheduler=Scheduler.FIOS,
+            scheduler_tunables={"alpha_permille": 500, "read_preference": 1},
+        ),
         lambda d, w, o: (
             d.device_class in FLASH
             and w["reader_tasks"] >= 1
