@@ -82,21 +82,9 @@ def script_for(
         delay = "0" if completion is CompletionMode.HYBRID_POLL else "-1"
         script += f"echo {delay} > {QUEUE}/io_poll_delay\n"
         for workload in workloads:
+            prefix = f"{index}/{workload.name}"
             spec = _polled(workload, completion)
-            runs = {f"{index}/{workload.name}/together": spec}
-            if workload.tasks > 1:
-                for job in workload.jobs:
-                    runs[f"{index}/{workload.name}/alone-{job.name}"] = spec.model_copy(
-                        update={"jobs": [job.model_copy(update={"tasks": 1})]}
-                    )
-            for label, run_spec in runs.items():
-                name = label.replace("/", "_") + ".fio"
-                files[f"jobs/{name}"] = fio_jobs.job_file(run_spec, TARGET)
-                script += (
-                    f"fio --eta=never --output-format=json+ --output=/tmp/out.json /jobs/{name}\n"
-                    f"echo BLKPILOT-RESULT-BEGIN {label}\ncat /tmp/out.json\n"
-                    "echo BLKPILOT-RESULT-END\n"
-                )
+            script += "".join(scenarios.fio_runs(prefix, spec, TARGET, files).values())
     script += f"echo none > {QUEUE}/scheduler\nrmmod fios\nrmmod flashsim\n"
     script += "test -e /sys/block/flashsim0 && echo BLKPILOT-UNLOAD-FAILED\n"
     return script, files

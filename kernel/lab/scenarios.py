@@ -79,6 +79,30 @@ FLASH_LIKE = (
 )
 
 
+def fio_runs(
+    prefix: str, spec: WorkloadSpec, target: Target, files: dict[str, str]
+) -> dict[str, str]:
+    """The workload with all its tasks, then — where tasks share the device — each job alone
+    (FIOS's method, for slowdowns): the job files go into `files`; returns, per result label
+    (PREFIX/together, PREFIX/alone-JOB), the guest's script lines that run it and print its
+    JSON between markers."""
+    runs = {f"{prefix}/together": spec}
+    if spec.tasks > 1:
+        for job in spec.jobs:
+            runs[f"{prefix}/alone-{job.name}"] = spec.model_copy(
+                update={"jobs": [job.model_copy(update={"tasks": 1})]}
+            )
+    lines = {}
+    for label, run in runs.items():
+        name = label.replace("/", "_") + ".fio"
+        files[f"jobs/{name}"] = fio_jobs.job_file(run, target)
+        lines[label] = (
+            f"fio --eta=never --output-format=json+ --output=/tmp/out.json /jobs/{name}\n"
+            f"echo BLKPILOT-RESULT-BEGIN {label}\ncat /tmp/out.json\necho BLKPILOT-RESULT-END\n"
+        )
+    return lines
+
+
 def fairness_files(
     workloads: list[WorkloadSpec],
     schedulers: tuple[str, ...],
@@ -104,18 +128,9 @@ def fairness_files(
             script += f"echo {value} > {queue}/iosched/{name}\n"
         for workload in workloads:
             timed = workload.model_copy(update={"duration_s": seconds, "warmup_s": 0.3})
-            runs = {f"{workload.name}/{scheduler}/together": timed}
-            for job in workload.jobs:
-                alone = timed.model_copy(update={"jobs": [job.model_copy(update={"tasks": 1})]})
-                runs[f"{workload.name}/{scheduler}/alone-{job.name}"] = alone
-            for label, run_spec in runs.items():
-                name = label.replace("/", "_") + ".fio"
-                files[f"jobs/{name}"] = fio_jobs.job_file(run_spec, target)
-                script += (
-                    f"fio --eta=never --output-format=json+ --output=/tmp/out.json /jobs/{name}\n"
-                    f"echo BLKPILOT-RESULT-BEGIN {label}\n"
-                    "cat /tmp/out.json\necho BLKPILOT-RESULT-END\n"
-                )
+            labels = fio_runs(f"{workload.name}/{scheduler}", timed, target, files)
+            for label, run in labels.items():
+                script += run
                 if kernel_name == "fios":
                     script += (
                         f"echo BLKPILOT-STATS-BEGIN {label}\ncat {queue}/iosched/stats\n"
