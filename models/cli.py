@@ -169,12 +169,10 @@ def _api(url: str, token: str, method: str, path: str, **kwargs: object) -> obje
 
 
 def _key(config: dict[str, object] | None) -> str:
-    if not config:
-        return "-"
-    tunables = config.get("scheduler_tunables") or {}
-    assert isinstance(tunables, dict)
-    inner = ",".join(f"{k}={v}" for k, v in sorted(tunables.items()) if not k.startswith("cost_"))
-    return f"{config.get('scheduler') or 'none'}[{inner}]/{config.get('completion') or 'interrupt'}"
+    from agent.wire import DeviceConfig
+    from models.features import config_key
+
+    return config_key(DeviceConfig.model_validate(config)) if config else "-"
 
 
 @recommendations_app.command("list")

@@ -27,9 +27,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from models.dataset import OBJECTIVE_METRIC, Sample, facts_for
+from models.features import config_key
 from models.grid import Grid
 from models.priors import Objective
-from models.search import config_key, fit, recommend
+from models.search import fit, recommend
 
 WITHIN = 0.02  # "within 2 % of the oracle"
 

@@ -125,5 +125,14 @@ def config_features(config: DeviceConfig) -> Features:
     return features
 
 
+def config_key(config: DeviceConfig) -> str:
+    """A stable name of a configuration (what makes two runs the same cell)."""
+    tunables = ",".join(f"{k}={v}" for k, v in sorted(config.scheduler_tunables.items())
+                        if not k.startswith("cost_"))  # fmt: skip
+    scheduler = (config.scheduler or Scheduler.NONE).value
+    completion = (config.completion or CompletionMode.INTERRUPT).value
+    return f"{scheduler}[{tunables}]/{completion}"
+
+
 def row(device: DeviceFacts, workload: WorkloadSpec, config: DeviceConfig) -> Features:
     return {**device_features(device), **workload_features(workload), **config_features(config)}

@@ -23,9 +23,9 @@ from typing import Any
 from agent.bench.library import library
 from agent.wire import DeviceClass, DeviceConfig, Scheduler, WorkloadSpec
 from models.dataset import OBJECTIVE_METRIC, Sample
-from models.features import DeviceFacts
+from models.features import DeviceFacts, config_key
 from models.priors import Objective
-from models.search import candidates, config_key
+from models.search import candidates
 
 # Six workloads that pull the decision in different directions: QD1 reads (added latency
 # matters), deep reads (parallel issue), QD1 writes (asymmetry), four mixed tasks, and the

@@ -18,9 +18,9 @@ from agent.effects import Effects
 from agent.errors import ChangeRefused
 from agent.host import HostPaths
 from agent.wire import DeviceConfig, WorkloadSpec
-from models.features import DeviceFacts
+from models.features import DeviceFacts, config_key
 from models.grid import Grid, GridDevice, default_config
-from models.search import candidates, config_key
+from models.search import candidates
 
 
 def describe_device(paths: HostPaths, label: str, name: str, source: str) -> GridDevice:

@@ -27,10 +27,10 @@ import numpy as np
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from agent.wire import DeviceCapabilities, DeviceClass, DeviceConfig, Scheduler, WorkloadSpec
+from agent.wire import DeviceCapabilities, DeviceConfig, Scheduler, WorkloadSpec
 from models import mapping
 from models.dataset import OBJECTIVE_METRIC, Sample, facts_for, load
-from models.features import DeviceFacts, row
+from models.features import DeviceFacts, config_key, row
 from models.grid import default_config
 from models.priors import Objective
 from models.search import (
@@ -39,7 +39,6 @@ from models.search import (
     ObjectiveModel,
     Recommendation,
     compare,
-    config_key,
     fit,
     recommend,
 )
@@ -417,7 +416,6 @@ def _comparison(c: Comparison) -> dict[str, Any]:
 
 
 def _facts(facts: DeviceFacts) -> dict[str, Any]:
-    return {"device_class": facts.device_class.value if isinstance(facts.device_class,
-            DeviceClass) else str(facts.device_class), "qd1_read_us": facts.qd1_read_us,
+    return {"device_class": facts.device_class.value, "qd1_read_us": facts.qd1_read_us,
             "write_over_read": facts.write_over_read, "parallel_speedup": facts.parallel_speedup,
             "poll_queues": facts.poll_queues}  # fmt: skip

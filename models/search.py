@@ -27,20 +27,11 @@ from sklearn.feature_extraction import DictVectorizer
 from agent.wire import CompletionMode, DeviceConfig, Scheduler, WorkloadSpec
 from models.dataset import OBJECTIVE_METRIC, Sample, facts_for
 from models.estimator import BootstrapRegressor
-from models.features import DeviceFacts, row, workload_features
+from models.features import DeviceFacts, config_key, row, workload_features
 from models.priors import Objective, Prior, priors_for
 
 PRIOR_EFFECT = math.log(1.05)
 CELL_PSEUDO_COUNT = 1.0  # the model's prediction counts as one measurement of the cell
-
-
-def config_key(config: DeviceConfig) -> str:
-    """A stable name of a configuration (what makes two runs the same cell)."""
-    tunables = ",".join(f"{k}={v}" for k, v in sorted(config.scheduler_tunables.items())
-                        if not k.startswith("cost_"))  # fmt: skip
-    scheduler = (config.scheduler or Scheduler.NONE).value
-    completion = (config.completion or CompletionMode.INTERRUPT).value
-    return f"{scheduler}[{tunables}]/{completion}"
 
 
 def candidates(device: DeviceFacts, available: Iterable[Scheduler]) -> list[DeviceConfig]:

@@ -12,10 +12,10 @@ import pytest
 from agent.wire import DeviceConfig, IOEngine, IOPattern, JobSpec, Scheduler, WorkloadSpec
 from models import evaluate
 from models.distributed import ray_map, ray_session
+from models.features import config_key
 from models.grid import Grid
 from models.measure_grid import measure_host_grid
 from models.priors import Objective
-from models.search import config_key
 from tests.agent.conftest import LoopFactory
 from tests.proc import clean_env
 from tests.proc import run as run_cli

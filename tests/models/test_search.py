@@ -14,7 +14,7 @@ from agent.bench.library import library
 from agent.wire import CompletionMode, DeviceClass, DeviceConfig, Scheduler
 from models import search
 from models.dataset import Sample
-from models.features import DeviceFacts
+from models.features import DeviceFacts, config_key
 from models.priors import Objective
 
 ALL = list(Scheduler)
@@ -57,7 +57,7 @@ def test_finds_the_best_and_proposes_a_canary() -> None:
     # measured, hybrid polling is the best; the HotStorage '22 prior for classic polling on
     # small reads, with no evidence against it yet, lifts the untried classic polling next to
     # it, above every measured interrupt-driven configuration
-    ranked = {search.config_key(s.config): s for s in rec.ranked[:2]}
+    ranked = {config_key(s.config): s for s in rec.ranked[:2]}
     assert set(ranked) == {"none[]/classic_poll", "none[]/hybrid_poll"}
     classic, hybrid = ranked["none[]/classic_poll"], ranked["none[]/hybrid_poll"]
     assert classic.observations == 0 < hybrid.observations
