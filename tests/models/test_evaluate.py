@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.wire import DeviceConfig, IOEngine, IOPattern, JobSpec, Scheduler, WorkloadSpec
+from agent.wire import DeviceConfig, Scheduler
 from models import evaluate
 from models.distributed import ray_map, ray_session
 from models.features import config_key
@@ -17,24 +17,11 @@ from models.grid import Grid
 from models.measure_grid import measure_host_grid
 from models.priors import Objective
 from tests.agent.conftest import LoopFactory
+from tests.models.runs import STOCK_DEFAULTS, WORKLOADS
 from tests.proc import clean_env
 from tests.proc import run as run_cli
 
-CONFIGS = [
-    DeviceConfig(scheduler=Scheduler.NONE),
-    DeviceConfig(scheduler=Scheduler.MQ_DEADLINE,
-                 scheduler_tunables={"read_expire": 500, "fifo_batch": 16, "writes_starved": 2}),
-    DeviceConfig(scheduler=Scheduler.KYBER,
-                 scheduler_tunables={"read_lat_nsec": 2_000_000, "write_lat_nsec": 10_000_000}),
-    DeviceConfig(scheduler=Scheduler.BFQ,
-                 scheduler_tunables={"slice_idle_us": 8_000, "low_latency": 1}),
-]  # fmt: skip
-
-
-def _workload(name: str, pattern: IOPattern, depth: int) -> WorkloadSpec:
-    share = 1.0 if pattern is IOPattern.RANDREAD else 0.0
-    job = JobSpec(name="j", pattern=pattern, read_share=share, queue_depth=depth)
-    return WorkloadSpec(name=name, engine=IOEngine.IO_URING, jobs=[job], duration_s=0.3)
+CONFIGS = list(STOCK_DEFAULTS.values())
 
 
 def test_regret_is_relative_to_the_best_in_the_metrics_direction() -> None:
@@ -51,12 +38,7 @@ def test_held_out_cells_with_canaries_and_baselines(
         "tmpfs": (loop_device(on="tmpfs", size_mb=64), "loop on tmpfs"),
         "disk": (loop_device(on="disk", size_mb=64), "loop on disk"),
     }
-    workloads = [
-        _workload("read-qd1", IOPattern.RANDREAD, 1),
-        _workload("read-qd8", IOPattern.RANDREAD, 8),
-        _workload("write-qd1", IOPattern.RANDWRITE, 1),
-    ]
-    grid = measure_host_grid(devices, workloads, repeats=2, work=tmp_path,
+    grid = measure_host_grid(devices, WORKLOADS, repeats=2, work=tmp_path,
                              configs=lambda device: CONFIGS)  # fmt: skip
     assert len(grid.runs) == 2 * 3 * 4 * 2
     assert grid.devices["tmpfs"].default == DeviceConfig(scheduler=Scheduler.NONE)

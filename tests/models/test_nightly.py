@@ -21,34 +21,16 @@ from agent.bench.target import device_target
 from agent.discovery import KernelFacts, describe
 from agent.effects import Effects
 from agent.host import HostPaths
-from agent.wire import DeviceConfig, IOEngine, IOPattern, JobSpec, Scheduler, WorkloadSpec
+from agent.wire import Scheduler
 from models import nightly
 from models.priors import Objective
 from service.security import Role
 from service.tables import AuditEvent, ModelVersion, Recommendation, ScheduledCanary
 from tests.agent.conftest import LoopFactory
 from tests.factories import bearer, create_api_token, create_node, report_inventory
+from tests.models.runs import STOCK_DEFAULTS, WORKLOADS
 
-CONFIGS = [
-    DeviceConfig(scheduler=Scheduler.NONE),
-    DeviceConfig(scheduler=Scheduler.MQ_DEADLINE,
-                 scheduler_tunables={"read_expire": 500, "fifo_batch": 16, "writes_starved": 2}),
-    DeviceConfig(scheduler=Scheduler.BFQ,
-                 scheduler_tunables={"slice_idle_us": 8_000, "low_latency": 1}),
-]  # fmt: skip
-
-
-def _workload(name: str, pattern: IOPattern, depth: int) -> WorkloadSpec:
-    share = 1.0 if pattern is IOPattern.RANDREAD else 0.0
-    job = JobSpec(name="j", pattern=pattern, read_share=share, queue_depth=depth)
-    return WorkloadSpec(name=name, engine=IOEngine.IO_URING, jobs=[job], duration_s=0.3)
-
-
-WORKLOADS = [
-    _workload("read-qd1", IOPattern.RANDREAD, 1),
-    _workload("read-qd8", IOPattern.RANDREAD, 8),
-    _workload("write-qd1", IOPattern.RANDWRITE, 1),
-]
+CONFIGS = [STOCK_DEFAULTS[s] for s in (Scheduler.NONE, Scheduler.MQ_DEADLINE, Scheduler.BFQ)]
 
 
 @pytest.mark.timeout(600)
