@@ -282,6 +282,9 @@ def recommend(
     rows = [row(device, workload, config) for config in grid]
     mean, std = model.predict(rows)
     members = model.members(rows)
+    # how far apart the model places the candidates, before the cell's own measurements pull
+    # some of them in (0 when it cannot tell them apart: then a tenth, for what it cannot see)
+    spread = float(np.std(mean)) or 0.1
     # the cell's own measurements outweigh the model's prediction as they accumulate: n of
     # them against CELL_PSEUDO_COUNT for the model (a model learns a cell from the others'
     # data, and a handful of trees seldom bend to a few rows among hundreds)
@@ -296,7 +299,6 @@ def recommend(
     applicable = _priors(model, device, workload)
     # a prior moves its configuration by an effect of at least 5 % (or the spread between
     # the candidates, if larger), weighted s / (n + s): n observations of the cell outweigh it
-    spread = float(np.std(mean)) or 0.1
     effect = max(spread, PRIOR_EFFECT)
     scored, utility = [], []
     for i, config in enumerate(grid):
