@@ -135,6 +135,43 @@ class Applier:
             return parse_scheduler(text)[1]
         return text
 
+    def current(self, device: str) -> DeviceConfig:
+        """The device's configuration now, as a configuration blkpilot could apply: the
+        scheduler, those of its tunables on the allow-list (in range), the queue limits.
+        What a rollout captures before it changes a device, to put it back exactly."""
+        scheduler = self.read(device, "scheduler")
+        known = {s.value: s for s in Scheduler}
+        chosen = known.get(scheduler or "")
+        tunables: dict[str, int] = {}
+        iosched = self._queue(device) / "iosched"
+        for name, (low, high) in SCHEDULER_TUNABLES.get(chosen, {}).items() if chosen else ():
+            text = read_text(iosched / name)
+            if text is not None and text.lstrip("-").isdigit() and low <= int(text) <= high:
+                tunables[name] = int(text)
+        if "slice_idle_us" in tunables:  # the same setting twice; the finer one is enough
+            tunables.pop("slice_idle", None)
+        limits: dict[str, int] = {}
+        for name in ("nr_requests", "read_ahead_kb"):
+            text = self.read(device, name)
+            low, high = QUEUE_LIMITS[name]
+            if text is not None and text.isdigit() and low <= int(text) <= high:
+                limits[name] = int(text)
+        return DeviceConfig(scheduler=chosen, scheduler_tunables=tunables, **limits)
+
+    @contextmanager
+    def device_lock(self, device: str) -> Iterator[None]:
+        """Held for a whole canary: a second canary (or a rollout retried after a restart)
+        on the same device waits for the first instead of interleaving with it."""
+        self._queue(device)
+        locks = self.state_dir / "locks"
+        locks.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with (locks / f"{device}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
     # --- snapshots and the journal -----------------------------------------------------------
 
     def snapshot(self, device: str, attributes: list[str]) -> Values:

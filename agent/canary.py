@@ -229,6 +229,26 @@ def run_canary(
 ) -> CanaryResult:
     """Baseline = the device's configuration now. The candidate is kept only on pass;
     otherwise the device ends as it began, which is checked before returning."""
+    with applier.device_lock(device):
+        return _run_canary(applier, device, workload, candidate, workdir=workdir, rounds=rounds,
+                           round_seconds=round_seconds, warmup_seconds=warmup_seconds,
+                           rules=rules, alpha=alpha, meter=meter)  # fmt: skip
+
+
+def _run_canary(
+    applier: Applier,
+    device: str,
+    workload: WorkloadSpec,
+    candidate: DeviceConfig,
+    *,
+    workdir: Path,
+    rounds: int,
+    round_seconds: float,
+    warmup_seconds: float,
+    rules: tuple[MetricRule, ...],
+    alpha: float,
+    meter: EnergyMeter | None,
+) -> CanaryResult:
     target = device_target(applier.paths, device, applier.effects)
     run = workload.model_copy(update={"duration_s": round_seconds, "warmup_s": warmup_seconds})
     check_allowed(target, run)

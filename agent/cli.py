@@ -264,6 +264,10 @@ def apply(
     completion: Annotated[
         str | None, typer.Option(help="interrupt, classic_poll, hybrid_poll")
     ] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option(help="A whole configuration as JSON (e.g. from `agent current --out`)."),
+    ] = None,
     dry_run: Annotated[bool, typer.Option(help="Show the writes; make none.")] = False,
     config: ConfigFile = None,
 ) -> None:
@@ -273,10 +277,16 @@ def apply(
     from agent.effects import Effects
 
     cfg = _load_config(config)
-    wanted = _device_config(scheduler, tunable, nr_requests, read_ahead_kb, completion)
+    if config_file is not None:
+        if scheduler or tunable or nr_requests or read_ahead_kb or completion:
+            raise typer.BadParameter("either --config-file or the options, not both")
+        wanted = _config_from_file(config_file)
+    else:
+        wanted = _device_config(scheduler, tunable, nr_requests, read_ahead_kb, completion)
     applier = Applier(cfg.paths, cfg.state_dir or state_dir, Effects(dry_run=dry_run))
     try:
-        result = applier.apply(device, wanted)
+        with applier.device_lock(device):  # never in the middle of a canary on the device
+            result = applier.apply(device, wanted)
     except AgentError as error:
         raise _fail(error) from error
     for path, value in applier.effects.writes:
@@ -284,6 +294,55 @@ def apply(
     if not dry_run:
         typer.echo(f"applied to {device}; before: {result.before}")
         typer.echo(f"undo with: blkpilot agent rollback {device}")
+
+
+def _config_from_file(path: Path) -> DeviceConfig:
+    from pydantic import ValidationError
+
+    from agent.wire import DeviceConfig
+
+    try:
+        return DeviceConfig.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError) as error:
+        typer.secho(f"error: refused: {path}: {error}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(code=2) from error
+
+
+@app.command()
+def current(
+    device: Annotated[str, typer.Argument(help="e.g. nvme0n1")],
+    state_dir: StateDir,
+    out: Annotated[
+        Path | None, typer.Option(help="Write it here (atomically) instead of printing it.")
+    ] = None,
+    keep_existing: Annotated[
+        bool, typer.Option(help="If --out exists already, leave it: the first capture counts.")
+    ] = False,
+    config: ConfigFile = None,
+) -> None:
+    """The device's configuration now, as JSON that `agent apply --config-file` takes back.
+
+    A rollout captures it before it changes a device (with --keep-existing, so a retried
+    step keeps what the device had before the rollout, not what the first try left)."""
+    from agent.applier import Applier
+    from agent.fsutil import write_json_atomic
+
+    cfg = _load_config(config)
+    try:
+        found = Applier(cfg.paths, cfg.state_dir or state_dir).current(device)
+    except AgentError as error:
+        raise _fail(error) from error
+    document = found.model_dump(mode="json", exclude_none=True)
+    if out is None:
+        import json
+
+        typer.echo(json.dumps(document, sort_keys=True))
+    elif keep_existing and out.exists():
+        typer.echo(f"kept the earlier capture in {out}")
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out, document)
+        typer.echo(f"captured {device} in {out}")
 
 
 def workload_option(name: str | None, spec_file: Path | None) -> WorkloadSpec:
@@ -319,6 +378,9 @@ def canary(
     tunable: Annotated[list[str], typer.Option(help="name=value; repeatable")] = [],  # noqa: B006
     nr_requests: Annotated[int | None, typer.Option()] = None,
     read_ahead_kb: Annotated[int | None, typer.Option()] = None,
+    config_file: Annotated[
+        Path | None, typer.Option(help="The candidate as a whole configuration (JSON).")
+    ] = None,
     rounds: Annotated[int, typer.Option(min=3, max=100, help="Samples per arm.")] = 8,
     round_seconds: Annotated[float, typer.Option(min=0.1, max=600)] = 1.0,
     alpha: Annotated[float, typer.Option(min=0.001, max=0.5)] = 0.05,
@@ -338,7 +400,12 @@ def canary(
     cfg = _load_config(config)
     directory = cfg.state_dir or state_dir
     spec = workload_option(workload, workload_file)
-    candidate = _device_config(scheduler, tunable, nr_requests, read_ahead_kb)
+    if config_file is not None:
+        if scheduler or tunable or nr_requests or read_ahead_kb:
+            raise typer.BadParameter("either --config-file or the options, not both")
+        candidate = _config_from_file(config_file)
+    else:
+        candidate = _device_config(scheduler, tunable, nr_requests, read_ahead_kb)
     applier = Applier(cfg.paths, directory)
     meter = EnergyMeter(power_collectors(cfg))
     try:
@@ -450,8 +517,10 @@ def rollback(
     from agent.applier import Applier
 
     cfg = _load_config(config)
+    applier = Applier(cfg.paths, cfg.state_dir or state_dir)
     try:
-        restored = Applier(cfg.paths, cfg.state_dir or state_dir).rollback(device)
+        with applier.device_lock(device):
+            restored = applier.rollback(device)
     except AgentError as error:
         raise _fail(error) from error
     typer.echo(f"restored {device}: {restored}")

@@ -37,7 +37,6 @@ from agent.wire import (
     DeviceConfig,
     Heartbeat,
     InventoryReport,
-    Scheduler,
     TelemetryBatch,
     TelemetryWindow,
 )
@@ -332,9 +331,7 @@ class Agent:
         self.view = _replace(self.view, drift=drift)
 
     def _current_config(self, name: str) -> DeviceConfig:
-        scheduler = self.applier.read(name, "scheduler")
-        known = {s.value for s in Scheduler}
-        return DeviceConfig(scheduler=Scheduler(scheduler) if scheduler in known else None)
+        return self.applier.current(name)
 
     def _report(self, device_id: uuid.UUID, report: AppliedStateReport) -> None:
         if self.client is None:
