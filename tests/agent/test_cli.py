@@ -87,11 +87,18 @@ def test_apply_status_rollback(loop_device: LoopFactory, tmp_path: Path) -> None
 def test_systemd_unit_verifies(tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     assert analyze is not None, "systemd-analyze comes with Debian's systemd package"
-    unit = (ROOT / "agent" / "systemd" / "blkpilot-agent.service").read_text()
-    assert "/opt/blkpilot-agent/bin/blkpilot agent run" in unit
+    import jinja2
+
+    role = ROOT / "playbooks" / "roles" / "blkpilot_agent"
+    template = (role / "templates" / "blkpilot-agent.service.j2").read_text()
+    defaults = {"blkpilot_state_dir": "/var/lib/blkpilot/agent", "blkpilot_config_dir": "/etc/x"}
     # verify needs the ExecStart binary to exist: point it at this checkout's
+    unit = jinja2.Template(template, undefined=jinja2.StrictUndefined).render(
+        blkpilot_cli=BLKPILOT, **defaults
+    )
+    assert f"ExecStart={BLKPILOT} agent run --state-dir /var/lib/blkpilot/agent" in unit
     local = tmp_path / "blkpilot-agent.service"
-    local.write_text(unit.replace("/opt/blkpilot-agent/bin/blkpilot", BLKPILOT))
+    local.write_text(unit)
     result = subprocess.run(
         [analyze, "verify", str(local)], capture_output=True, text=True, check=False
     )
