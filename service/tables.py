@@ -289,3 +289,73 @@ class ScheduledCanary(Base):
     rank: Mapped[int] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(16), default="scheduled")
     created_at: Mapped[datetime] = _now()
+
+
+class Rollout(Base):
+    """A configuration rolled out to devices in stages, each gated by every node's canary and a
+    soak without guardrail breaches. Its whole state is here, so a restarted service goes on
+    where the last one stopped; a worker holds a lease on it while it acts."""
+
+    __tablename__ = "rollouts"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('running', 'paused', 'rolling_back', 'succeeded', 'rolled_back', 'failed')",
+            name="status",
+        ),
+        CheckConstraint("phase IN ('canary', 'soak')", name="phase"),
+        Index("ix_rollouts_status", "status"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    name: Mapped[str] = mapped_column(String(128))
+    config: Mapped[dict[str, Any]] = mapped_column()
+    target: Mapped[dict[str, Any]] = mapped_column()  # the selector as asked
+    workload_name: Mapped[str] = mapped_column(String(128))
+    canary: Mapped[dict[str, Any]] = mapped_column()  # rounds, round_seconds, alpha
+    stages: Mapped[list[int]] = mapped_column(ARRAY(Integer))  # cumulative node counts
+    stage_specs: Mapped[list[str]] = mapped_column(ARRAY(String(16)))  # as asked: "1", "10%"
+    serial: Mapped[str] = mapped_column(String(16))
+    max_fail_percentage: Mapped[int] = mapped_column(Integer)
+    soak_seconds: Mapped[float] = mapped_column(Double)
+    guardrails: Mapped[dict[str, Any]] = mapped_column()
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    stage: Mapped[int] = mapped_column(Integer, default=0)
+    phase: Mapped[str] = mapped_column(String(16), default="canary")
+    stage_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    soak_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    status_detail: Mapped[str] = mapped_column(Text, default="")
+    created_by: Mapped[str] = mapped_column(String(160))
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    lease_owner: Mapped[str | None] = mapped_column(String(160))
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class RolloutTarget(Base):
+    """One device of a rollout: its stage, what happened to it, and the policy it had before."""
+
+    __tablename__ = "rollout_targets"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('pending', 'changing', 'passed', 'failed', 'inconclusive',"
+            " 'rolling_back', 'rolled_back', 'restore_failed')",
+            name="status",
+        ),
+        UniqueConstraint("rollout_id", "device_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    rollout_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("rollouts.id", ondelete="CASCADE"))
+    device_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
+    node_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    hostname: Mapped[str] = mapped_column(String(253))
+    device_name: Mapped[str] = mapped_column(String(64))
+    stage: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    verdict: Mapped[str | None] = mapped_column(String(16))
+    detail: Mapped[str] = mapped_column(Text, default="")
+    previous_policy: Mapped[dict[str, Any] | None] = mapped_column()  # config + version, or null
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[datetime] = _now()
