@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from blkpilot.apiclient import DEFAULT_URL, Reason, Token, Url, api
+
 if TYPE_CHECKING:
     from models.nightly import NightlyReport
     from models.priors import Objective
@@ -144,28 +146,6 @@ recommendations_app = typer.Typer(
     help="Recommendations from the nightly job, through the API: list, show, accept, reject.",
     no_args_is_help=True,
 )
-Url = Annotated[str, typer.Option(envvar="BLKPILOT_URL", help="The blkpilot service.")]
-Token = Annotated[str, typer.Option(envvar="BLKPILOT_TOKEN", help="An operator API token.")]
-Reason = Annotated[str, typer.Option(help="Why, for the audit log (3 characters or more).")]
-
-
-def _api(url: str, token: str, method: str, path: str, **kwargs: object) -> object:
-    import httpx
-
-    try:
-        response = httpx.request(method, f"{url.rstrip('/')}/api/v1{path}", timeout=30,
-                                 headers={"Authorization": f"Bearer {token}"}, **kwargs)  # type: ignore[arg-type]  # fmt: skip
-    except httpx.HTTPError as error:
-        typer.secho(f"cannot reach {url}: {error}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(code=2) from error
-    if response.status_code >= 400:
-        try:
-            detail = response.json().get("detail", response.text)
-        except ValueError:
-            detail = response.text
-        typer.secho(f"{response.status_code}: {detail}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(code=1)
-    return response.json()
 
 
 def _key(config: dict[str, object] | None) -> str:
@@ -177,7 +157,7 @@ def _key(config: dict[str, object] | None) -> str:
 
 @recommendations_app.command("list")
 def recommendations_list(
-    url: Url = "http://127.0.0.1:8000",
+    url: Url = DEFAULT_URL,
     token: Token = "",
     status: Annotated[str | None, typer.Option(help="proposed, accepted, rejected …")] = "proposed",
     device_id: Annotated[str | None, typer.Option()] = None,
@@ -188,7 +168,7 @@ def recommendations_list(
     from rich.table import Table
 
     params = {k: v for k, v in {"status": status, "device_id": device_id}.items() if v}
-    rows = _api(url, token, "GET", "/recommendations", params=params)
+    rows = api(url, token, "GET", "/recommendations", params=params)
     assert isinstance(rows, list)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -207,20 +187,18 @@ def recommendations_list(
 
 
 @recommendations_app.command("show")
-def recommendations_show(
-    recommendation_id: str, url: Url = "http://127.0.0.1:8000", token: Token = ""
-) -> None:
+def recommendations_show(recommendation_id: str, url: Url = DEFAULT_URL, token: Token = "") -> None:
     """Everything about one recommendation, with its reason and evidence."""
-    row = _api(url, token, "GET", f"/recommendations/{recommendation_id}")
+    row = api(url, token, "GET", f"/recommendations/{recommendation_id}")
     typer.echo(json.dumps(row, indent=2))
 
 
 @recommendations_app.command("accept")
 def recommendations_accept(
-    recommendation_id: str, reason: Reason, url: Url = "http://127.0.0.1:8000", token: Token = ""
+    recommendation_id: str, reason: Reason, url: Url = DEFAULT_URL, token: Token = ""
 ) -> None:
     """Make the recommended configuration the device's policy (audited)."""
-    row = _api(url, token, "POST", f"/recommendations/{recommendation_id}/accept",
+    row = api(url, token, "POST", f"/recommendations/{recommendation_id}/accept",
                json={"reason": reason})  # fmt: skip
     assert isinstance(row, dict)
     typer.echo(f"accepted: {_key(row['recommended_config'])} is now the device's policy")
@@ -228,9 +206,9 @@ def recommendations_accept(
 
 @recommendations_app.command("reject")
 def recommendations_reject(
-    recommendation_id: str, reason: Reason, url: Url = "http://127.0.0.1:8000", token: Token = ""
+    recommendation_id: str, reason: Reason, url: Url = DEFAULT_URL, token: Token = ""
 ) -> None:
-    _api(url, token, "POST", f"/recommendations/{recommendation_id}/reject",
+    api(url, token, "POST", f"/recommendations/{recommendation_id}/reject",
          json={"reason": reason})  # fmt: skip
     typer.echo("rejected")
 

@@ -25,6 +25,7 @@ from service.ops.endpoints import router as ops_router
 from service.ops.middleware import BodySizeLimitMiddleware, RequestMetricsMiddleware
 from service.policies.endpoints import router as policies_router
 from service.recommendations.endpoints import router as recommendations_router
+from service.rollouts.endpoints import router as rollouts_router
 from service.settings import Settings
 from service.telemetry.endpoints import router as telemetry_router
 from service.tokens.endpoints import router as tokens_router
@@ -155,6 +156,7 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
         observations_router,
         policies_router,
         recommendations_router,
+        rollouts_router,
         audit_router,
         ops_router,
     ):

@@ -59,13 +59,23 @@ def serve(
 
     with exit_cleanly_on_signals(), open_database(settings) as database:
         app = create_app(settings, database)
-        uvicorn.run(
-            app,
-            host=host or settings.host,
-            port=port or settings.port,
-            log_level="info",
-            access_log=False,
-        )
+        worker = None
+        if settings.rollout_worker:
+            from service.rollouts.worker import RolloutWorker
+
+            worker = RolloutWorker(settings, database)
+            worker.start()
+        try:
+            uvicorn.run(
+                app,
+                host=host or settings.host,
+                port=port or settings.port,
+                log_level="info",
+                access_log=False,
+            )
+        finally:
+            if worker is not None:
+                worker.stop()
 
 
 @db_app.command("upgrade")

@@ -33,6 +33,13 @@ class Settings(BaseSettings):
     db_max_overflow: int = Field(default=10, ge=0, le=200)
     max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1_024)
     enrollment_token_ttl_hours: float = Field(default=24.0, gt=0, le=24 * 30)
+    # Rollouts: `serve` runs a worker that carries them out with ansible-runner.
+    rollout_worker: bool = True
+    playbooks_dir: Path | None = None  # default: the playbooks shipped with blkpilot
+    # Connection variables for the rollout inventory (YAML: `all:` and a section per host).
+    rollout_host_vars: Path | None = None
+    rollout_poll_seconds: float = Field(default=2.0, gt=0, le=3_600)
+    rollout_lease_seconds: float = Field(default=30.0, ge=5, le=3_600)
 
     @model_validator(mode="after")
     def _refuse_unsafe_defaults(self) -> Self:
