@@ -8,6 +8,7 @@ file (BLKPILOT_ROLLOUT_HOST_VARS: `all:` for every host, and a section per hostn
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -95,7 +96,9 @@ class PlaybookRunner:
         *,
         ident: str,
         cancel: Callable[[], bool],
+        on_outcome: Callable[[Outcome], None] | None = None,
     ) -> RunReport:
+        """Each device's outcome goes to on_outcome as soon as its task item ends."""
         import ansible_runner
 
         events: list[dict[str, Any]] = []
@@ -103,6 +106,9 @@ class PlaybookRunner:
         def keep(event: dict[str, Any]) -> bool:
             if event.get("event", "").startswith("runner_"):
                 events.append(event)
+                outcome = self._item_outcome(event, playbook)
+                if outcome is not None and on_outcome is not None:
+                    on_outcome(outcome)
             return True
 
         private = self.work_dir / ident
@@ -116,9 +122,10 @@ class PlaybookRunner:
             envvars={
                 "ANSIBLE_CONFIG": str(self.playbooks_dir / "ansible.cfg"),
                 "ANSIBLE_ROLES_PATH": str(self.playbooks_dir / "roles"),
-                "ANSIBLE_FORCE_COLOR": "0",
+                "ANSIBLE_NOCOLOR": "1",
+                # ansible-runner starts ansible-playbook from PATH: ours first
+                "PATH": f"{Path(self.binary).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             },
-            binary=self.binary,
             ident="run",
             event_handler=keep,
             cancel_callback=cancel,
@@ -129,8 +136,32 @@ class PlaybookRunner:
         return RunReport(outcomes, str(runner.status), runner.rc, private / "artifacts" / "run")
 
     @staticmethod
+    def _item_outcome(event: dict[str, Any], playbook: str) -> Outcome | None:
+        """A device's outcome, if the event is the end of its canary (or restore) item."""
+        task = RESTORE_TASK if playbook == "rollback.yml" else CANARY_TASK
+        data = event.get("event_data", {})
+        kind = event.get("event")
+        if kind not in ("runner_item_on_ok", "runner_item_on_failed") or data.get("task") != task:
+            return None
+        host, res = str(data.get("host", "")), data.get("res", {}) or {}
+        device = str(res.get("item", ""))
+        if task == RESTORE_TASK:
+            ok = kind == "runner_item_on_ok"
+            result: Result = "restored" if ok else "error"
+            detail = "put back as found" if res.get("changed") else "nothing to put back"
+            if not ok:
+                detail = (res.get("stderr") or res.get("msg") or "")[-2000:]
+        else:
+            rc = res.get("rc")
+            result = _CANARY_RC.get(rc, "error") if isinstance(rc, int) else "error"
+            detail = _canary_detail(res.get("stdout", ""))
+            if result == "error":
+                detail = (res.get("stderr") or res.get("msg") or str(rc))[-2000:]
+        return Outcome(host, device, result, detail)
+
+    @classmethod
     def _outcomes(
-        events: list[dict[str, Any]], targets: Mapping[str, Sequence[str]], playbook: str
+        cls, events: list[dict[str, Any]], targets: Mapping[str, Sequence[str]], playbook: str
     ) -> list[Outcome]:
         task = RESTORE_TASK if playbook == "rollback.yml" else CANARY_TASK
         found: dict[tuple[str, str], Outcome] = {}
@@ -139,21 +170,9 @@ class PlaybookRunner:
             data = event.get("event_data", {})
             host, res = data.get("host", ""), data.get("res", {}) or {}
             kind = event["event"]
-            if kind in ("runner_item_on_ok", "runner_item_on_failed") and data.get("task") == task:
-                device = str(res.get("item", ""))
-                if task == RESTORE_TASK:
-                    ok = kind == "runner_item_on_ok"
-                    result: Result = "restored" if ok else "error"
-                    detail = "put back as found" if res.get("changed") else "nothing to put back"
-                    if not ok:
-                        detail = (res.get("stderr") or res.get("msg") or "")[-2000:]
-                else:
-                    rc = res.get("rc")
-                    result = _CANARY_RC.get(rc, "error") if isinstance(rc, int) else "error"
-                    detail = _canary_detail(res.get("stdout", ""))
-                    if result == "error":
-                        detail = (res.get("stderr") or res.get("msg") or str(rc))[-2000:]
-                found[(host, device)] = Outcome(host, device, result, detail)
+            outcome = cls._item_outcome(event, playbook)
+            if outcome is not None:
+                found[(outcome.hostname, outcome.device)] = outcome
             elif kind == "runner_on_unreachable":
                 host_error[host] = f"unreachable: {res.get('msg', '')}"[:2000]
             elif kind == "runner_on_failed" and data.get("task") != task:

@@ -35,7 +35,7 @@ from service.errors import BlkpilotError
 from service.policies import repository as policy_repository
 from service.policies import service as policy_service
 from service.rollouts import repository
-from service.rollouts.ansible import RunReport
+from service.rollouts.ansible import Outcome, RunReport
 from service.security import Principal
 from service.tables import Policy, Rollout, RolloutTarget, TelemetryWindow
 
@@ -53,6 +53,7 @@ class Runner(Protocol):
         *,
         ident: str,
         cancel: Callable[[], bool],
+        on_outcome: Callable[[Outcome], None] | None = None,
     ) -> RunReport: ...
 
 
@@ -181,11 +182,19 @@ class Engine:
             )
             rollout.updated_at = _now()
         if todo:
-            report = self._run(rollout_id, "rollout.yml", todo, extravars, "canary")
+            recorded: set[tuple[str, str]] = set()
+
+            def record(outcome: Outcome) -> None:  # live: progress shows as it happens
+                with self.database.sessionmaker() as session, session.begin():
+                    self._record_canaries(session, rollout_id, [outcome])
+                recorded.add((outcome.hostname, outcome.device))
+
+            report = self._run(rollout_id, "rollout.yml", todo, extravars, "canary", record)
             if report is None:
                 return
+            rest = [o for o in report.outcomes if (o.hostname, o.device) not in recorded]
             with self.database.sessionmaker() as session, session.begin():
-                self._record_canaries(session, rollout_id, report)
+                self._record_canaries(session, rollout_id, rest)
         with self.database.sessionmaker() as session, session.begin():
             self._gate(session, rollout_id)
 
@@ -211,6 +220,7 @@ class Engine:
         targets: Sequence[RolloutTarget],
         extravars: dict[str, object],
         what: str,
+        on_outcome: Callable[[Outcome], None] | None = None,
     ) -> RunReport | None:
         """Run a playbook; None if it was cancelled (the state stays as it is for the next
         worker or step to pick up)."""
@@ -221,7 +231,7 @@ class Engine:
         ident = f"{rollout_id}/{_now():%Y%m%dT%H%M%S}-{what}"
         report = self.runner.run(
             playbook, _by_host(targets), extravars, ident=ident,
-            cancel=self._watch(rollout_id, expected),
+            cancel=self._watch(rollout_id, expected), on_outcome=on_outcome,
         )  # fmt: skip
         log.info("rollout %s: %s %s -> %s (rc %s)", rollout_id, what, playbook, report.status,
                  report.rc)  # fmt: skip
@@ -229,13 +239,15 @@ class Engine:
             return None
         return report
 
-    def _record_canaries(self, session: Session, rollout_id: uuid.UUID, report: RunReport) -> None:
+    def _record_canaries(
+        self, session: Session, rollout_id: uuid.UUID, outcomes: Sequence[Outcome]
+    ) -> None:
         rollout = repository.get(session, rollout_id, lock=True)
         assert rollout is not None
         targets = {(t.hostname, t.device_name): t for t in repository.targets(session, rollout_id)}
         status_of = {"pass": "passed", "fail": "failed", "inconclusive": "inconclusive",
                      "error": "failed", "not_run": "pending"}  # fmt: skip
-        for outcome in report.outcomes:
+        for outcome in outcomes:
             target = targets[(outcome.hostname, outcome.device)]
             target.status = status_of[outcome.result]
             target.verdict = outcome.result if outcome.result != "not_run" else None
