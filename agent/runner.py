@@ -268,7 +268,8 @@ class Agent:
             calibration = self._calibration(name)
             config, note = calibrate.with_costs(config, calibration), f"; {calibration.note}"
         try:
-            result = self.applier.apply(name, config)
+            with self.applier.device_lock(name):  # after a canary under way, never amid it
+                result = self.applier.apply(name, config)
             status, detail = AppliedStatus.APPLIED, f"read back: {result.after}{note}"
             reported = config
         except (ChangeRefused, ChangeFailed) as error:

@@ -317,3 +317,46 @@ def test_inventory_plugin_reads_the_fleet(fleet: Fleet, tmp_path: Path) -> None:
                              capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
     assert refused.returncode != 0
     assert "401" in refused.stderr
+
+
+def test_a_guardrail_breached_during_the_soak_rolls_back(fleet: Fleet, tmp_path: Path) -> None:
+    a = fleet.hosts["node-a"]
+    for host in fleet.hosts.values():
+        host.set_scheduler("bfq")
+    started = fleet.start(config={"scheduler": "none"}, soak_seconds=120)
+    assert started.status_code == 201, started.text
+    rollout_id = started.json()["id"]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        row = fleet.service.api("GET", f"/rollouts/{rollout_id}").json()
+        if row["phase"] == "soak" or row["status"] != "running":
+            break
+        time.sleep(0.5)
+    assert (row["status"], row["phase"]) == ("running", "soak"), row["status_detail"]
+    assert a.scheduler() == "none"
+    # node-a's agent runs; something else then puts bfq back behind blkpilot's back
+    config = tmp_path / "agent.toml"
+    config.write_text(f'devices = ["{a.device}"]\nmetrics_port = 0\npolicy_interval_s = 1.0\n'
+                      "interval_s = 1.0\npush_interval_s = 1.0\n[power]\nrapl = false\n"
+                      "hwmon = false\nipmi = false\n")  # fmt: skip
+    agent = subprocess.Popen(
+        [BLKPILOT, "agent", "run", "--state-dir", str(a.state_dir), "--config", str(config)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (_policy(fleet, a) or {}).get("applied") is None:
+            time.sleep(0.5)
+        assert (_policy(fleet, a) or {}).get("applied") is not None, "the agent never reported"
+        Path(f"/sys/block/{a.device}/queue/scheduler").write_text("bfq")
+        done = fleet.wait(rollout_id, ("rolled_back", "failed", "succeeded"), timeout=120)
+    finally:
+        agent.terminate()
+        agent.wait(timeout=60)
+    assert done["status"] == "rolled_back", done["status_detail"]
+    assert "guardrail breached" in done["status_detail"]
+    assert "drift" in done["status_detail"]
+    status = {t["hostname"]: t["status"] for t in done["targets"]}
+    assert status == {"node-a": "rolled_back", "node-b": "pending", "node-c": "pending"}
+    assert a.scheduler() == "bfq"  # as the rollout found it
+    assert _policy(fleet, a) is None
