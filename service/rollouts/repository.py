@@ -49,8 +49,10 @@ def devices_with_nodes(
         query = query.where(Node.labels.contains(node_labels))
     if device_ids:
         query = query.where(Device.id.in_(device_ids))
-    rows = session.execute(query.order_by(Node.hostname, Device.name)).tuples().all()
-    return list(rows)
+    return [
+        (device, node)
+        for device, node in session.execute(query.order_by(Node.hostname, Device.name))
+    ]
 
 
 def known_device_ids(session: Session, ids: list[uuid.UUID]) -> set[uuid.UUID]:
@@ -72,7 +74,7 @@ def busy_devices(session: Session, device_ids: list[uuid.UUID]) -> Sequence[tupl
         .join(Rollout, Rollout.id == RolloutTarget.rollout_id)
         .where(RolloutTarget.device_id.in_(device_ids), Rollout.status.in_(ACTIVE))
     )
-    return list(session.execute(query).tuples().all())
+    return [(str(name), str(rollout)) for name, rollout in session.execute(query).all()]
 
 
 def claim(session: Session, owner: str, now: datetime, until: datetime) -> uuid.UUID | None:

@@ -1,0 +1,231 @@
+"""The rollout engine's decisions, one step at a time, on a real PostgreSQL. A scripted runner
+stands in for ansible here so that each outcome (an inconclusive canary, a tolerated failure, a
+cancelled run) can be chosen; tests/test_rollouts.py runs the real playbooks end to end."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service import db
+from service.db import Database
+from service.errors import Unprocessable
+from service.rollouts import repository
+from service.rollouts import service as rollouts
+from service.rollouts.ansible import Outcome, Result, RunReport
+from service.rollouts.engine import Engine
+from service.rollouts.schemas import RolloutCreate
+from service.security import Principal, Role
+from service.tables import AuditEvent, Policy, Rollout, TelemetryBatch, TelemetryWindow
+from tests.conftest import create_database, drop_database
+from tests.factories import create_node, device_inventory, report_inventory
+
+OPERATOR = Principal(name="op", role=Role.OPERATOR)
+
+
+@dataclass
+class ScriptedRunner:
+    """Answers each canary from a script per host (default pass); restores always succeed."""
+
+    script: dict[str, list[Result]] = field(default_factory=dict)
+    calls: list[tuple[str, dict[str, list[str]]]] = field(default_factory=list)
+    cancel_next: bool = False
+
+    def run(
+        self,
+        playbook: str,
+        targets: dict[str, list[str]],
+        extravars: dict[str, object],
+        *,
+        ident: str,
+        cancel: Callable[[], bool],
+        on_outcome: Callable[[Outcome], None] | None = None,
+    ) -> RunReport:
+        self.calls.append((playbook, dict(targets)))
+        if self.cancel_next:
+            self.cancel_next = False
+            return RunReport([], "canceled", None, Path())
+        outcomes = []
+        for host, devices in targets.items():
+            for device in devices:
+                if playbook == "rollback.yml":
+                    outcomes.append(Outcome(host, device, "restored", "put back as found"))
+                    continue
+                queue = self.script.get(host, [])
+                outcomes.append(Outcome(host, device, queue.pop(0) if queue else "pass", ""))
+        return RunReport(outcomes, "successful", 0, Path())
+
+
+@pytest.fixture(scope="module")
+def database(server_url: str) -> Iterator[Database]:
+    name = f"blkpilot_engine_{uuid.uuid4().hex[:8]}"
+    url = create_database(server_url, name)
+    db.upgrade(url)
+    database = Database(db.create_db_engine(url, pool_size=4))
+    yield database
+    database.dispose()
+    drop_database(server_url, name)
+
+
+def _fleet(database: Database, hosts: int) -> str:
+    label = uuid.uuid4().hex[:8]
+    with database.sessionmaker() as session, session.begin():
+        for index in range(hosts):
+            node, _ = create_node(session, hostname=f"{label}-{index}", labels={"fleet": label})
+            report_inventory(session, node, device_inventory("loop0"))
+    return label
+
+
+def _start(database: Database, label: str, **body: object) -> uuid.UUID:
+    request = RolloutCreate.model_validate({
+        "name": f"r-{label}", "reason": "engine test", "config": {"scheduler": "none"},
+        "target": {"node_labels": {"fleet": label}}, "soak_seconds": 0, **body,
+    })  # fmt: skip
+    with database.sessionmaker() as session, session.begin():
+        return rollouts.create(session, OPERATOR, request).id
+
+
+def _drive(engine: Engine, rollout_id: uuid.UUID, steps: int = 20) -> Rollout:
+    """Step until the rollout waits for someone (paused) or ended."""
+    for _ in range(steps):
+        assert engine.claim() == rollout_id
+        engine.step(rollout_id)
+        with engine.database.sessionmaker() as session:
+            rollout = session.get(Rollout, rollout_id)
+            assert rollout is not None
+            if rollout.status not in ("running", "rolling_back"):
+                return rollout
+    raise AssertionError("the rollout did not settle")
+
+
+def _targets(session: Session, rollout_id: uuid.UUID) -> dict[str, str]:
+    return {t.hostname: t.status for t in repository.targets(session, rollout_id)}
+
+
+def test_inconclusive_pauses_and_resume_runs_that_canary_again(database: Database) -> None:
+    label = _fleet(database, 2)
+    runner = ScriptedRunner({f"{label}-1": ["inconclusive", "pass"]})
+    engine = Engine(database, runner)
+    rollout_id = _start(database, label, stages=["100%"])
+    paused = _drive(engine, rollout_id)
+    assert paused.status == "paused"
+    assert "inconclusive" in paused.status_detail
+    with database.sessionmaker() as session:
+        assert _targets(session, rollout_id) == {
+            f"{label}-0": "passed",
+            f"{label}-1": "inconclusive",
+        }
+        # nothing becomes a policy before the whole stage has passed
+        assert session.scalars(select(Policy)).all() == []
+    assert engine.claim() is None  # a paused rollout is nobody's work
+    with database.sessionmaker() as session, session.begin():
+        rollouts.resume(session, OPERATOR, rollout_id, "looked at it")
+    done = _drive(engine, rollout_id)
+    assert done.status == "succeeded", done.status_detail
+    assert runner.calls[-1] == ("rollout.yml", {f"{label}-1": ["loop0"]})  # only that one again
+
+
+def test_max_fail_percentage_tolerates_a_failure_but_not_more(database: Database) -> None:
+    label = _fleet(database, 2)
+    engine = Engine(database, ScriptedRunner({f"{label}-0": ["fail"]}))
+    tolerant = _start(database, label, stages=["100%"], max_fail_percentage=50)
+    done = _drive(engine, tolerant)
+    assert done.status == "succeeded", done.status_detail
+    with database.sessionmaker() as session:
+        assert _targets(session, tolerant) == {f"{label}-0": "failed", f"{label}-1": "passed"}
+        policies = session.scalars(select(Policy)).all()
+        # the failed device keeps its configuration: only the one that passed has the policy
+        failed_device = next(
+            t.device_id for t in repository.targets(session, tolerant) if t.status == "failed"
+        )
+        assert failed_device not in {p.device_id for p in policies}
+
+    label = _fleet(database, 2)
+    strict = Engine(database, ScriptedRunner({f"{label}-0": ["fail"]}))
+    rollout_id = _start(database, label, stages=["100%"])
+    done = _drive(strict, rollout_id)
+    assert done.status == "rolled_back"
+    assert strict.runner.calls[-1][0] == "rollback.yml"  # type: ignore[attr-defined]
+
+
+def test_a_lease_keeps_other_workers_off_until_it_expires(database: Database) -> None:
+    label = _fleet(database, 1)
+    rollout_id = _start(database, label)
+    first = Engine(database, ScriptedRunner(), lease_seconds=0.5)
+    second = Engine(database, ScriptedRunner(), lease_seconds=30)
+    assert first.claim() == rollout_id
+    assert second.claim() is None
+    time.sleep(0.6)  # the first worker died: its lease runs out
+    assert second.claim() == rollout_id
+    assert first.claim() is None
+
+
+def test_a_cancelled_run_is_recovered_before_its_canaries_run_again(database: Database) -> None:
+    label = _fleet(database, 1)
+    runner = ScriptedRunner(cancel_next=True)
+    engine = Engine(database, runner)
+    rollout_id = _start(database, label, stages=["100%"])
+    assert engine.claim() == rollout_id
+    engine.step(rollout_id)  # the canary run was cancelled (the service stopped)
+    with database.sessionmaker() as session:
+        assert _targets(session, rollout_id) == {f"{label}-0": "changing"}
+    done = _drive(engine, rollout_id)
+    assert done.status == "succeeded"
+    assert [call[0] for call in runner.calls] == ["rollout.yml", "rollback.yml", "rollout.yml"]
+    with database.sessionmaker() as session:
+        actions = session.scalars(
+            select(AuditEvent.action).where(AuditEvent.target_id == str(rollout_id))
+        ).all()
+    assert "rollout.recovered" in actions
+
+
+def test_latency_growing_beyond_the_ratio_in_the_soak_rolls_back(database: Database) -> None:
+    label = _fleet(database, 2)
+    engine = Engine(database, ScriptedRunner())
+    rollout_id = _start(database, label, stages=["1", "100%"], soak_seconds=3600,
+                        guardrails={"max_latency_ratio": 1.5, "min_windows": 2})  # fmt: skip
+    assert engine.claim() == rollout_id
+    engine.step(rollout_id)
+    with database.sessionmaker() as session, session.begin():
+        rollout = session.get(Rollout, rollout_id)
+        assert rollout is not None
+        assert (rollout.status, rollout.phase) == ("running", "soak")
+        (changed,) = [t for t in repository.targets(session, rollout_id)
+                      if t.status == "passed"]  # fmt: skip
+        assert rollout.soak_until is not None
+        soak_start = rollout.soak_until - timedelta(seconds=rollout.soak_seconds)
+        batch = uuid.uuid4()
+        session.add(TelemetryBatch(batch_id=batch, node_id=changed.node_id, windows=4))
+        session.flush()
+        for start, latency in ((-120, 80.0), (-60, 90.0), (1, 200.0), (2, 210.0)):
+            at = soak_start + timedelta(seconds=start)
+            session.add(TelemetryWindow(
+                device_id=changed.device_id, batch_id=batch, window_start=at,
+                window_end=at + timedelta(seconds=1 if start > 0 else 50), read_ios=100,
+                write_ios=0, read_bytes=409600, write_bytes=0, iops=100.0, read_share=1.0,
+                mean_request_bytes=4096.0, mean_latency_us=latency, queue_depth=1.0,
+                utilisation=0.5,
+            ))  # fmt: skip
+    still = _drive(engine, rollout_id)
+    assert still.status == "rolled_back", still.status_detail
+    assert "mean latency 2.41x" in still.status_detail
+    with database.sessionmaker() as session:
+        statuses = _targets(session, rollout_id)
+    assert sorted(statuses.values()) == ["pending", "rolled_back"]  # stage 2 never started
+
+
+def test_stages_are_cumulative_node_counts() -> None:
+    assert rollouts.plan_stages(["1", "10%", "50%", "100%"], 40) == [1, 4, 20, 40]
+    assert rollouts.plan_stages(["1", "10%", "50%", "100%"], 3) == [1, 2, 3]
+    assert rollouts.plan_stages(["100%"], 5) == [5]
+    assert rollouts.plan_stages(["2", "100%"], 1) == [1]
+    with pytest.raises(Unprocessable):
+        rollouts.plan_stages(["1", "50%"], 4)
