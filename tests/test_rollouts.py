@@ -80,6 +80,14 @@ class Fleet:
         }  # fmt: skip
         return self.service.api("POST", "/rollouts", json={**defaults, **body})
 
+    def reset(self, scheduler: str, *tunables: str) -> None:
+        """Each test from a clean slate: no policies, every device on this scheduler."""
+        for host in self.hosts.values():
+            response = self.service.api("DELETE", f"/devices/{host.device_id}/policy",
+                                        params={"reason": "next test"})  # fmt: skip
+            assert response.status_code in (204, 404), response.text
+            host.set_scheduler(scheduler, *tunables)
+
     def wait(self, rollout_id: str, until: tuple[str, ...], timeout: float = 400) -> Any:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -191,8 +199,7 @@ def test_bad_input_is_refused_before_anything_changes(fleet: Fleet) -> None:
 
 
 def test_a_staged_rollout_succeeds_and_can_be_rolled_back(fleet: Fleet) -> None:
-    for host in fleet.hosts.values():
-        host.set_scheduler("bfq", "low_latency=0", "slice_idle_us=4000")
+    fleet.reset("bfq", "low_latency=0", "slice_idle_us=4000")
     started = fleet.start(config={"scheduler": "none"})
     assert started.status_code == 201, started.text
     rollout = started.json()
@@ -232,10 +239,10 @@ def test_a_staged_rollout_succeeds_and_can_be_rolled_back(fleet: Fleet) -> None:
 
 
 def test_a_failing_canary_stops_the_rollout_and_rolls_back(fleet: Fleet) -> None:
+    fleet.reset("none")
     a, b, c = (fleet.hosts[name] for name in HOSTS)
-    a.set_scheduler("bfq")  # mq-deadline beats bfq here: node-a's canary passes
-    b.set_scheduler("none")  # and loses to none: node-b's fails
-    c.set_scheduler("none")
+    a.set_scheduler("bfq")  # mq-deadline beats bfq here: node-a's canary passes;
+    # it loses to none: node-b's fails
     # the gaps here are smaller than bfq's: more rounds, so the canaries can tell
     started = fleet.start(config={"scheduler": "mq-deadline"},
                           canary={"rounds": 10, "round_seconds": 0.5})  # fmt: skip
@@ -260,8 +267,7 @@ def test_a_failing_canary_stops_the_rollout_and_rolls_back(fleet: Fleet) -> None
 
 
 def test_the_service_restarted_mid_rollout_finishes_it(fleet: Fleet) -> None:
-    for host in fleet.hosts.values():
-        host.set_scheduler("bfq")
+    fleet.reset("bfq")
     started = fleet.start(config={"scheduler": "none"}, stages=["100%"])
     assert started.status_code == 201, started.text
     rollout_id = started.json()["id"]
@@ -326,8 +332,7 @@ def test_inventory_plugin_reads_the_fleet(fleet: Fleet, tmp_path: Path) -> None:
 
 def test_a_guardrail_breached_during_the_soak_rolls_back(fleet: Fleet, tmp_path: Path) -> None:
     a = fleet.hosts["node-a"]
-    for host in fleet.hosts.values():
-        host.set_scheduler("bfq")
+    fleet.reset("bfq")
     started = fleet.start(config={"scheduler": "none"}, soak_seconds=120)
     assert started.status_code == 201, started.text
     rollout_id = started.json()["id"]
