@@ -33,7 +33,6 @@ def test_agent_role_installs_configures_and_enrolls(
     service: ServiceProcess, tmp_path: Path
 ) -> None:
     prefix, state, etc, units = (tmp_path / d for d in ("opt", "state", "etc", "units"))
-    token = service.api("POST", "/enrollment-tokens", json={}).json()["token"]
     variables = {
         "blkpilot_agent_prefix": str(prefix),
         "blkpilot_agent_package": f"{ROOT}[agent]",
@@ -43,7 +42,7 @@ def test_agent_role_installs_configures_and_enrolls(
         "blkpilot_systemd_dir": str(units),
         "blkpilot_agent_service": False,  # no systemd as PID 1 here
         "blkpilot_server_url": service.base_url,
-        "blkpilot_enrollment_token": token,
+        "blkpilot_api_token": service.admin,  # asks for this node's one-time token
         "blkpilot_node_labels": {"rack": "r7", "role": "db"},
         "blkpilot_agent_devices": ["nvme0n1", "nvme1n1"],
         "blkpilot_python": shutil.which("python3") or "python3",
@@ -55,7 +54,7 @@ def test_agent_role_installs_configures_and_enrolls(
                     "-e", f"ansible_python_interpreter={sys.executable}", "agent.yml",
                     tmp_path=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert token not in run.stdout + run.stderr  # no_log on the enrollment
+    assert service.admin not in run.stdout + run.stderr  # no_log on the tokens
 
     cli = prefix / "bin" / "blkpilot"
     installed = subprocess.run([str(prefix / "bin" / "python"), "-c",
