@@ -7,7 +7,8 @@ UV_VERSION := 0.13.8
 TOOLS := $(CURDIR)/.tools
 UV := $(TOOLS)/bin/uv
 VENV := $(CURDIR)/.venv
-DEBIAN_PACKAGES := python3 python3-venv ca-certificates git util-linux e2fsprogs fio rocksdb-tools systemd qemu-system-x86 busybox-static cpio
+# prometheus: for promtool (its daemon is not started); chromium: the dashboard's browser tests
+DEBIAN_PACKAGES := python3 python3-venv ca-certificates git util-linux e2fsprogs fio rocksdb-tools systemd qemu-system-x86 busybox-static cpio prometheus chromium
 
 export PATH := $(TOOLS)/bin:$(VENV)/bin:$(PATH)
 # Use the machine's Python; never download one.
@@ -31,7 +32,11 @@ system-packages:
 	if ! $(PYTHON) -c 'import venv, ensurepip' 2>/dev/null; then missing="$$missing python3-venv"; fi; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
+	  guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	    printf '#!/bin/sh\n# blkpilot: packages installed for tools start no daemons\nexit 101\n' \
+	      > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && guard=yes; fi; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  status=$$?; [ -n "$$guard" ] && rm -f /usr/sbin/policy-rc.d; exit $$status; \
 	fi
 
 $(UV):

@@ -147,6 +147,7 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
     app.state.settings = settings
     app.state.database = database
     metrics.DB_POOL.engine = database.engine
+    metrics.FLEET.engine = database.engine
 
     for router in (
         tokens_router,

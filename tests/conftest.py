@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -18,11 +18,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, make_url
 from sqlalchemy.orm import Session
 
+from agent import lab
 from service import db
 from service.app import create_app
 from service.db import Database, get_session, unit_of_work
 from service.embedded import EmbeddedPostgres
 from service.settings import Settings
+from tests.proc import ServiceProcess
 
 
 @pytest.fixture(scope="session")
@@ -114,3 +116,35 @@ def client(app: FastAPI) -> Iterator[TestClient]:
 @pytest.fixture
 def unique() -> str:
     return uuid.uuid4().hex[:8]
+
+
+LoopFactory = Callable[..., str]
+
+
+@pytest.fixture
+def loop_device(tmp_path: Path) -> Iterator[LoopFactory]:
+    """Create real loop devices on empty files (tmpfs or disk); detached after the test."""
+    made: list[tuple[str, Path]] = []
+
+    def make(*, on: str = "tmpfs", size_mb: int = 64, direct_io: bool = True) -> str:
+        directory = lab.TMPFS if on == "tmpfs" else tmp_path
+        backing = directory / f"blkpilot-test-{uuid.uuid4().hex[:8]}.img"
+        name = lab.attach(backing, size_mb << 20, direct_io=direct_io)
+        made.append((name, backing))
+        return name
+
+    yield make
+    for name, backing in made:
+        lab.detach(name, backing)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[ServiceProcess]:
+    """A real `blkpilot serve` on its own embedded database, with an admin token."""
+    (tmp_path / "service").mkdir()
+    svc = ServiceProcess(tmp_path / "service")
+    svc.start()
+    svc.create_admin()
+    yield svc
+    if svc.process is not None:
+        assert svc.stop() == 0

@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from agent import lab
 from agent.config import AgentConfig
@@ -193,6 +194,15 @@ def test_bad_input_is_refused_before_anything_changes(fleet: Fleet) -> None:
               "target": {"node_labels": {"fleet": fleet.label}}},
     )  # fmt: skip
     assert refused.status_code == 403
+    refused_cli = subprocess.run(
+        [BLKPILOT, "rollout", "start", "--name", "x", "--device", str(uuid.uuid4()),
+         "--config-file", "/dev/stdin", "--reason", "unknown device"],
+        input='{"scheduler": "none"}', capture_output=True, text=True, check=False,
+        env={**os.environ, "BLKPILOT_URL": fleet.service.base_url,
+             "BLKPILOT_TOKEN": fleet.service.admin},
+    )  # fmt: skip
+    assert refused_cli.returncode == 1
+    assert "422: unknown devices" in refused_cli.stderr
     assert fleet.service.api("GET", "/rollouts").json() == []
     assert fleet.service.api("GET", "/audit", params={"action": "rollout.created"}).json() == []
     assert {name: host.scheduler() for name, host in fleet.hosts.items()} == before
@@ -238,17 +248,28 @@ def test_a_staged_rollout_succeeds_and_can_be_rolled_back(fleet: Fleet) -> None:
     assert again.status_code == 409
 
 
-def test_a_failing_canary_stops_the_rollout_and_rolls_back(fleet: Fleet) -> None:
+def test_a_failing_canary_stops_the_rollout_and_rolls_back(fleet: Fleet, tmp_path: Path) -> None:
     fleet.reset("none")
     a, b, c = (fleet.hosts[name] for name in HOSTS)
     a.set_scheduler("bfq")  # mq-deadline beats bfq here: node-a's canary passes;
     # it loses to none: node-b's fails
+    # started by an operator from the command line, which follows it to the end;
     # the gaps here are smaller than bfq's: more rounds, so the canaries can tell
-    started = fleet.start(config={"scheduler": "mq-deadline"},
-                          canary={"rounds": 10, "round_seconds": 0.5})  # fmt: skip
-    assert started.status_code == 201, started.text
-    rollout_id = started.json()["id"]
-    done = fleet.wait(rollout_id, ("rolled_back", "failed", "succeeded", "paused"))
+    candidate = tmp_path / "mq-deadline.json"
+    candidate.write_text('{"scheduler": "mq-deadline"}')
+    env = {**os.environ, "BLKPILOT_URL": fleet.service.base_url,
+           "BLKPILOT_TOKEN": fleet.service.admin}  # fmt: skip
+    cli = subprocess.run(
+        [BLKPILOT, "rollout", "start", "--name", "mq-deadline-everywhere", "--label",
+         f"fleet={fleet.label}", "--config-file", str(candidate), "--stages", "1,100%",
+         "--serial", "1", "--soak", "1", "--rounds", "10", "--round-seconds", "0.5",
+         "--reason", "try mq-deadline", "--wait"],
+        env=env, capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert cli.returncode == 1, cli.stdout + cli.stderr  # 1: it did not succeed
+    rollout_id = cli.stdout.split()[0]
+    assert "rolled_back" in cli.stdout.splitlines()[-2]
+    done = fleet.service.api("GET", f"/rollouts/{rollout_id}").json()
     assert done["status"] == "rolled_back", done["status_detail"]
     assert "canary failed" in done["status_detail"]
     status = {t["hostname"]: t for t in done["targets"]}
@@ -264,6 +285,17 @@ def test_a_failing_canary_stops_the_rollout_and_rolls_back(fleet: Fleet) -> None
     assert len(_audit(fleet, rollout_id, "rollout.aborted")) == 1
     restored = _audit(fleet, rollout_id, "rollout.host_restored")
     assert {e["after"]["host"] for e in restored} == {"node-a", "node-b"}
+    # and Prometheus sees it: rollouts by status, canary verdicts, policy changes
+    scraped = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(
+            httpx.get(f"{fleet.service.base_url}/metrics").text
+        )
+        for sample in family.samples
+    }
+    assert scraped[("blkpilot_rollouts", (("status", "rolled_back"),))] >= 1
+    assert scraped[("blkpilot_canary_verdicts_total", (("verdict", "fail"),))] >= 1
+    assert scraped[("blkpilot_policy_changes_total", (("action", "policy.cleared"),))] >= 1
 
 
 def test_the_service_restarted_mid_rollout_finishes_it(fleet: Fleet) -> None:

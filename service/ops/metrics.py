@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 from sqlalchemy.pool import QueuePool
@@ -68,3 +68,112 @@ class DatabasePoolCollector(Collector):
 
 DB_POOL = DatabasePoolCollector()
 REGISTRY.register(DB_POOL)
+
+
+class FleetCollector(Collector):
+    """The fleet as the database knows it, read at scrape time: devices by class and scheduler,
+    recommendations and rollouts by status, each active rollout's devices by status, canary
+    verdicts and policy changes (counted from what is stored, so they survive restarts)."""
+
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        if self.engine is None:
+            return
+        from sqlalchemy import func, select
+        from sqlalchemy.orm import Session
+
+        from service.tables import (
+            AuditEvent,
+            Device,
+            Observation,
+            Recommendation,
+            Rollout,
+            RolloutTarget,
+        )
+
+        with Session(self.engine) as session:
+            devices = GaugeMetricFamily(
+                "blkpilot_fleet_devices", "Devices present, by class and current scheduler.",
+                labels=["class", "scheduler"],
+            )  # fmt: skip
+            rows = session.execute(
+                select(Device.device_class, Device.current_scheduler, func.count())
+                .where(Device.present.is_(True))
+                .group_by(Device.device_class, Device.current_scheduler)
+            )  # fmt: skip
+            for device_class, scheduler, count in rows:
+                devices.add_metric([device_class, scheduler or "unknown"], count)
+            yield devices
+
+            recommendations = GaugeMetricFamily(
+                "blkpilot_recommendations", "Recommendations by status.", labels=["status"]
+            )
+            for status, count in session.execute(
+                select(Recommendation.status, func.count()).group_by(Recommendation.status)
+            ):
+                recommendations.add_metric([status], count)
+            yield recommendations
+
+            rollouts = GaugeMetricFamily(
+                "blkpilot_rollouts", "Rollouts by status.", labels=["status"]
+            )
+            for status, count in session.execute(
+                select(Rollout.status, func.count()).group_by(Rollout.status)
+            ):
+                rollouts.add_metric([status], count)
+            yield rollouts
+
+            progress = GaugeMetricFamily(
+                "blkpilot_rollout_devices",
+                "Devices of unfinished rollouts by their status (pending, passed, failed …).",
+                labels=["rollout", "status"],
+            )
+            stage = GaugeMetricFamily(
+                "blkpilot_rollout_stage", "Unfinished rollouts' current stage (1-based).",
+                labels=["rollout"],
+            )  # fmt: skip
+            active = ("running", "paused", "rolling_back")
+            for name, status, count in session.execute(
+                select(Rollout.name, RolloutTarget.status, func.count())
+                .join(RolloutTarget, RolloutTarget.rollout_id == Rollout.id)
+                .where(Rollout.status.in_(active))
+                .group_by(Rollout.name, RolloutTarget.status)
+            ):
+                progress.add_metric([name, status], count)
+            for name, index in session.execute(
+                select(Rollout.name, Rollout.stage).where(Rollout.status.in_(active))
+            ):
+                stage.add_metric([name], index + 1)
+            yield progress
+            yield stage
+
+            verdicts = CounterMetricFamily(
+                "blkpilot_canary_verdicts",
+                "Canary results recorded, by verdict.",
+                labels=["verdict"],
+            )
+            for verdict, count in session.execute(
+                select(Observation.verdict, func.count())
+                .where(Observation.kind == "canary")
+                .group_by(Observation.verdict)
+            ):
+                verdicts.add_metric([verdict or "none"], count)
+            yield verdicts
+
+            changes = CounterMetricFamily(
+                "blkpilot_policy_changes", "Policies set or cleared (from the audit log).",
+                labels=["action"],
+            )  # fmt: skip
+            for action, count in session.execute(
+                select(AuditEvent.action, func.count())
+                .where(AuditEvent.action.in_(("policy.set", "policy.cleared")))
+                .group_by(AuditEvent.action)
+            ):
+                changes.add_metric([action], count)
+            yield changes
+
+
+FLEET = FleetCollector()
+REGISTRY.register(FLEET)
