@@ -15,6 +15,7 @@ from starlette.routing import Match
 
 import blkpilot
 from service.audit.endpoints import router as audit_router
+from service.dashboard.views import install as install_dashboard
 from service.db import Database
 from service.devices.endpoints import router as devices_router
 from service.errors import BlkpilotError, ErrorBody
@@ -163,6 +164,7 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
     ):
         app.include_router(router)
 
+    install_dashboard(app)
     app.openapi = _openapi_with_one_error_shape(app)  # type: ignore[method-assign]
     app.add_exception_handler(BlkpilotError, _blkpilot_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

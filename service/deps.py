@@ -45,7 +45,14 @@ def authenticate(
 ) -> Principal:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
-    token = credentials.credentials
+    principal = principal_for_token(session, credentials.credentials)
+    if principal is None:
+        raise Unauthorized("unknown or revoked token")
+    return principal
+
+
+def principal_for_token(session: Session, token: str) -> Principal | None:
+    """Who a token is (an operator's API token or a node's), or None if it is unknown."""
     digest = token_digest(token)
     if token.startswith(OPERATOR_TOKEN_PREFIX):
         api_token = token_repository.get_active_api_token_by_digest(session, digest)
@@ -55,7 +62,7 @@ def authenticate(
         node = node_repository.get_by_token_digest(session, digest)
         if node is not None:
             return Principal(name=f"node:{node.hostname}/{str(node.id)[:8]}", node_id=node.id)
-    raise Unauthorized("unknown or revoked token")
+    return None
 
 
 AnyPrincipal = Annotated[Principal, Depends(authenticate)]

@@ -1,0 +1,322 @@
+"""The recommendation dashboard: server-rendered pages under /ui.
+
+Signing in stores the operator's API token in an HttpOnly, SameSite=Strict cookie scoped to
+/ui; every page resolves it again (a revoked token is signed out at once). Actions are forms
+that carry a CSRF token (the double-submit pattern) and need the operator role: a viewer sees
+them disabled, and the server refuses them anyway."""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+import uuid
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from sqlalchemy import select
+
+from agent.wire import DeviceConfig
+from models.dataset import OBJECTIVE_METRIC
+from models.features import config_key
+from service.audit import service as audit
+from service.dashboard import charts
+from service.deps import SessionDep, principal_for_token
+from service.errors import BlkpilotError
+from service.recommendations import service as recommendations
+from service.rollouts import service as rollouts
+from service.security import Principal, Role
+from service.tables import Device, Node, Observation, Policy, Recommendation, TelemetryWindow
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+SESSION, CSRF = "blkpilot_ui", "blkpilot_csrf"
+METRICS = {
+    "lat_p50_us": ("p50 latency", "µs"), "lat_p99_us": ("p99 latency", "µs"),
+    "iops": ("IOPS", "I/O per s"), "bytes_per_joule": ("bytes per joule", "B/J"),
+    "worst_slowdown_over_proportional": ("fairness: worst slowdown over proportional", "x"),
+}  # fmt: skip
+
+
+class SignIn(Exception):
+    """No valid session: go to the sign-in page."""
+
+
+def _principal(request: Request, session: SessionDep) -> Principal:
+    token = request.cookies.get(SESSION, "")
+    principal = principal_for_token(session, token) if token else None
+    if principal is None or principal.is_node:
+        raise SignIn
+    return principal
+
+
+def _page(request: Request, name: str, principal: Principal | None, status: int = 200,
+          **context: Any) -> HTMLResponse:  # fmt: skip
+    return templates.TemplateResponse(
+        request, name, {"principal": principal, "csrf": request.cookies.get(CSRF, ""),
+                        "operator": bool(principal and principal.can(Role.OPERATOR)),
+                        "message": request.query_params.get("message", ""), **context},
+        status_code=status,
+    )  # fmt: skip
+
+
+def _act(request: Request, session: SessionDep, csrf: str) -> Principal:
+    """An action: signed in, the CSRF token matching, the operator role."""
+    principal = _principal(request, session)
+    expected = request.cookies.get(CSRF, "")
+    if not expected or not secrets.compare_digest(expected, csrf):
+        raise ActionRefused(403, "the form is stale or did not come from this dashboard")
+    if not principal.can(Role.OPERATOR):
+        raise ActionRefused(403, f"this needs the operator role; {principal.name} is a viewer")
+    return principal
+
+
+class ActionRefused(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+def install(app: Any) -> None:
+    """Add the dashboard and its error handling to the application."""
+    app.include_router(router)
+
+    async def sign_in(request: Request, _: Exception) -> Response:
+        response = RedirectResponse(f"/ui/login?next={request.url.path}", status_code=303)
+        response.delete_cookie(SESSION, path="/ui")
+        return response
+
+    async def refused(request: Request, error: Exception) -> Response:
+        assert isinstance(error, ActionRefused)
+        return _page(request, "error.html", None, status=error.status, detail=error.detail)
+
+    app.add_exception_handler(SignIn, sign_in)
+    app.add_exception_handler(ActionRefused, refused)
+
+
+# --- signing in ------------------------------------------------------------------------------
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request, next: str = "/ui/") -> HTMLResponse:
+    return _page(request, "login.html", None, next=next if next.startswith("/ui") else "/ui/")
+
+
+@router.post("/login")
+def login(
+    request: Request, session: SessionDep, token: Annotated[str, Form()],
+    next: Annotated[str, Form()] = "/ui/",
+) -> Response:  # fmt: skip
+    principal = principal_for_token(session, token.strip())
+    if principal is None or principal.is_node:
+        refused = "That is not an operator or viewer token (or it was revoked)."
+        return _page(request, "login.html", None, status=401, next=next, error=refused)
+    response = RedirectResponse(next if next.startswith("/ui") else "/ui/", status_code=303)
+    secure = request.url.scheme == "https"
+    response.set_cookie(SESSION, token.strip(), httponly=True, samesite="strict", path="/ui",
+                        secure=secure, max_age=12 * 3600)  # fmt: skip
+    response.set_cookie(CSRF, secrets.token_urlsafe(24), httponly=True, samesite="strict",
+                        path="/ui", secure=secure, max_age=12 * 3600)  # fmt: skip
+    return response
+
+
+@router.post("/logout")
+def logout() -> Response:
+    response = RedirectResponse("/ui/login", status_code=303)
+    response.delete_cookie(SESSION, path="/ui")
+    response.delete_cookie(CSRF, path="/ui")
+    return response
+
+
+# --- pages -----------------------------------------------------------------------------------
+
+
+def _key(config: dict[str, Any] | None) -> str:
+    return config_key(DeviceConfig.model_validate(config)) if config else "—"
+
+
+def _completion(policy: Policy | None) -> str:
+    config = (policy.applied_config or policy.config) if policy else None
+    return (config or {}).get("completion") or "interrupt"
+
+
+@router.get("/", response_class=HTMLResponse)
+def overview(request: Request, session: SessionDep) -> HTMLResponse:
+    principal = _principal(request, session)
+    rows = session.execute(
+        select(Device, Node.hostname, Policy)
+        .join(Node, Node.id == Device.node_id)
+        .outerjoin(Policy, Policy.device_id == Device.id)
+        .where(Device.present.is_(True))
+        .order_by(Node.hostname, Device.name)
+    ).all()
+    classes = Counter(device.device_class for device, _, _ in rows)
+    schedulers = Counter(device.current_scheduler or "unknown" for device, _, _ in rows)
+    completions = Counter(_completion(policy) for _, _, policy in rows)
+    pending = recommendations.list_recommendations(
+        session, device_id=None, status="proposed", objective=None, limit=200, offset=0
+    )
+    names = {device.id: f"{host}/{device.name}" for device, host, _ in rows}
+    proposals = []
+    for row in pending:
+        read = recommendations.to_read(row)
+        prediction = read.predictions.get(row.objective)
+        proposals.append({"row": read, "device": names.get(row.device_id, str(row.device_id)),
+                          "current": _key(row.current_config),
+                          "recommended": _key(row.recommended_config),
+                          "prediction": prediction})  # fmt: skip
+    active = [r for r in rollouts.list_rollouts(session, status=None, limit=20, offset=0)]
+    charts_ = {
+        "classes": charts.bars("Devices by class", list(classes), list(classes.values()),
+                               "devices") if classes else None,
+        "schedulers": charts.bars("Current scheduler", list(schedulers),
+                                  list(schedulers.values()), "devices") if schedulers else None,
+        "completions": charts.bars("Completion mode", list(completions),
+                                   list(completions.values()), "devices") if completions else None,
+    }  # fmt: skip
+    return _page(request, "overview.html", principal, devices=rows, proposals=proposals,
+                 rollouts=active, charts=charts_, classes=classes)  # fmt: skip
+
+
+def _benchmarks(observations: list[Observation], workload: str | None) -> dict[str, Any]:
+    by_workload = Counter(o.workload_name for o in observations)
+    if not by_workload:
+        return {"workloads": [], "workload": None, "table": [], "charts": []}
+    chosen = workload if workload in by_workload else by_workload.most_common(1)[0][0]
+    cells: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for observation in observations:
+        if observation.workload_name != chosen:
+            continue
+        key = _key(observation.configuration)
+        for metric in METRICS:
+            value = observation.metrics.get(metric)
+            if isinstance(value, int | float) and value > 0:
+                cells[key][metric].append(float(value))
+    table: list[dict[str, Any]] = []
+    for key, values in sorted(cells.items()):
+        table.append({"config": key, "runs": max(len(v) for v in values.values()) if values else 0,
+                      **{m: statistics.fmean(v) for m, v in values.items()}})  # fmt: skip
+    figures = []
+    for metric, (label, unit) in METRICS.items():
+        measured = [row for row in table if metric in row]
+        if measured:
+            figures.append(charts.bars(f"{label} — {chosen}", [r["config"] for r in measured],
+                                       [r[metric] for r in measured], unit))  # fmt: skip
+    return {"workloads": sorted(by_workload), "workload": chosen, "table": table,
+            "charts": figures}  # fmt: skip
+
+
+@router.get("/devices/{device_id}", response_class=HTMLResponse)
+def device_page(
+    request: Request, session: SessionDep, device_id: uuid.UUID, workload: str | None = None
+) -> HTMLResponse:
+    principal = _principal(request, session)
+    device = session.get(Device, device_id)
+    if device is None:
+        return _page(request, "error.html", principal, status=404, detail=f"no device {device_id}")
+    node = session.get(Node, device.node_id)
+    policy = session.scalars(select(Policy).where(Policy.device_id == device_id)).one_or_none()
+    windows = list(reversed(session.scalars(
+        select(TelemetryWindow).where(TelemetryWindow.device_id == device_id)
+        .order_by(TelemetryWindow.window_start.desc()).limit(720)
+    ).all()))  # fmt: skip
+    telemetry = []
+    if windows:
+        times = [w.window_end for w in windows]
+        telemetry.append(
+            charts.timeline(
+                "Mean latency", times, {"latency": [w.mean_latency_us for w in windows]}, "µs"
+            )
+        )
+        telemetry.append(charts.timeline("IOPS", times, {"IOPS": [w.iops for w in windows]},
+                                         "I/O per s"))  # fmt: skip
+        if any(w.power_watts is not None for w in windows):
+            telemetry.append(
+                charts.timeline("Node power", times, {"W": [w.power_watts for w in windows]}, "W")
+            )
+    observations = list(session.scalars(
+        select(Observation).where(Observation.device_id == device_id)
+        .order_by(Observation.finished_at.desc()).limit(5000)
+    ).all())  # fmt: skip
+    benchmarks = _benchmarks([o for o in observations if o.kind == "benchmark"], workload)
+    canaries = [o for o in observations if o.kind == "canary"][:50]
+    proposals = []
+    for row in session.scalars(
+        select(Recommendation).where(Recommendation.device_id == device_id)
+        .order_by(Recommendation.created_at.desc()).limit(10)
+    ):  # fmt: skip
+        read = recommendations.to_read(row)
+        ordered = sorted(read.predictions.items(), key=lambda kv: kv[0] != row.objective)
+        figure = charts.changes(
+            f"{row.objective}: {_key(row.current_config)} → {_key(row.recommended_config)}",
+            [(name, p.change, p.change_low, p.change_high) for name, p in ordered],
+        ) if read.predictions else None  # fmt: skip
+        proposals.append({"row": read, "chart": figure, "current": _key(row.current_config),
+                          "recommended": _key(row.recommended_config),
+                          "metric": OBJECTIVE_METRIC.get(row.objective)})  # type: ignore[call-overload]  # fmt: skip
+    events = audit.list_events(session, target_type="device", target_id=str(device_id), limit=50)
+    return _page(request, "device.html", principal, device=device, node=node, policy=policy,
+                 telemetry=telemetry, benchmarks=benchmarks, canaries=canaries,
+                 proposals=proposals, events=events, key=_key)  # fmt: skip
+
+
+@router.post("/recommendations/{recommendation_id}/{decision}")
+def decide(
+    request: Request, session: SessionDep, recommendation_id: uuid.UUID, decision: str,
+    csrf: Annotated[str, Form()], reason: Annotated[str, Form()] = "",
+) -> Response:  # fmt: skip
+    principal = _act(request, session, csrf)
+    if decision not in ("accept", "reject"):
+        raise ActionRefused(404, f"no action {decision!r}")
+    row = recommendations.get(session, recommendation_id)
+    device_id = row.device_id
+    why = reason.strip() or f"{decision}ed in the dashboard"
+    try:
+        if decision == "accept":
+            recommendations.accept(session, principal, recommendation_id, why)
+        else:
+            recommendations.reject(session, principal, recommendation_id, why)
+    except BlkpilotError as error:
+        raise ActionRefused(error.status_code, error.detail) from error
+    message = "accepted: it is now the device's policy" if decision == "accept" else "rejected"
+    return RedirectResponse(f"/ui/devices/{device_id}?message={message}", status_code=303)
+
+
+@router.get("/rollouts", response_class=HTMLResponse)
+def rollouts_page(request: Request, session: SessionDep) -> HTMLResponse:
+    principal = _principal(request, session)
+    rows = rollouts.list_rollouts(session, status=None, limit=200, offset=0)
+    return _page(request, "rollouts.html", principal, rollouts=rows)
+
+
+@router.get("/rollouts/{rollout_id}", response_class=HTMLResponse)
+def rollout_page(request: Request, session: SessionDep, rollout_id: uuid.UUID) -> HTMLResponse:
+    principal = _principal(request, session)
+    try:
+        row = rollouts.to_read(session, rollouts.get(session, rollout_id))
+    except BlkpilotError as error:
+        return _page(request, "error.html", principal, status=404, detail=error.detail)
+    return _page(request, "rollout.html", principal, rollout=row)
+
+
+@router.post("/rollouts/{rollout_id}/abort")
+def abort_rollout(
+    request: Request, session: SessionDep, rollout_id: uuid.UUID,
+    csrf: Annotated[str, Form()], reason: Annotated[str, Form()] = "",
+) -> Response:  # fmt: skip
+    principal = _act(request, session, csrf)
+    try:
+        rollouts.abort(session, principal, rollout_id, reason.strip() or "aborted in the dashboard")
+    except BlkpilotError as error:
+        raise ActionRefused(error.status_code, error.detail) from error
+    return RedirectResponse(f"/ui/rollouts/{rollout_id}?message=rolling back", status_code=303)
+
+
+@router.get("/models", response_class=HTMLResponse)
+def models_page(request: Request, session: SessionDep) -> HTMLResponse:
+    principal = _principal(request, session)
+    versions = recommendations.model_versions(session, run_id=None, limit=200, offset=0)
+    return _page(request, "models.html", principal, versions=versions)
