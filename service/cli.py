@@ -168,9 +168,13 @@ def demo(
     agent_state_dir: Annotated[Path | None, typer.Option(help="[default: DATA_DIR/agent]")] = None,
     agent_interval: Annotated[float, typer.Option(min=0.1, help="Seconds per window.")] = 2.0,
     agent_metrics_port: Annotated[int, typer.Option(help="The local agent's /metrics.")] = 9477,
+    tune_seconds: Annotated[
+        float, typer.Option(min=0, help="Seconds per benchmark run of the first tuning; 0: none.")
+    ] = 0.5,
 ) -> None:
     """The whole loop on one machine: embedded PostgreSQL, the service, two lab loop devices
-    and the local agent on them."""
+    and the local agent on them; then the stock schedulers benchmarked on them and the nightly
+    job's recommendations, all on the dashboard."""
     settings = _settings()
     from service.demo import run_demo
 
@@ -180,6 +184,7 @@ def demo(
         agent_state_dir=agent_state_dir,
         agent_interval=agent_interval,
         agent_metrics_port=agent_metrics_port,
+        tune_seconds=tune_seconds,
     )
 
 

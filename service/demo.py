@@ -7,6 +7,7 @@ uses the same public API an operator or agent would.
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import signal
@@ -122,6 +123,54 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
+DEMO_WORKLOADS = ("hs23-single-randread-4k-qd1", "hs23-single-randread-4k-qd16",
+                  "hs23-single-randwrite-4k-qd1", "hs23-single-randrw50-4k-qd1")  # fmt: skip
+DEMO_SCHEDULERS = ("none", "mq-deadline", "kyber", "bfq")
+
+
+def _tune(
+    base_url: str, admin_token: str, state_dir: Path, devices: dict[str, str], seconds: float,
+    log: Path, running: list[subprocess.Popen[bytes]], server: uvicorn.Server,
+) -> None:  # fmt: skip
+    """The loop's first turn on the lab devices: every stock scheduler benchmarked on a few
+    workloads (results reported as observations), then the nightly job (local Ray) trains and
+    recommends. The dashboard shows both."""
+    blkpilot_cli = str(Path(sys.executable).parent / "blkpilot")
+    steps = [
+        [blkpilot_cli, "bench", "sweep", "--state-dir", str(state_dir), "--device", device,
+         "--duration", str(seconds),
+         *[a for w in DEMO_WORKLOADS for a in ("--workload", w)],
+         *[a for s in DEMO_SCHEDULERS for a in ("--scheduler", s)]]
+        for _, device in sorted(devices.items())
+    ]  # fmt: skip
+    steps.append([blkpilot_cli, "nightly", "--max-canaries", "2"])
+    # the canaries the nightly job scheduled, run as any node runs them
+    steps.append([blkpilot_cli, "agent", "canaries", "--state-dir", str(state_dir), "--run",
+                  "--limit", "2", "--rounds", "3", "--round-seconds", str(seconds)])  # fmt: skip
+    print(f"blkpilot demo: benchmarking {len(DEMO_SCHEDULERS)} schedulers x"
+          f" {len(DEMO_WORKLOADS)} workloads on the lab devices, then the nightly job and its"
+          f" canaries (log {log})", flush=True)  # fmt: skip
+    for command in steps:
+        with log.open("ab") as output:
+            process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+            running.append(process)
+            code = process.wait()
+            running.remove(process)
+        if server.should_exit:
+            return
+        if code != 0:
+            print(f"blkpilot demo: {' '.join(command[1:3])} failed ({code}); see {log}",
+                  flush=True)  # fmt: skip
+            return
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    proposed = httpx.get(f"{base_url}/api/v1/recommendations", params={"status": "proposed"},
+                         headers=headers, timeout=30)  # fmt: skip
+    proposed.raise_for_status()
+    print(f"blkpilot demo: {len(proposed.json())} recommendation(s) on the dashboard:"
+          f" {base_url}/ui/", flush=True)  # fmt: skip
+    print("blkpilot demo recommendations ready", flush=True)
+
+
 def run_demo(
     settings: Settings,
     *,
@@ -129,7 +178,9 @@ def run_demo(
     agent_state_dir: Path | None,
     agent_interval: float = 2.0,
     agent_metrics_port: int = 9477,
+    tune_seconds: float = 0.5,
 ) -> None:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not every request the demo makes
     port = port or settings.port
     host = settings.host
     shown_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
@@ -184,6 +235,7 @@ def run_demo(
                         f"  API docs       {base_url}/docs   (OpenAPI: {base_url}/openapi.json)",
                         f"  health         {base_url}/healthz  {base_url}/readyz",
                         f"  metrics        {base_url}/metrics",
+                        f"  dashboard      {base_url}/ui/   (sign in with the admin token)",
                         f"  admin token    {token_path}",
                         f"  local node     {state.hostname} {verb} as {state.node_id}",
                         f"  lab devices    {lab_line}: loop devices on empty files",
@@ -201,7 +253,17 @@ def run_demo(
                 flush=True,
             )
 
-        threading.Thread(target=after_start, name="demo-enroll", daemon=True).start()
+        def after_start_then_tune() -> None:
+            after_start()
+            if failure or server.should_exit or tune_seconds <= 0:
+                return
+            try:
+                _tune(base_url, admin_token, state_dir, devices, tune_seconds,
+                      settings.data_dir / "tuning.log", agents, server)  # fmt: skip
+            except (OSError, httpx.HTTPError) as error:
+                print(f"blkpilot demo: tuning failed ({error}); see the tuning log", flush=True)
+
+        threading.Thread(target=after_start_then_tune, name="demo-enroll", daemon=True).start()
         try:
             server.run()
         finally:

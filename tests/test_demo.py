@@ -22,7 +22,7 @@ def _run_demo(
 ) -> tuple[subprocess.Popen[str], list[str], float]:
     process = subprocess.Popen(
         [BLKPILOT, "demo", "--port", str(port), "--agent-metrics-port", str(agent_port),
-         "--agent-interval", "0.5"],
+         "--agent-interval", "0.5", "--tune-seconds", "0"],
         env=clean_env(data_dir),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -241,7 +241,12 @@ def device_page(
         select(Observation).where(Observation.device_id == device_id)
         .order_by(Observation.finished_at.desc()).limit(5000)
     ).all())  # fmt: skip
-    benchmarks = _benchmarks([o for o in observations if o.kind == "benchmark"], workload)
+    latest = session.scalars(
+        select(Recommendation.workload_name).where(Recommendation.device_id == device_id)
+        .order_by(Recommendation.created_at.desc()).limit(1)
+    ).first()  # fmt: skip
+    benchmarks = _benchmarks([o for o in observations if o.kind == "benchmark"],
+                             workload or latest)  # fmt: skip
     canaries = [o for o in observations if o.kind == "canary"][:50]
     proposals = []
     for row in session.scalars(

@@ -1,0 +1,148 @@
+"""The dashboard in a real browser, on a real demo run: `blkpilot demo` benchmarks the stock
+schedulers on its lab loop devices and runs the nightly job; headless Chromium (Debian's, driven
+by Playwright) then signs in as an operator, goes from the fleet overview to a device, accepts
+its recommendation and sees the policy and the audit entry appear; signed in as a viewer it sees
+the actions disabled and is refused when it submits one anyway. Screenshots of each step go to
+.artifacts/dashboard/ (or BLKPILOT_ARTIFACTS_DIR)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.proc import BLKPILOT, clean_env, free_port, stop
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = Path(os.environ.get("BLKPILOT_ARTIFACTS_DIR", ROOT / ".artifacts")) / "dashboard"
+CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]  # fmt: skip
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+class Demo:
+    def __init__(self, data_dir: Path) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [BLKPILOT, "demo", "--port", str(self.port), "--agent-metrics-port",
+             str(free_port()), "--agent-interval", "1", "--tune-seconds", "0.3"],
+            env=clean_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        self.lines: list[str] = []
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip())
+            if line.strip() == "blkpilot demo recommendations ready":
+                break
+        else:
+            raise AssertionError("the demo ended before recommending:\n" + "\n".join(self.lines))
+        self.admin = (data_dir / "admin.token").read_text().strip()
+
+    def token(self, role: str) -> str:
+        response = httpx.post(f"{self.base}/api/v1/api-tokens",
+                              json={"name": f"{role}-{time.time_ns()}", "role": role},
+                              headers={"Authorization": f"Bearer {self.admin}"})  # fmt: skip
+        assert response.status_code == 201, response.text
+        return str(response.json()["token"])
+
+    def api(self, path: str, **params: Any) -> Any:
+        response = httpx.get(f"{self.base}/api/v1{path}", params=params,
+                             headers={"Authorization": f"Bearer {self.admin}"})  # fmt: skip
+        response.raise_for_status()
+        return response.json()
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    running = Demo(tmp_path_factory.mktemp("demo"))
+    yield running
+    assert stop(running.process, signal.SIGINT) == 0
+
+
+def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    chromium = shutil.which("chromium")
+    assert chromium is not None, "Debian's chromium package (make test installs it)"
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)
+    ARTIFACTS.mkdir(parents=True)
+    proposed = demo.api("/recommendations", status="proposed")
+    assert proposed, "the demo's nightly job proposed nothing"
+    operator, viewer = demo.token("operator"), demo.token("viewer")
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+
+        # signed out, the dashboard asks for a token
+        page.goto(f"{demo.base}/ui/")
+        expect(page).to_have_url(f"{demo.base}/ui/login?next=/ui/")
+        page.get_by_label("API token").fill(operator)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_test_id("who")).to_contain_text("operator")
+        table = page.get_by_test_id("recommendations")
+        expect(table).to_be_visible()
+        assert page.locator("figure.chart").count() >= 3  # class, scheduler, completion mode
+        page.screenshot(path=ARTIFACTS / "1-overview.png", full_page=True)
+
+        # to a device with a recommendation
+        table.get_by_role("link").first.click()
+        expect(page.get_by_test_id("recommendation").first).to_be_visible()
+        charts = page.get_by_test_id("benchmark-charts").locator("figure.chart")
+        assert charts.count() >= 3  # p50, p99, IOPS per configuration, from the sweep
+        expect(page.get_by_test_id("audit")).not_to_contain_text("policy.set")
+        device_url = page.url
+        device_id = device_url.rsplit("/", 1)[-1].split("?")[0]
+        page.screenshot(path=ARTIFACTS / "2-device.png", full_page=True)
+
+        # accept it: it becomes the device's policy, and the audit log says so
+        card = page.get_by_test_id("recommendation").first
+        card.get_by_label("reason to accept").fill("looks right on the lab device")
+        card.get_by_role("button", name="Accept").click()
+        expect(page.get_by_role("status")).to_contain_text("accepted")
+        expect(page.get_by_test_id("policy")).to_contain_text("v1")
+        expect(page.get_by_test_id("audit")).to_contain_text("policy.set")
+        expect(page.get_by_test_id("audit")).to_contain_text("looks right on the lab device")
+        page.screenshot(path=ARTIFACTS / "3-accepted.png", full_page=True)
+        policy = httpx.get(f"{demo.base}/api/v1/devices/{device_id}/policy",
+                           headers={"Authorization": f"Bearer {demo.admin}"}).json()  # fmt: skip
+        (accepted,) = demo.api("/recommendations", device_id=device_id, status="accepted")
+        assert policy["config"] == accepted["recommended_config"]
+        assert accepted["decided_by"].startswith("token:operator-")
+
+        # a viewer: the actions are disabled, and refused when submitted anyway
+        page.get_by_role("button", name="Sign out").click()
+        page.get_by_label("API token").fill(viewer)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_test_id("who")).to_contain_text("viewer")
+        others = demo.api("/recommendations", status="proposed")
+        assert others, "another device's recommendation is still open"
+        other = others[0]
+        page.goto(f"{demo.base}/ui/devices/{other['device_id']}")
+        expect(page.get_by_test_id("viewer-note").first).to_be_visible()
+        expect(page.get_by_role("button", name="Accept").first).to_be_disabled()
+        page.screenshot(path=ARTIFACTS / "4-viewer.png", full_page=True)
+        page.evaluate("document.querySelectorAll('button, input').forEach(e => e.disabled = false)")
+        page.get_by_role("button", name="Accept").first.click()
+        expect(page.get_by_test_id("refused")).to_contain_text("needs the operator role")
+        page.screenshot(path=ARTIFACTS / "5-viewer-refused.png", full_page=True)
+        browser.close()
+
+    still = demo.api(f"/recommendations/{other['id']}")
+    assert still["status"] == "proposed"  # nothing changed
+    response = httpx.get(f"{demo.base}/api/v1/devices/{other['device_id']}/policy",
+                         headers={"Authorization": f"Bearer {demo.admin}"})  # fmt: skip
+    assert response.status_code == 404
+    shots = sorted(p.name for p in ARTIFACTS.glob("*.png"))
+    assert shots == ["1-overview.png", "2-device.png", "3-accepted.png", "4-viewer.png",
+                     "5-viewer-refused.png"]  # fmt: skip
