@@ -58,7 +58,8 @@ def start(
     url: Url = DEFAULT_URL,
     token: Token = "",
 ) -> None:
-    """Start a rollout. Exit status with --wait: 0 succeeded, 1 rolled back or failed."""
+    """Start a rollout. Exit status with --wait: 0 succeeded, 1 rolled back or failed,
+    3 paused for an operator (an inconclusive canary)."""
     try:
         config = json.loads(config_file.read_text())
     except (OSError, ValueError) as error:
@@ -94,6 +95,9 @@ def _follow(url: str, token: str, rollout_id: str, every: float = 2.0) -> int:
             last = text
         if row["status"] in FINAL:
             return 0 if row["status"] == "succeeded" else 1
+        if row["status"] == "paused":
+            typer.echo("paused: it waits for an operator (blkpilot rollout resume|abort)")
+            return 3
         time.sleep(every)
 
 
@@ -127,7 +131,8 @@ def show(rollout_id: str, url: Url = DEFAULT_URL, token: Token = "") -> None:
 
 @app.command()
 def watch(rollout_id: str, url: Url = DEFAULT_URL, token: Token = "") -> None:
-    """Follow a rollout until it ends (exit 0 if it succeeded)."""
+    """Follow a rollout until it ends or pauses (exit 0 succeeded, 1 rolled back or failed,
+    3 paused)."""
     raise typer.Exit(code=_follow(url, token, rollout_id))
 
 

@@ -17,7 +17,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ class Fleet:
     service: ServiceProcess
     hosts: dict[str, Host]
     label: str
-    runs: list[str] = field(default_factory=list)
+    resumes: int = 0
 
     def start(self, **body: Any) -> Any:
         defaults = {
@@ -82,7 +82,14 @@ class Fleet:
         return self.service.api("POST", "/rollouts", json={**defaults, **body})
 
     def reset(self, scheduler: str, *tunables: str) -> None:
-        """Each test from a clean slate: no policies, every device on this scheduler."""
+        """Each test from a clean slate: no unfinished rollout, no policies, every device on
+        this scheduler."""
+        for row in self.service.api("GET", "/rollouts").json():
+            if row["status"] in ("running", "paused"):
+                self.service.api("POST", f"/rollouts/{row['id']}/abort",
+                                 json={"reason": "the next test"})  # fmt: skip
+            if row["status"] in ("running", "paused", "rolling_back"):
+                self.wait(row["id"], ("rolled_back", "failed"))
         for host in self.hosts.values():
             response = self.service.api("DELETE", f"/devices/{host.device_id}/policy",
                                         params={"reason": "next test"})  # fmt: skip
@@ -90,11 +97,20 @@ class Fleet:
             host.set_scheduler(scheduler, *tunables)
 
     def wait(self, rollout_id: str, until: tuple[str, ...], timeout: float = 400) -> Any:
+        """Until the rollout is in one of these states. A pause on an inconclusive canary is
+        met as an operator would meet it: resume, so the canary runs again (at most 3 times;
+        on this shared 2-core machine a p99 interval is sometimes too wide to decide)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             row = self.service.api("GET", f"/rollouts/{rollout_id}").json()
             if row["status"] in until:
                 return row
+            if row["status"] == "paused" and "inconclusive" in row["status_detail"]:
+                self.resumes += 1
+                assert self.resumes <= 3, row["status_detail"]
+                resumed = self.service.api("POST", f"/rollouts/{rollout_id}/resume",
+                                           json={"reason": "canary again"})  # fmt: skip
+                assert resumed.status_code == 200, resumed.text
             time.sleep(1)
         raise AssertionError(f"rollout still {row['status']}: {row['status_detail']}")
 
@@ -214,7 +230,7 @@ def test_a_staged_rollout_succeeds_and_can_be_rolled_back(fleet: Fleet) -> None:
     assert started.status_code == 201, started.text
     rollout = started.json()
     assert [s["hosts"] for s in rollout["stages"]] == [["node-a"], ["node-b", "node-c"]]
-    done = fleet.wait(rollout["id"], ("succeeded", "rolled_back", "failed", "paused"))
+    done = fleet.wait(rollout["id"], ("succeeded", "rolled_back", "failed"))
     assert done["status"] == "succeeded", done["status_detail"]
     assert [s["status"] for s in done["stages"]] == ["passed", "passed"]
     assert {t["status"] for t in done["targets"]} == {"passed"}
@@ -224,9 +240,9 @@ def test_a_staged_rollout_succeeds_and_can_be_rolled_back(fleet: Fleet) -> None:
         assert policy is not None
         assert policy["config"]["scheduler"] == "none"
         assert policy["set_by"] == f"rollout:{rollout['name']}"
-    outcomes = _audit(fleet, rollout["id"], "rollout.host")
-    assert sorted(e["after"]["host"] for e in outcomes) == sorted(HOSTS)
-    assert {e["after"]["result"] for e in outcomes} == {"pass"}
+    outcomes = _audit(fleet, rollout["id"], "rollout.host")  # newest first
+    last = {e["after"]["host"]: e["after"]["result"] for e in reversed(outcomes)}
+    assert last == dict.fromkeys(HOSTS, "pass")
     assert len(_audit(fleet, rollout["id"], "rollout.stage_passed")) == 2
     # each node's agent sent its canary's verdict and statistics to the service
     canaries = fleet.service.api("GET", "/observations", params={"kind": "canary"}).json()
@@ -266,10 +282,14 @@ def test_a_failing_canary_stops_the_rollout_and_rolls_back(fleet: Fleet, tmp_pat
          "--reason", "try mq-deadline", "--wait"],
         env=env, capture_output=True, text=True, check=False, timeout=600,
     )  # fmt: skip
-    assert cli.returncode == 1, cli.stdout + cli.stderr  # 1: it did not succeed
     rollout_id = cli.stdout.split()[0]
-    assert "rolled_back" in cli.stdout.splitlines()[-2]
-    done = fleet.service.api("GET", f"/rollouts/{rollout_id}").json()
+    if cli.returncode == 3:  # paused on an inconclusive canary: resume until it decides
+        done = fleet.wait(rollout_id, ("rolled_back", "failed", "succeeded"))
+    else:
+        assert cli.returncode == 1, cli.stdout + cli.stderr  # 1: it did not succeed
+        assert "rolled_back" in cli.stdout.splitlines()[-2]
+        done = fleet.service.api("GET", f"/rollouts/{rollout_id}").json()
+    assert done["status"] == "rolled_back", done["status_detail"]
     assert done["status"] == "rolled_back", done["status_detail"]
     assert "canary failed" in done["status_detail"]
     status = {t["hostname"]: t for t in done["targets"]}
@@ -312,7 +332,7 @@ def test_the_service_restarted_mid_rollout_finishes_it(fleet: Fleet) -> None:
     assert any(t["status"] == "changing" for t in row["targets"]), row
     assert fleet.service.stop() == 0  # SIGTERM: the worker cancels the playbook under way
     fleet.service.start()
-    done = fleet.wait(rollout_id, ("succeeded", "rolled_back", "failed", "paused"))
+    done = fleet.wait(rollout_id, ("succeeded", "rolled_back", "failed"))
     assert done["status"] == "succeeded", done["status_detail"]
     assert len(_audit(fleet, rollout_id, "rollout.recovered")) >= 1
     assert all(host.scheduler() == "none" for host in fleet.hosts.values())
@@ -368,9 +388,12 @@ def test_a_guardrail_breached_during_the_soak_rolls_back(fleet: Fleet, tmp_path:
     started = fleet.start(config={"scheduler": "none"}, soak_seconds=120)
     assert started.status_code == 201, started.text
     rollout_id = started.json()["id"]
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         row = fleet.service.api("GET", f"/rollouts/{rollout_id}").json()
+        if row["status"] == "paused" and "inconclusive" in row["status_detail"]:
+            fleet.wait(rollout_id, ("running",))  # resumes it: the canary runs again
+            continue
         if row["phase"] == "soak" or row["status"] != "running":
             break
         time.sleep(0.5)
