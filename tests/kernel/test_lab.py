@@ -43,10 +43,13 @@ def test_every_scheduler_ran_in_every_round(overhead: LabResult) -> None:
 def test_every_stock_scheduler_adds_latency_over_none(overhead: LabResult) -> None:
     """HotStorage '23: on a fast device every scheduler adds latency to 4 KB QD1 reads.
     Under TCG the numbers are inflated and short runs are noisy, so the finer order
-    (mq-deadline ≈ kyber < bfq) is left to bench/lab_overhead.py's longer runs."""
-    relative = overhead.summary["relative_to_none"]
+    (mq-deadline ≈ kyber < bfq) is left to bench/lab_overhead.py's longer runs. Compared
+    within each round (the rounds rotate the order), median over rounds: the ratio of means
+    over the whole run let one slow round of none hide a scheduler's cost (1.009 and 1.031
+    seen on this shared machine, where the long runs measure 1.10 to 1.31)."""
+    added = overhead.summary["added_over_none_per_round"]
     for scheduler in STOCK[1:]:
-        assert relative[scheduler] > 1.05, relative
+        assert added[scheduler] > 0.05, (added, overhead.summary["relative_to_none"])
 
 
 def test_fios_costs_less_than_bfq(overhead: LabResult) -> None:
