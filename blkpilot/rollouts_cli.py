@@ -9,21 +9,12 @@ from typing import Annotated, Any
 
 import typer
 
+from agent.cli import parse_labels
 from blkpilot.apiclient import DEFAULT_URL, Reason, Token, Url, api
 
 app = typer.Typer(help="Roll a configuration out to the fleet in stages, and back.",
                   no_args_is_help=True)  # fmt: skip
 FINAL = ("succeeded", "rolled_back", "failed")
-
-
-def _labels(values: list[str]) -> dict[str, str]:
-    labels = {}
-    for value in values:
-        key, sep, text = value.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"{value!r} is not key=value", param_hint="--label")
-        labels[key] = text
-    return labels
 
 
 def _summary(row: dict[str, Any]) -> str:
@@ -68,7 +59,7 @@ def start(
     if device_class:
         target["device_class"] = device_class
     if label:
-        target["node_labels"] = _labels(label)
+        target["node_labels"] = parse_labels(label)
     if device:
         target["device_ids"] = device
     body = {
