@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # QEMU boots under TC
 ROOT = Path(__file__).resolve().parents[2]
 
 
-ROUNDS = 5
+ROUNDS = 7  # rotated; a paired median over 5 was swung by host contention (CI: mq-deadline -11 %)
 
 
 @pytest.fixture(scope="module")
