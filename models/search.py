@@ -285,16 +285,26 @@ def recommend(
     # how far apart the model places the candidates, before the cell's own measurements pull
     # some of them in (0 when it cannot tell them apart: then a tenth, for what it cannot see)
     spread = float(np.std(mean)) or 0.1
-    # the cell's own measurements outweigh the model's prediction as they accumulate: n of
-    # them against CELL_PSEUDO_COUNT for the model (a model learns a cell from the others'
-    # data, and a handful of trees seldom bend to a few rows among hundreds)
-    for i, key in enumerate(keys):
-        n, observed = model.observed((device_id, workload.name, key))
-        if n:
-            blend = n / (n + CELL_PSEUDO_COUNT)
-            mean[i] += blend * (observed - mean[i])
-            members[:, i] += blend * (observed - members[:, i])
-            std[i] *= math.sqrt(1 - blend)
+    # what the model gets wrong about this device running this workload at all (the measured
+    # configurations' residuals, shrunk by the model's pseudo-count) is shared by every
+    # configuration: an untried one must not look better than the measured ones only because
+    # the model underestimates this device and workload as a whole
+    seen_cells = [(i, *model.observed((device_id, workload.name, key)))
+                  for i, key in enumerate(keys)]  # fmt: skip
+    seen_cells = [(i, n, observed) for i, n, observed in seen_cells if n]
+    measured_n = sum(n for _, n, _ in seen_cells)
+    offset = (sum(n * (observed - mean[i]) for i, n, observed in seen_cells)
+              / (measured_n + CELL_PSEUDO_COUNT))  # fmt: skip
+    mean += offset
+    members += offset
+    # then each cell's own measurements outweigh the model's prediction as they accumulate:
+    # n of them against CELL_PSEUDO_COUNT for the model (a model learns a cell from the
+    # others' data, and a handful of trees seldom bend to a few rows among hundreds)
+    for i, n, observed in seen_cells:
+        blend = n / (n + CELL_PSEUDO_COUNT)
+        mean[i] += blend * (observed - mean[i])
+        members[:, i] += blend * (observed - members[:, i])
+        std[i] *= math.sqrt(1 - blend)
     sign = 1.0 if model.higher_is_better else -1.0
     applicable = _priors(model, device, workload)
     # a prior moves its configuration by an effect of at least 5 % (or the spread between
@@ -314,15 +324,18 @@ def recommend(
     allowed = set(range(len(grid)))
     if guard is not None and current is not None:
         guard_model, limit = guard
-        g_mean, g_std = guard_model.predict(rows)
+        # each member's change from the current configuration, paired: what the members are
+        # all unsure of alike (how this device does this workload at all) cancels, and only
+        # their doubt about the difference makes a candidate look risky
+        g_members = guard_model.members(rows)
         here = keys.index(config_key(current))
-        base = g_mean[here]
+        change = g_members - g_members[:, [here]]
         g_sign = 1.0 if guard_model.higher_is_better else -1.0
         for i in range(len(grid)):
             if i == here:
                 continue  # the yardstick: staying put is always allowed
-            pessimistic = g_mean[i] - g_sign * g_std[i]
-            if g_sign * (pessimistic - base) < math.log(1 - limit):
+            pessimistic = change[:, i].mean() - g_sign * change[:, i].std()
+            if g_sign * pessimistic < math.log(1 - limit):
                 allowed.discard(i)
     order = sorted(allowed, key=lambda i: -utility[i])
     best = scored[order[0]]

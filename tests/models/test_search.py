@@ -158,3 +158,31 @@ def test_a_weighted_mix_trades_one_objective_against_another() -> None:
         search.MixModel.of(models, {Objective.P50: 0.0})
     with pytest.raises(ValueError, match="no model for iops"):
         search.MixModel.of(models, {Objective.IOPS: 1.0})
+
+
+def test_a_cold_device_keeps_what_it_runs_and_asks_for_a_canary() -> None:
+    """Only `none` was ever measured on this device, on four workloads whose latencies differ
+    eightfold, so the model cannot tell configurations apart. It must neither recommend an
+    untried scheduler because it underestimates this workload as a whole, nor let the p99
+    guardrail strike every alternative for an uncertainty they all share with the current
+    configuration: it keeps `none` and asks for a canary (the nightly test caught both)."""
+    virtual_row = {"name": "loop0", "device_class": "virtual", "rotational": False}
+    names = ["hs23-single-randread-4k-qd1", "hs23-single-randread-4k-qd16",
+             "hs23-single-randwrite-4k-qd1", "hs23-single-randrw50-4k-qd1"]  # fmt: skip
+    p50s = [22.0, 180.0, 30.0, 26.0]
+    now = datetime.now(UTC)
+    none = DeviceConfig(scheduler=Scheduler.NONE)
+    samples = [Sample(DEVICE_ID, virtual_row, library()[name], none,
+                      {"lat_p50_us": p50, "lat_p99_us": 3 * p50}, now)
+               for name, p50 in zip(names, p50s, strict=True)]  # fmt: skip
+    p50 = search.fit(samples, Objective.P50)
+    p99 = search.fit(samples, Objective.P99)
+    virtual = DeviceFacts(DeviceClass.VIRTUAL)
+    stock = [Scheduler.NONE, Scheduler.MQ_DEADLINE, Scheduler.KYBER, Scheduler.BFQ]
+    rec = search.recommend(p50, str(DEVICE_ID), virtual, library()[names[0]], stock,
+                           current=none, guard=(p99, 0.1))  # fmt: skip
+    assert rec.best.config == none
+    assert len(rec.ranked) == len(search.candidates(virtual, stock))  # the guard struck none
+    assert rec.next_canary is not None
+    assert rec.next_canary.config.scheduler is not Scheduler.NONE
+    assert rec.expected_gain >= 0.02
