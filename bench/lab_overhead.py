@@ -37,12 +37,18 @@ def main() -> int:
         **{f"{s}_mean_us": v for s, v in result.summary["mean_latency_us"].items()},
         **{f"{s}_vs_none": v for s, v in relative.items()},
         "added_over_none_per_round": result.summary["added_over_none_per_round"],
+        "fios_minus_mq_deadline": result.summary["fios_minus_mq_deadline"],
         "paper_hotstorage23_vs_none": {"mq-deadline": 1.069, "kyber": 1.073, "bfq": 1.199},
         "kernel_problems": len(result.kernel_problems),
         "rounds": args.rounds,
         "seconds": args.seconds,
         **provenance("lab_overhead.py"),
     }
+    paired = doc["fios_minus_mq_deadline"]
+    doc["fios_minus_mq_deadline_ci"] = (
+        f"{paired['mean']:+.4f} [{paired['low']:+.4f}, {paired['high']:+.4f}]"
+    )
+    doc["rounds_seconds"] = f"{args.rounds} × {args.seconds:g}"
     print(json.dumps(doc, indent=2))
     if not args.no_record:
         record(
@@ -50,7 +56,8 @@ def main() -> int:
             doc,
             {"none µs": "none_mean_us", "mq-deadline": "mq-deadline_vs_none",
              "kyber": "kyber_vs_none", "bfq": "bfq_vs_none", "fios": "fios_vs_none",
-             "kernel": "kernel"},
+             "fios − mq-deadline (95 % CI, of none)": "fios_minus_mq_deadline_ci",
+             "rounds × s": "rounds_seconds", "kernel": "kernel"},
         )  # fmt: skip
     added = result.summary["added_over_none_per_round"]
     ordered = relative["bfq"] > max(relative["mq-deadline"], relative["kyber"]) > 1.0

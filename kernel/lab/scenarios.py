@@ -4,12 +4,15 @@ results are read back on the host."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from scipy import stats
 
 from agent import calibrate
 from agent.bench import fio as fio_jobs
@@ -255,12 +258,38 @@ def summarize_overhead(runs: dict[str, dict[str, float]]) -> dict[str, Any]:
         )
         for s in schedulers
     }
-    return {
+    summary: dict[str, Any] = {
         "mean_latency_us": {s: round(v, 2) for s, v in mean.items()},
         "p50_latency_us": {s: round(v, 2) for s, v in p50.items()},
         "relative_to_none": {s: round(mean[s] / mean["none"], 3) for s in schedulers},
         # per round, each scheduler's added latency over none in that round; the median
         "added_over_none_per_round": {s: round(v, 3) for s, v in added.items()},
+    }
+    if {"fios", "mq-deadline"} <= set(schedulers) and len(rounds) >= 3:
+        differences = [
+            (runs[f"fios/{r}"]["lat_mean_us"] - runs[f"mq-deadline/{r}"]["lat_mean_us"])
+            / runs[f"none/{r}"]["lat_mean_us"]
+            for r in rounds
+        ]
+        summary["fios_minus_mq_deadline"] = paired_difference(differences)
+    return summary
+
+
+def paired_difference(differences: list[float], confidence: float = 0.95) -> dict[str, Any]:
+    """Mean of per-round differences (as fractions of that round's none) with Student's t
+    interval: the rounds pair the schedulers in time, so the host's drift between rounds
+    cancels out of each difference."""
+    n = len(differences)
+    mean = statistics.fmean(differences)
+    sem = statistics.stdev(differences) / math.sqrt(n)
+    half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * sem
+    return {
+        "rounds": n,
+        "mean": round(mean, 4),
+        "low": round(mean - half, 4),
+        "high": round(mean + half, 4),
+        "confidence": confidence,
+        "per_round": [round(d, 4) for d in differences],
     }
 
 
