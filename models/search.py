@@ -285,26 +285,30 @@ def recommend(
     # how far apart the model places the candidates, before the cell's own measurements pull
     # some of them in (0 when it cannot tell them apart: then a tenth, for what it cannot see)
     spread = float(np.std(mean)) or 0.1
-    # what the model gets wrong about this device running this workload at all (the measured
-    # configurations' residuals, shrunk by the model's pseudo-count) is shared by every
-    # configuration: an untried one must not look better than the measured ones only because
-    # the model underestimates this device and workload as a whole
-    seen_cells = [(i, *model.observed((device_id, workload.name, key)))
-                  for i, key in enumerate(keys)]  # fmt: skip
-    seen_cells = [(i, n, observed) for i, n, observed in seen_cells if n]
-    measured_n = sum(n for _, n, _ in seen_cells)
-    offset = (sum(n * (observed - mean[i]) for i, n, observed in seen_cells)
-              / (measured_n + CELL_PSEUDO_COUNT))  # fmt: skip
-    mean += offset
-    members += offset
-    # then each cell's own measurements outweigh the model's prediction as they accumulate:
-    # n of them against CELL_PSEUDO_COUNT for the model (a model learns a cell from the
-    # others' data, and a handful of trees seldom bend to a few rows among hundreds)
-    for i, n, observed in seen_cells:
-        blend = n / (n + CELL_PSEUDO_COUNT)
-        mean[i] += blend * (observed - mean[i])
-        members[:, i] += blend * (observed - members[:, i])
-        std[i] *= math.sqrt(1 - blend)
+    # each cell's own measurements outweigh the model's prediction as they accumulate: n of
+    # them against CELL_PSEUDO_COUNT for the model (a model learns a cell from the others'
+    # data, and a handful of trees seldom bend to a few rows among hundreds)
+    moved: list[tuple[int, float]] = []  # (observations, how far they moved the cell)
+    measured: set[int] = set()
+    for i, key in enumerate(keys):
+        n, observed = model.observed((device_id, workload.name, key))
+        if n:
+            blend = n / (n + CELL_PSEUDO_COUNT)
+            moved.append((n, blend * (observed - mean[i])))
+            measured.add(i)
+            mean[i] += blend * (observed - mean[i])
+            members[:, i] += blend * (observed - members[:, i])
+            std[i] *= math.sqrt(1 - blend)
+    # what moved the measured configurations is, on average, what the model gets wrong about
+    # this device running this workload at all: the untried ones move with them, or one
+    # would look better than what was measured only because the model underestimates the
+    # device and workload as a whole (and worse only because it overestimates them)
+    if moved:
+        offset = sum(n * shift for n, shift in moved) / sum(n for n, _ in moved)
+        for i in range(len(grid)):
+            if i not in measured:
+                mean[i] += offset
+                members[:, i] += offset
     sign = 1.0 if model.higher_is_better else -1.0
     applicable = _priors(model, device, workload)
     # a prior moves its configuration by an effect of at least 5 % (or the spread between
