@@ -48,7 +48,7 @@ def main() -> int:
     doc["fios_minus_mq_deadline_ci"] = (
         f"{paired['mean']:+.4f} [{paired['low']:+.4f}, {paired['high']:+.4f}]"
     )
-    doc["rounds_seconds"] = f"{args.rounds} × {args.seconds:g}"
+    doc["rounds_seconds"] = f"{args.rounds} x {args.seconds:g}"
     print(json.dumps(doc, indent=2))
     if not args.no_record:
         record(
@@ -56,8 +56,8 @@ def main() -> int:
             doc,
             {"none µs": "none_mean_us", "mq-deadline": "mq-deadline_vs_none",
              "kyber": "kyber_vs_none", "bfq": "bfq_vs_none", "fios": "fios_vs_none",
-             "fios − mq-deadline (95 % CI, of none)": "fios_minus_mq_deadline_ci",
-             "rounds × s": "rounds_seconds", "kernel": "kernel"},
+             "fios - mq-deadline (95 % CI, of none)": "fios_minus_mq_deadline_ci",
+             "rounds x s": "rounds_seconds", "kernel": "kernel"},
         )  # fmt: skip
     added = result.summary["added_over_none_per_round"]
     ordered = relative["bfq"] > max(relative["mq-deadline"], relative["kyber"]) > 1.0
