@@ -159,6 +159,9 @@ class CanaryResult:
     seconds: float = 0.0
     kept_candidate: bool = False
     notes: list[str] = field(default_factory=list)
+    # what the baseline arm ran, when that is certain (not on a device that can poll, whose
+    # completion mode the queue does not tell): its rounds are a measurement of it too
+    baseline: DeviceConfig | None = None
 
     def statistics(self) -> dict[str, float]:
         found: dict[str, float] = {"rounds": float(self.rounds), "alpha": self.alpha,
@@ -253,6 +256,7 @@ def _run_canary(
     run = workload.model_copy(update={"duration_s": round_seconds, "warmup_s": warmup_seconds})
     check_allowed(target, run)
     baseline_scheduler = applier.read(device, "scheduler")
+    baseline = applier.current(device) if applier.read(device, "io_poll") != "1" else None
     state = {"arm": "A"}
 
     def use(arm: str) -> None:
@@ -279,7 +283,14 @@ def _run_canary(
     keep = verdict is CanaryVerdict.PASS
     use("B" if keep else "A")
     result = CanaryResult(
-        verdict, per_metric, samples, rounds, alpha, time.monotonic() - started, keep
+        verdict,
+        per_metric,
+        samples,
+        rounds,
+        alpha,
+        time.monotonic() - started,
+        keep,
+        baseline=baseline,
     )
     now = applier.read(device, "scheduler")
     expected = candidate.scheduler.value if keep and candidate.scheduler else baseline_scheduler

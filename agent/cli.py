@@ -429,7 +429,7 @@ def canary(
 def _report_canary(
     directory: Path, device: str, spec: WorkloadSpec, candidate: DeviceConfig, result: CanaryResult
 ) -> None:
-    from agent.bench.report import canary_observation
+    from agent.bench.report import baseline_observation, canary_observation
     from agent.client import ServiceClient
     from agent.state import NodeState
 
@@ -445,6 +445,9 @@ def _report_canary(
             client.record_observation(
                 canary_observation(uuid.UUID(ids[device]), spec, candidate, result)
             )
+            baseline = baseline_observation(uuid.UUID(ids[device]), spec, result)
+            if baseline is not None:
+                client.record_observation(baseline)
         typer.echo("verdict and statistics sent to the service")
     except AgentError as error:
         typer.secho(f"verdict not sent to the service: {error}", err=True, fg=typer.colors.YELLOW)
@@ -465,7 +468,7 @@ def canaries(
     (the operator decides through the recommendations), and the canary is closed."""
     from agent.applier import Applier
     from agent.bench.energy import EnergyMeter
-    from agent.bench.report import canary_observation
+    from agent.bench.report import baseline_observation, canary_observation
     from agent.canary import run_canary
     from agent.client import ServiceClient
     from agent.power_sources import power_collectors
@@ -502,6 +505,9 @@ def canaries(
                 observation = client.record_observation(
                     canary_observation(uuid.UUID(item["device_id"]), spec, candidate, result)
                 )
+                baseline = baseline_observation(uuid.UUID(item["device_id"]), spec, result)
+                if baseline is not None:
+                    client.record_observation(baseline)
                 client.canary_done(uuid.UUID(item["id"]), uuid.UUID(observation["id"]))
                 typer.echo(f"  verdict {result.verdict.value}; {device} back to its"
                            " configuration; result recorded")  # fmt: skip

@@ -5,8 +5,10 @@ models learn from every other cell — other workloads on the same device, the s
 other devices — and the search recommends for the held-out cell from the device's current
 (kernel default) configuration. Then canaries: the search names the configuration most worth
 one, the canary "runs" (one measured repetition of that configuration on that cell, taken
-from the grid, a different repetition for each canary), its result joins the training data,
-and the search recommends again — until it names no canary or `max_canaries` were run.
+from the grid, a different repetition for each canary), its result joins the training data
+with a repetition of the configuration the device runs — the canary's baseline arm, which the
+agent records as well —, and the search recommends again, until it names no canary or
+`max_canaries` were run.
 
 The choice after k canaries is what blkpilot would keep: the best, by the search's estimate,
 of what is proven on that device — the configuration it runs and those a canary measured (a
@@ -194,6 +196,12 @@ def evaluate_cell(
         run = runs[tried % len(runs)]
         canaries.append(grid.sample(run, at=start + timedelta(seconds=k + 1)))
         names.append(canary_key)
+        # a canary's baseline rounds measure the configuration the device runs as well
+        # (the agent records them as a benchmark of it: agent.bench.report)
+        baseline = grid.repeats(device, workload, config_key(found.default))
+        if baseline:
+            at = start + timedelta(seconds=k + 1)
+            canaries.append(grid.sample(baseline[k % len(baseline)], at=at))
     baselines = {
         rule: regret(truth[config_key(config)], truth[oracle], higher)
         for rule, config in grid.baselines(device).items()

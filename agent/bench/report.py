@@ -41,3 +41,24 @@ def canary_observation(
         verdict=result.verdict,
         statistics=result.statistics(),
     )
+
+
+def baseline_observation(
+    device_id: uuid.UUID, workload: WorkloadSpec, result: CanaryResult
+) -> ObservationCreate | None:
+    """The canary's baseline rounds as a benchmark of the configuration the device ran: every
+    canary measures the current configuration as well as the candidate, and the model
+    learns both cells from it (None when what the baseline ran is not certain)."""
+    if result.baseline is None or not result.per_metric:
+        return None
+    finished = datetime.now(UTC)
+    return ObservationCreate(
+        device_id=device_id,
+        kind=ObservationKind.BENCHMARK,
+        tool=workload.tool,
+        workload=workload,
+        configuration=result.baseline,
+        metrics={s.metric: s.baseline_median for s in result.per_metric},
+        started_at=finished - timedelta(seconds=result.seconds),
+        finished_at=finished,
+    )

@@ -64,6 +64,16 @@ def test_nightly_schedules_and_the_agent_runs_a_canary(
     (observation,) = service.api("GET", "/observations", params={"kind": "canary"}).json()
     assert observation["verdict"] in ("pass", "fail", "inconclusive")
     assert observation["statistics"]["rounds"] == 3
+    # the baseline arm measured `none` as well: a benchmark of it, with the canary's medians
+    benchmarks = service.api("GET", "/observations", params={"kind": "benchmark"}).json()
+    assert len(benchmarks) == len(WORKLOADS) + 1
+    (baseline,) = [b for b in benchmarks
+                   if b["workload"]["name"] == observation["workload"]["name"]
+                   and b["finished_at"] >= observation["finished_at"]]  # fmt: skip
+    assert baseline["configuration"]["scheduler"] == "none"
+    assert baseline["metrics"]
+    for metric, value in baseline["metrics"].items():
+        assert value == pytest.approx(observation["statistics"][f"{metric}.baseline_median"])
     assert service.api("GET", f"/nodes/{node.node_id}/canaries").json() == []
     (closed,) = service.api("GET", "/canaries", params={"status": "done"}).json()
     again = service.api("POST", f"/canaries/{closed['id']}/done",
