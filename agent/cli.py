@@ -429,7 +429,7 @@ def canary(
 def _report_canary(
     directory: Path, device: str, spec: WorkloadSpec, candidate: DeviceConfig, result: CanaryResult
 ) -> None:
-    from agent.bench.report import baseline_observation, canary_observation
+    from agent.bench.report import canary_observations
     from agent.client import ServiceClient
     from agent.state import NodeState
 
@@ -442,10 +442,8 @@ def _report_canary(
                     f"not reported: the service does not know {device} yet (agent run reports it)"
                 )
                 return
-            client.record_observation(
-                canary_observation(uuid.UUID(ids[device]), spec, candidate, result)
-            )
-            baseline = baseline_observation(uuid.UUID(ids[device]), spec, result)
+            canary, baseline = canary_observations(uuid.UUID(ids[device]), spec, candidate, result)
+            client.record_observation(canary)
             if baseline is not None:
                 client.record_observation(baseline)
         typer.echo("verdict and statistics sent to the service")
@@ -468,7 +466,7 @@ def canaries(
     (the operator decides through the recommendations), and the canary is closed."""
     from agent.applier import Applier
     from agent.bench.energy import EnergyMeter
-    from agent.bench.report import baseline_observation, canary_observation
+    from agent.bench.report import canary_observations
     from agent.canary import run_canary
     from agent.client import ServiceClient
     from agent.power_sources import power_collectors
@@ -502,10 +500,10 @@ def canaries(
                 )  # fmt: skip
                 if result.kept_candidate:
                     applier.rollback(device)  # a measurement, not a change
-                observation = client.record_observation(
-                    canary_observation(uuid.UUID(item["device_id"]), spec, candidate, result)
+                canary, baseline = canary_observations(
+                    uuid.UUID(item["device_id"]), spec, candidate, result
                 )
-                baseline = baseline_observation(uuid.UUID(item["device_id"]), spec, result)
+                observation = client.record_observation(canary)
                 if baseline is not None:
                     client.record_observation(baseline)
                 client.canary_done(uuid.UUID(item["id"]), uuid.UUID(observation["id"]))

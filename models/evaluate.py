@@ -194,13 +194,13 @@ def evaluate_cell(
             raise ValueError(f"the grid did not measure {canary_key} on {device} / {workload}")
         tried = sum(1 for name in names if name == canary_key)
         run = runs[tried % len(runs)]
-        canaries.append(grid.sample(run, at=start + timedelta(seconds=k + 1)))
+        at = start + timedelta(seconds=k + 1)
+        canaries.append(grid.sample(run, at=at))
         names.append(canary_key)
         # a canary's baseline rounds measure the configuration the device runs as well
         # (the agent records them as a benchmark of it: agent.bench.report)
         baseline = grid.repeats(device, workload, config_key(found.default))
         if baseline:
-            at = start + timedelta(seconds=k + 1)
             canaries.append(grid.sample(baseline[k % len(baseline)], at=at))
     baselines = {
         rule: regret(truth[config_key(config)], truth[oracle], higher)

@@ -25,40 +25,35 @@ def benchmark_observation(
     )
 
 
-def canary_observation(
+def canary_observations(
     device_id: uuid.UUID, workload: WorkloadSpec, candidate: DeviceConfig, result: CanaryResult
-) -> ObservationCreate:
+) -> tuple[ObservationCreate, ObservationCreate | None]:
+    """The canary (the candidate's medians, the verdict and every statistic) and its baseline
+    rounds as a benchmark of the configuration the device ran: every canary measures that
+    as well, and the model learns both cells from it (None when what the baseline ran is
+    not certain)."""
     finished = datetime.now(UTC)
-    return ObservationCreate(
-        device_id=device_id,
+    common = {
+        "device_id": device_id,
+        "tool": workload.tool,
+        "workload": workload,
+        "started_at": finished - timedelta(seconds=result.seconds),
+        "finished_at": finished,
+    }
+    canary = ObservationCreate(
+        **common,
         kind=ObservationKind.CANARY,
-        tool=workload.tool,
-        workload=workload,
         configuration=candidate,
         metrics={s.metric: s.candidate_median for s in result.per_metric},
-        started_at=finished - timedelta(seconds=result.seconds),
-        finished_at=finished,
         verdict=result.verdict,
         statistics=result.statistics(),
     )
-
-
-def baseline_observation(
-    device_id: uuid.UUID, workload: WorkloadSpec, result: CanaryResult
-) -> ObservationCreate | None:
-    """The canary's baseline rounds as a benchmark of the configuration the device ran: every
-    canary measures the current configuration as well as the candidate, and the model
-    learns both cells from it (None when what the baseline ran is not certain)."""
     if result.baseline is None or not result.per_metric:
-        return None
-    finished = datetime.now(UTC)
-    return ObservationCreate(
-        device_id=device_id,
+        return canary, None
+    baseline = ObservationCreate(
+        **common,
         kind=ObservationKind.BENCHMARK,
-        tool=workload.tool,
-        workload=workload,
         configuration=result.baseline,
         metrics={s.metric: s.baseline_median for s in result.per_metric},
-        started_at=finished - timedelta(seconds=result.seconds),
-        finished_at=finished,
     )
+    return canary, baseline
