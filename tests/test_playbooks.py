@@ -2,7 +2,7 @@
 the inventory plugin's documentation is valid. The playbooks' behaviour is tested where it can
 run here: tests/test_rollouts.py (rollout.yml, rollback.yml, the plugin) and
 tests/agent/test_agent_role.py (agent.yml). fios.yml needs a Debian 6.1 kernel with its headers;
-this machine's kernel is not one, so only its syntax is checked here."""
+this machine's kernel is not one: tests/kernel/test_fios_dkms.py builds it for the lab's kernel."""
 
 from __future__ import annotations
 
