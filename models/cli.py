@@ -150,9 +150,9 @@ recommendations_app = typer.Typer(
 
 def _key(config: dict[str, object] | None) -> str:
     from agent.wire import DeviceConfig
-    from models.features import config_key
+    from models.features import config_label
 
-    return config_key(DeviceConfig.model_validate(config)) if config else "-"
+    return config_label(DeviceConfig.model_validate(config)) if config else "-"
 
 
 @recommendations_app.command("list")

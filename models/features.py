@@ -134,5 +134,25 @@ def config_key(config: DeviceConfig) -> str:
     return f"{scheduler}[{tunables}]/{completion}"
 
 
+COMPLETION_LABELS = {
+    CompletionMode.INTERRUPT: "",
+    CompletionMode.CLASSIC_POLL: " with classic polling",
+    CompletionMode.HYBRID_POLL: " with hybrid polling",
+}
+
+
+def config_label(config: DeviceConfig) -> str:
+    """A configuration as an operator reads it: `mq-deadline (fifo_batch=8, read_expire=100)
+    with classic polling`; interrupt completion, the default, goes unsaid."""
+    scheduler = (config.scheduler or Scheduler.NONE).value
+    tunables = ", ".join(f"{k}={v}" for k, v in sorted(config.scheduler_tunables.items())
+                         if not k.startswith("cost_"))  # fmt: skip
+    queue = {"nr_requests": config.nr_requests, "read_ahead_kb": config.read_ahead_kb}
+    limits = ", ".join(f"{name}={value}" for name, value in queue.items() if value is not None)
+    text = scheduler + (f" ({tunables})" if tunables else "")
+    text += f"; {limits}" if limits else ""
+    return text + COMPLETION_LABELS[config.completion or CompletionMode.INTERRUPT]
+
+
 def row(device: DeviceFacts, workload: WorkloadSpec, config: DeviceConfig) -> Features:
     return {**device_features(device), **workload_features(workload), **config_features(config)}

@@ -27,7 +27,7 @@ from sklearn.feature_extraction import DictVectorizer
 from agent.wire import CompletionMode, DeviceConfig, Scheduler, WorkloadSpec
 from models.dataset import OBJECTIVE_METRIC, Sample, facts_for
 from models.estimator import BootstrapRegressor
-from models.features import DeviceFacts, config_key, row, workload_features
+from models.features import DeviceFacts, config_key, config_label, row, workload_features
 from models.priors import Objective, Prior, priors_for
 
 PRIOR_EFFECT = math.log(1.05)
@@ -232,12 +232,12 @@ class Recommendation:
     def reason(self) -> str:
         best = self.best
         parts = [
-            f"{config_key(best.config)} is predicted best for {self.objective}"
+            f"{config_label(best.config)} is predicted best for {self.objective}"
             f" ({best.predicted:.4g}, 80 % interval {best.low:.4g}-{best.high:.4g})"
         ]
         if self.current is not None and self.current.config != best.config:
             change = best.predicted / self.current.predicted - 1 if self.current.predicted else 0
-            parts.append(f"{change:+.1%} against the current {config_key(self.current.config)}")
+            parts.append(f"{change:+.1%} against the current {config_label(self.current.config)}")
         parts.append(f"from {best.observations} observations of this cell")
         for prior in best.priors:
             parts.append(f"{'against' if prior.avoid else 'with'} the prior '{prior.reason}'"

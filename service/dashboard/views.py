@@ -21,7 +21,7 @@ from sqlalchemy import select
 
 from agent.wire import DeviceConfig
 from models.dataset import OBJECTIVE_METRIC
-from models.features import config_key
+from models.features import config_label
 from service.audit import service as audit
 from service.dashboard import charts
 from service.deps import SessionDep, principal_for_token
@@ -135,7 +135,7 @@ def logout() -> Response:
 
 
 def _key(config: dict[str, Any] | None) -> str:
-    return config_key(DeviceConfig.model_validate(config)) if config else "—"
+    return config_label(DeviceConfig.model_validate(config)) if config else "—"
 
 
 def _completion(policy: Policy | None) -> str:
