@@ -168,6 +168,9 @@ def run(
     device: Devices = [],  # noqa: B006
     interval: Annotated[float | None, typer.Option(help="Seconds per telemetry window.")] = None,
     push_interval: Annotated[float | None, typer.Option(help="Seconds between sends.")] = None,
+    policy_interval: Annotated[
+        float | None, typer.Option(help="Seconds between fetching policies and checking drift.")
+    ] = None,
     metrics_port: Annotated[int | None, typer.Option(help="0 turns the exporter off.")] = None,
     offline: Annotated[bool, typer.Option(help="Collect and spool without a service.")] = False,
 ) -> None:
@@ -187,7 +190,8 @@ def run(
     )
     cfg = _load_config(config)
     overrides = {
-        "interval_s": interval, "push_interval_s": push_interval, "metrics_port": metrics_port,
+        "interval_s": interval, "push_interval_s": push_interval,
+        "policy_interval_s": policy_interval, "metrics_port": metrics_port,
         "devices": list(device) or None,
     }  # fmt: skip
     cfg = cfg.model_copy(update={k: v for k, v in overrides.items() if v is not None})

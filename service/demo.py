@@ -105,7 +105,8 @@ def _start_agent(
             [
                 str(Path(sys.executable).parent / "blkpilot"), "agent", "run",
                 "--state-dir", str(state_dir), "--interval", str(interval),
-                "--push-interval", str(interval * 2), "--metrics-port", str(metrics_port),
+                "--push-interval", str(interval * 2), "--policy-interval", str(interval * 2),
+                "--metrics-port", str(metrics_port),
                 *[arg for device in devices for arg in ("--device", device)],
             ],
             stdout=output,
@@ -126,16 +127,39 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 DEMO_WORKLOADS = ("hs23-single-randread-4k-qd1", "hs23-single-randread-4k-qd16",
                   "hs23-single-randwrite-4k-qd1", "hs23-single-randrw50-4k-qd1")  # fmt: skip
 DEMO_SCHEDULERS = ("none", "mq-deadline", "kyber", "bfq")
+START_ON = {"disk": "bfq"}  # lab device -> the scheduler it starts on (the others: the kernel's)
+
+
+def _await_inventory(
+    base_url: str, admin_token: str, state_dir: Path, names: set[str], since: datetime,
+    server: uvicorn.Server,
+) -> None:  # fmt: skip
+    """Until the agent has reported the lab devices as they start: the benchmarks change their
+    schedulers, and a first inventory taken in the middle would record a passing state."""
+    node_id = NodeState.load(state_dir).node_id
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not server.should_exit:
+        response = httpx.get(f"{base_url}/api/v1/nodes/{node_id}/devices", headers=headers,
+                             timeout=10)  # fmt: skip
+        response.raise_for_status()
+        seen = {device["name"] for device in response.json()
+                if datetime.fromisoformat(device["last_seen_at"]) >= since}  # fmt: skip
+        if names <= seen:
+            return
+        time.sleep(0.2)
+    raise httpx.HTTPError(f"the local agent did not report {sorted(names)} within 60 s")
 
 
 def _tune(
     base_url: str, admin_token: str, state_dir: Path, devices: dict[str, str], seconds: float,
-    log: Path, running: list[subprocess.Popen[bytes]], server: uvicorn.Server,
+    log: Path, running: list[subprocess.Popen[bytes]], server: uvicorn.Server, since: datetime,
 ) -> None:  # fmt: skip
     """The loop's first turn on the lab devices: every stock scheduler benchmarked on a few
     workloads (results reported as observations), then the nightly job (local Ray) trains and
     recommends. The dashboard shows both."""
     blkpilot_cli = str(Path(sys.executable).parent / "blkpilot")
+    _await_inventory(base_url, admin_token, state_dir, set(devices.values()), since, server)
     steps = [
         [blkpilot_cli, "bench", "sweep", "--state-dir", str(state_dir), "--device", device,
          "--duration", str(seconds),
@@ -200,6 +224,11 @@ def run_demo(
         lab_devices(lab) as devices,
         open_database(settings) as database,
     ):
+        # the disk-backed device starts where a common udev rule puts a rotational device: on
+        # bfq, set as udev would set it (not by blkpilot, which has nothing to undo). Whether
+        # that is right here is for the measurements and the nightly job to say.
+        for kind, scheduler in START_ON.items():
+            (Path("/sys/block") / devices[kind] / "queue" / "scheduler").write_text(scheduler)
         admin_token, token_path = _fresh_admin_token(database, settings.data_dir)
         app = create_app(settings, database)
         server = uvicorn.Server(
@@ -238,7 +267,9 @@ def run_demo(
                         f"  dashboard      {base_url}/ui/   (sign in with the admin token)",
                         f"  admin token    {token_path}",
                         f"  local node     {state.hostname} {verb} as {state.node_id}",
-                        f"  lab devices    {lab_line}: loop devices on empty files",
+                        f"  lab devices    {lab_line}: loop devices on empty files;"
+                        f" {devices['disk']} starts on {START_ON['disk']} (a common udev rule's"
+                        " choice for rotational devices)",
                         f"  local agent    every {agent_interval:g} s; metrics on"
                         f" http://127.0.0.1:{agent_metrics_port}/metrics;"
                         f" log {settings.data_dir / 'agent.log'}",
@@ -254,12 +285,13 @@ def run_demo(
             )
 
         def after_start_then_tune() -> None:
+            started = datetime.now(UTC)
             after_start()
             if failure or server.should_exit or tune_seconds <= 0:
                 return
             try:
                 _tune(base_url, admin_token, state_dir, devices, tune_seconds,
-                      settings.data_dir / "tuning.log", agents, server)  # fmt: skip
+                      settings.data_dir / "tuning.log", agents, server, started)  # fmt: skip
             except (OSError, httpx.HTTPError) as error:
                 print(f"blkpilot demo: tuning failed ({error}); see the tuning log", flush=True)
 

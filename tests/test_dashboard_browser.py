@@ -8,6 +8,7 @@ the actions disabled and is refused when it submits one anyway. Screenshots of e
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -95,8 +96,19 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
         assert page.locator("figure.chart").count() >= 3  # class, scheduler, completion mode
         page.screenshot(path=ARTIFACTS / "1-overview.png", full_page=True)
 
-        # to a device with a recommendation
-        table.get_by_role("link").first.click()
+        # the largest recommended change first: the disk-backed device the demo started on bfq
+        first = table.locator("tr").nth(1)
+        on_bfq = re.compile(r"^bfq\b")  # with its tunables
+        expect(first.locator("td.config").first).to_have_text(on_bfq)
+        expect(first.locator("td.config").nth(1)).not_to_have_text(on_bfq)
+        gain = first.get_by_test_id("gain").locator("span").first
+        expect(gain).to_have_class("better")  # lower latency or more IOPS: a gain, in green
+        expect(gain).to_contain_text("+")
+        expect(page.get_by_test_id("keeps")).to_be_attached()  # the rest keep what they run
+
+        # to that device
+        first.get_by_role("link").click()
+        expect(page.get_by_test_id("current-scheduler")).to_have_text("bfq")
         expect(page.get_by_test_id("recommendation").first).to_be_visible()
         charts = page.get_by_test_id("benchmark-charts").locator("figure.chart")
         assert charts.count() >= 3  # p50, p99, IOPS per configuration, from the sweep
@@ -113,12 +125,26 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
         expect(page.get_by_test_id("policy")).to_contain_text("v1")
         expect(page.get_by_test_id("audit")).to_contain_text("policy.set")
         expect(page.get_by_test_id("audit")).to_contain_text("looks right on the lab device")
-        page.screenshot(path=ARTIFACTS / "3-accepted.png", full_page=True)
         policy = httpx.get(f"{demo.base}/api/v1/devices/{device_id}/policy",
                            headers={"Authorization": f"Bearer {demo.admin}"}).json()  # fmt: skip
         (accepted,) = demo.api("/recommendations", device_id=device_id, status="accepted")
         assert policy["config"] == accepted["recommended_config"]
         assert accepted["decided_by"].startswith("token:operator-")
+        # the node's agent applies it to the device, and the page shows it applied
+        wanted = accepted["recommended_config"]["scheduler"]
+        assert wanted != "bfq"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            page.reload()
+            if page.get_by_test_id("current-scheduler").inner_text() == wanted:
+                break
+            time.sleep(1)
+        expect(page.get_by_test_id("current-scheduler")).to_have_text(wanted)
+        expect(page.get_by_test_id("policy").locator(".pill")).to_have_text("applied")
+        device_name = demo.api(f"/devices/{device_id}")["name"]
+        sysfs = Path(f"/sys/block/{device_name}/queue/scheduler").read_text()
+        assert f"[{wanted}]" in sysfs  # really on the device, not only on the page
+        page.screenshot(path=ARTIFACTS / "3-accepted.png", full_page=True)
 
         # a viewer: the actions are disabled, and refused when submitted anyway
         page.get_by_role("button", name="Sign out").click()

@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 from markupsafe import Markup
+from matplotlib.ticker import MaxNLocator
 
 plt.rcParams.update({
     "font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
@@ -34,8 +35,10 @@ def _svg(figure: Any, title: str) -> Markup:
 def bars(
     title: str, labels: Sequence[str], values: Sequence[float], unit: str, *,
     errors: Sequence[tuple[float, float]] | None = None, highlight: str | None = None,
+    counts: bool = False,
 ) -> Markup:  # fmt: skip
-    """Horizontal bars, one per label (a configuration, a scheduler …)."""
+    """Horizontal bars, one per label (a configuration, a scheduler …); counts: whole-number
+    ticks (devices, not 0.25 of one)."""
     height = 0.9 + 0.28 * len(labels)
     figure, axes = plt.subplots(figsize=(6.4, height))
     colours = [COLOURS[1] if label == highlight else COLOURS[0] for label in labels]
@@ -47,6 +50,8 @@ def bars(
     axes.set_yticks(range(len(labels)), labels)
     axes.invert_yaxis()
     axes.set_xlabel(unit)
+    if counts:
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_title(title, loc="left")
     return _svg(figure, title)
 

@@ -160,25 +160,30 @@ def overview(request: Request, session: SessionDep) -> HTMLResponse:
         session, device_id=None, status="proposed", objective=None, limit=200, offset=0
     )
     names = {device.id: f"{host}/{device.name}" for device, host, _ in rows}
-    proposals = []
+    changes: list[dict[str, Any]] = []
+    keeps: list[dict[str, Any]] = []
     for row in pending:
         read = recommendations.to_read(row)
-        prediction = read.predictions.get(row.objective)
-        proposals.append({"row": read, "device": names.get(row.device_id, str(row.device_id)),
-                          "current": _key(row.current_config),
-                          "recommended": _key(row.recommended_config),
-                          "prediction": prediction})  # fmt: skip
+        proposal = {"row": read, "device": names.get(row.device_id, str(row.device_id)),
+                    "current": _key(row.current_config),
+                    "recommended": _key(row.recommended_config),
+                    "prediction": read.predictions.get(row.objective)}  # fmt: skip
+        (changes if proposal["current"] != proposal["recommended"] else keeps).append(proposal)
+    # the largest predicted gain first: what an operator should look at
+    changes.sort(key=lambda p: -(p["prediction"].gain if p["prediction"] else 0.0))
     active = [r for r in rollouts.list_rollouts(session, status=None, limit=20, offset=0)]
     charts_ = {
         "classes": charts.bars("Devices by class", list(classes), list(classes.values()),
-                               "devices") if classes else None,
+                               "devices", counts=True) if classes else None,
         "schedulers": charts.bars("Current scheduler", list(schedulers),
-                                  list(schedulers.values()), "devices") if schedulers else None,
+                                  list(schedulers.values()), "devices", counts=True)
+        if schedulers else None,
         "completions": charts.bars("Completion mode", list(completions),
-                                   list(completions.values()), "devices") if completions else None,
+                                   list(completions.values()), "devices", counts=True)
+        if completions else None,
     }  # fmt: skip
-    return _page(request, "overview.html", principal, devices=rows, proposals=proposals,
-                 rollouts=active, charts=charts_, classes=classes)  # fmt: skip
+    return _page(request, "overview.html", principal, devices=rows, proposals=changes,
+                 keeps=keeps, rollouts=active, charts=charts_, classes=classes)  # fmt: skip
 
 
 def _benchmarks(observations: list[Observation], workload: str | None) -> dict[str, Any]:
@@ -254,13 +259,14 @@ def device_page(
         .order_by(Recommendation.created_at.desc()).limit(10)
     ):  # fmt: skip
         read = recommendations.to_read(row)
+        current, recommended = _key(row.current_config), _key(row.recommended_config)
         ordered = sorted(read.predictions.items(), key=lambda kv: kv[0] != row.objective)
         figure = charts.changes(
-            f"{row.objective}: {_key(row.current_config)} → {_key(row.recommended_config)}",
-            [(name, p.change, p.change_low, p.change_high) for name, p in ordered],
-        ) if read.predictions else None  # fmt: skip
-        proposals.append({"row": read, "chart": figure, "current": _key(row.current_config),
-                          "recommended": _key(row.recommended_config),
+            f"{row.objective}: {current} → {recommended}",
+            [(name, p.gain, p.gain_low, p.gain_high) for name, p in ordered],
+        ) if read.predictions and current != recommended else None  # fmt: skip
+        proposals.append({"row": read, "chart": figure, "current": current,
+                          "recommended": recommended,
                           "metric": OBJECTIVE_METRIC.get(row.objective)})  # type: ignore[call-overload]  # fmt: skip
     events = audit.list_events(session, target_type="device", target_id=str(device_id), limit=50)
     return _page(request, "device.html", principal, device=device, node=node, policy=policy,

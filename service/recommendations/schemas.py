@@ -4,7 +4,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from agent.wire import CanaryDone, DeviceConfig, InputModel, WorkloadSpec
 
@@ -24,6 +24,23 @@ class Prediction(BaseModel):
     change_low: float
     change_high: float
     higher_is_better: bool
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def gain(self) -> float:
+        """The improvement: the change where higher is better, its negative where lower is
+        (latency 20 % lower: gain +0.2)."""
+        return self.change if self.higher_is_better else -self.change
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def gain_low(self) -> float:
+        return self.change_low if self.higher_is_better else -self.change_high
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def gain_high(self) -> float:
+        return self.change_high if self.higher_is_better else -self.change_low
 
 
 class RecommendationRead(BaseModel):
