@@ -3,16 +3,22 @@ recommendation flow on a demo run): sign-in, rollouts with abort, models, CSRF a
 
 from __future__ import annotations
 
+import re
 import uuid
+from datetime import UTC, datetime, timedelta
 
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from agent.wire import CanaryVerdict, IOPattern, ObservationCreate, ObservationKind, Scheduler
+from service.observations import service as observations
 from service.rollouts import service as rollouts
 from service.rollouts.schemas import RolloutCreate
 from service.security import Principal, Role
 from service.tables import ModelVersion, Rollout
 from tests.factories import create_api_token, create_node, device_inventory, report_inventory
+from tests.models.runs import STOCK_DEFAULTS as CONFIGS
+from tests.models.runs import fio_workload
 
 
 def _sign_in(client: TestClient, token: str) -> None:
@@ -99,3 +105,52 @@ def test_models_page_shows_versions_and_scores(client: TestClient, session: Sess
     assert "p99_latency" in page.text
     assert "0.0731" in page.text
     assert "0.912" in page.text
+
+
+def test_device_page_plots_every_measured_metric_and_the_canary_history(
+    client: TestClient, session: Session
+) -> None:
+    """Benchmarks per configuration as plots for each metric measured (latency percentiles,
+    IOPS, bytes per joule, fairness), and the canary with its statistics. Power needs RAPL or
+    IPMI, which this machine lacks: the figures here stand in for a node that has them."""
+    node, _ = create_node(session, hostname=f"ui-{uuid.uuid4().hex[:8]}")
+    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    operator = Principal(name="op", role=Role.OPERATOR)
+    workload = fio_workload("mixed", IOPattern.RANDRW, 4)
+    started = datetime.now(UTC) - timedelta(minutes=5)
+    measured = {
+        Scheduler.NONE: {"lat_p50_us": 80.0, "lat_p99_us": 900.0, "iops": 41_000.0,
+                         "bytes_per_joule": 2.1e7, "worst_slowdown_over_proportional": 4.2},
+        Scheduler.BFQ: {"lat_p50_us": 95.0, "lat_p99_us": 400.0, "iops": 30_000.0,
+                        "bytes_per_joule": 1.6e7, "worst_slowdown_over_proportional": 1.3},
+    }  # fmt: skip
+    for scheduler, metrics in measured.items():
+        observations.record(session, operator, ObservationCreate(
+            device_id=device.id, kind=ObservationKind.BENCHMARK, tool="fio", workload=workload,
+            configuration=CONFIGS[scheduler], metrics=metrics, started_at=started,
+            finished_at=started + timedelta(seconds=30),
+        ))  # fmt: skip
+    observations.record(session, operator, ObservationCreate(
+        device_id=device.id, kind=ObservationKind.CANARY, tool="fio", workload=workload,
+        configuration=CONFIGS[Scheduler.BFQ], metrics=measured[Scheduler.BFQ],
+        started_at=started, finished_at=started + timedelta(minutes=2),
+        verdict=CanaryVerdict.PASS,
+        statistics={"rounds": 8, "lat_p99_us.relative_shift": -0.55, "lat_p99_us.p_value": 0.004},
+    ))  # fmt: skip
+    viewer = create_api_token(session, role=Role.VIEWER)
+    session.commit()
+    _sign_in(client, viewer)
+    page = client.get(f"/ui/devices/{device.id}")
+    assert page.status_code == 200
+    charts = page.text.split('data-testid="benchmark-charts"')[1].split("</div>\n<table>")[0]
+    titles = re.findall(r'<figure class="chart" role="img" aria-label="([^"]+)"', charts)
+    assert [t.split(" — ")[0] for t in titles] == [
+        "p50 latency", "p99 latency", "IOPS", "bytes per joule",
+        "fairness: worst slowdown over proportional",
+    ]  # fmt: skip
+    assert "2.1e+07" in page.text  # bytes per joule in the table, per configuration
+    assert "bfq (low_latency=1, slice_idle_us=8000)" in page.text
+    history = page.text.split('data-testid="canaries"')[1].split("</table>")[0]
+    assert '<span class="pill pass">pass</span>' in history
+    assert "-55.0 %" in history
+    assert "p=0.004" in history
