@@ -172,6 +172,18 @@ class Applier:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
+    def busy(self, device: str) -> bool:
+        """Whether a canary, a sweep or an apply holds the device now (without waiting)."""
+        locks = self.state_dir / "locks"
+        locks.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with (locks / f"{device}.lock").open("w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            return False
+
     # --- snapshots and the journal -----------------------------------------------------------
 
     def snapshot(self, device: str, attributes: list[str]) -> Values:

@@ -107,6 +107,12 @@ def _identity(paths: HostPaths, name: str, transport: Transport) -> tuple[str, s
     return model, serial, wwid
 
 
+def queue_configuration(queue: Path) -> tuple[Scheduler | None, dict[str, int]]:
+    """The scheduler a queue runs and that scheduler's tunables, as the inventory reports them."""
+    _, current = parse_scheduler(read_text(queue / "scheduler") or "")
+    return KNOWN_SCHEDULERS.get(current or ""), _tunables(queue)
+
+
 def _tunables(queue: Path) -> dict[str, int]:
     found: dict[str, int] = {}
     try:
@@ -140,7 +146,8 @@ def describe(
     sys_path = Path(os.path.realpath(base))
     transport = transport_of(name, sys_path, paths)
     model, serial, wwid = _identity(paths, name, transport)
-    listed, current = parse_scheduler(read_text(queue / "scheduler") or "")
+    listed, _ = parse_scheduler(read_text(queue / "scheduler") or "")
+    current_scheduler, tunables = queue_configuration(queue)
     available = [KNOWN_SCHEDULERS[s] for s in listed if s in KNOWN_SCHEDULERS]
     unknown = [s for s in listed if s not in KNOWN_SCHEDULERS]
     rotational = read_int(queue / "rotational") == 1
@@ -158,8 +165,8 @@ def describe(
         hw_queues = 0
     capabilities = DeviceCapabilities(
         available_schedulers=available,
-        current_scheduler=KNOWN_SCHEDULERS.get(current or ""),
-        scheduler_tunables=_tunables(queue),
+        current_scheduler=current_scheduler,
+        scheduler_tunables=tunables,
         nr_requests=read_int(queue / "nr_requests"),
         read_ahead_kb=read_int(queue / "read_ahead_kb"),
         nr_hw_queues=hw_queues,

@@ -21,7 +21,7 @@ from agent.collectors import CollectorSet
 from agent.collectors.cpu import CpuCollector
 from agent.collectors.diskstats import DiskStats, DiskstatsCollector
 from agent.config import AgentConfig
-from agent.discovery import Discovery, discover
+from agent.discovery import Discovery, discover, queue_configuration
 from agent.effects import Effects
 from agent.errors import AgentError, ChangeFailed, ChangeRefused, ServiceError
 from agent.fsutil import read_json, write_json_atomic
@@ -37,6 +37,7 @@ from agent.wire import (
     DeviceConfig,
     Heartbeat,
     InventoryReport,
+    Scheduler,
     TelemetryBatch,
     TelemetryWindow,
 )
@@ -104,6 +105,8 @@ class Agent:
         self._energy: dict[tuple[str, str, str], float] = {}
         self._device_ids: dict[str, uuid.UUID] = {}
         self._reported: set[str] | None = None  # devices the service knows, once reported
+        # what the last inventory the service took said each device runs
+        self._inventoried: dict[str, tuple[Scheduler | None, dict[str, int]]] = {}
         self._drift_seen: dict[str, tuple[Drift, ...]] = {}
         self._policy_file = state_dir / "policies.json"
         self._policy_versions: dict[str, int] = (
@@ -178,6 +181,11 @@ class Agent:
             return
         self._device_ids = {d["name"]: uuid.UUID(d["id"]) for d in receipt["devices"]}
         self._reported = {d["name"] for d in receipt["devices"]}
+        self._inventoried = {
+            d.name: (d.inventory.capabilities.current_scheduler,
+                     d.inventory.capabilities.scheduler_tunables)
+            for d in discovery.devices
+        }  # fmt: skip
 
     @property
     def device_names(self) -> set[str]:
@@ -260,6 +268,20 @@ class Agent:
             if self._policy_versions.get(name) != version and name in self.device_names:
                 self._apply_policy(name, uuid.UUID(policy["device_id"]), version, policy["config"])
         self._check_drift()
+        self._report_changed_configuration()
+
+    def _report_changed_configuration(self) -> None:
+        """A device whose scheduler or tunables changed since the inventory was reported (by an
+        operator, udev, a sweep or canary that finished) is reported again now, not an
+        inventory interval later: the nightly job recommends from what a device runs. A device
+        a canary or sweep holds is left alone: it is between configurations."""
+        for name, reported in self._inventoried.items():
+            now = queue_configuration(self.paths.queue(name))
+            if now != reported and not self.applier.busy(name):
+                log.info("%s now runs %s: reporting the inventory again", name,
+                         now[0].value if now[0] else "an unknown scheduler")  # fmt: skip
+                self.discover_and_report()
+                return
 
     def _apply_policy(self, name: str, device_id: uuid.UUID, version: int, wanted: Any) -> None:
         config = DeviceConfig.model_validate(wanted)

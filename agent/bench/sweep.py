@@ -100,17 +100,20 @@ class Sweep:
         return measured
 
     def _measure(self, cell: Cell) -> Measurement:
-        changes = cell.config != DeviceConfig()
-        if changes:
-            assert self.target.device is not None
-            self.applier.apply(self.target.device, cell.config)
-        try:
+        if cell.config == DeviceConfig():
             return measure(cell.workload, self.target, workdir=self.workdir, meter=self.meter,
                            effects=self.applier.effects)  # fmt: skip
-        finally:
-            if changes:
-                assert self.target.device is not None
-                self.applier.rollback(self.target.device)
+        device = self.target.device
+        assert device is not None
+        # held from the change to the rollback: a canary waits, and the agent does not report
+        # the device's inventory while it runs a configuration only for this measurement
+        with self.applier.device_lock(device):
+            self.applier.apply(device, cell.config)
+            try:
+                return measure(cell.workload, self.target, workdir=self.workdir,
+                               meter=self.meter, effects=self.applier.effects)  # fmt: skip
+            finally:
+                self.applier.rollback(device)
 
     def _send(self, cell: Cell, entry: dict[str, Any]) -> None:
         from datetime import datetime

@@ -307,3 +307,29 @@ class TestSweep:
 
 def test_engines_map_to_fio() -> None:
     assert fio.ENGINES[IOEngine.IO_URING_POLL] == ("io_uring", {"hipri": "1"})
+
+
+def test_a_sweep_holds_the_device_while_it_runs_another_configuration(
+    loop_device: LoopFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the change to the rollback: a canary waits, and the running agent does not report
+    a configuration the device runs only for the measurement (tests/agent/test_runner.py)."""
+    from agent.bench.measure import measure as real_measure
+
+    device = loop_device()
+    applier = Applier(HostPaths(), tmp_path)
+    held: list[tuple[str, bool]] = []
+
+    def measure_and_look(*args: object, **kwargs: object) -> Measurement:
+        scheduler = Path(f"/sys/block/{device}/queue/scheduler").read_text().split("[")[1]
+        held.append((scheduler.split("]")[0], Applier(HostPaths(), tmp_path).busy(device)))
+        return real_measure(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("agent.bench.sweep.measure", measure_and_look)
+    configs = [DeviceConfig(), DeviceConfig(scheduler=Scheduler.BFQ)]
+    workloads = [short("hs23-single-randread-4k-qd1", 0.3)]
+    target = device_target(HostPaths(), device)
+    Sweep(applier, target, workloads, configs, state_dir=tmp_path).run()
+    assert held == [("none", False), ("bfq", True)]  # as found: nothing to hold
+    assert not applier.busy(device)
+    assert "[none]" in Path(f"/sys/block/{device}/queue/scheduler").read_text()

@@ -185,6 +185,48 @@ def test_policies_are_applied_reported_and_drift_is_noticed(
     assert samples[("blkpilot_agent_policy_applies_total", None, None)] >= 0
 
 
+def test_a_configuration_changed_outside_policies_is_reported_at_the_next_check(
+    service: ServiceProcess, loop_device: LoopFactory, tmp_path: Path
+) -> None:
+    """The nightly job recommends from what a device runs: a scheduler switched by hand, by
+    udev or by a sweep that finished reaches the service at the agent's next policy check, not
+    an inventory interval (10 min) later. While a canary or sweep holds the device, what it runs
+    is only for the measurement and is not reported."""
+    device = loop_device()
+    state_dir = tmp_path / "agent"
+    node = enroll_lab_node(service, state_dir)
+    config = AgentConfig(
+        devices=[device], metrics_port=0, power=PowerConfig(rapl=False, hwmon=False, ipmi=False)
+    )
+    agent = Agent(config, node, state_dir)
+    agent.start()
+    queue = Path(f"/sys/block/{device}/queue")
+
+    def reported() -> tuple[str, dict[str, int]]:
+        (row,) = service.api("GET", "/devices", params={"node_id": str(node.node_id)}).json()
+        return row["capabilities"]["current_scheduler"], row["capabilities"]["scheduler_tunables"]
+
+    assert reported() == ("none", {})
+    with agent.applier.device_lock(device):  # a canary measures bfq
+        (queue / "scheduler").write_text("bfq")
+        agent.sync_policies()
+        assert reported() == ("none", {})
+        (queue / "scheduler").write_text("none")  # and puts it back
+    agent.sync_policies()
+    assert reported() == ("none", {})
+
+    (queue / "scheduler").write_text("mq-deadline")  # an operator, or udev
+    agent.sync_policies()
+    scheduler, tunables = reported()
+    assert scheduler == "mq-deadline"
+    assert tunables["read_expire"] == int((queue / "iosched" / "read_expire").read_text())
+    (queue / "iosched" / "read_expire").write_text("100")  # a tunable is a change too
+    agent.sync_policies()
+    assert reported()[1]["read_expire"] == 100
+    events = service.api("GET", "/audit", params={"action": "device.config_changed"}).json()
+    assert events, "the service audits what the agent reported"
+
+
 def test_agent_run_command_serves_metrics_and_spools_offline(
     loop_device: LoopFactory, tmp_path: Path
 ) -> None:
