@@ -162,10 +162,7 @@ class Applier:
     def device_lock(self, device: str) -> Iterator[None]:
         """Held for a whole canary: a second canary (or a rollout retried after a restart)
         on the same device waits for the first instead of interleaving with it."""
-        self._queue(device)
-        locks = self.state_dir / "locks"
-        locks.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with (locks / f"{device}.lock").open("w") as lock:
+        with self._lock_file(device).open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -174,15 +171,19 @@ class Applier:
 
     def busy(self, device: str) -> bool:
         """Whether a canary, a sweep or an apply holds the device now (without waiting)."""
-        locks = self.state_dir / "locks"
-        locks.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with (locks / f"{device}.lock").open("w") as lock:
+        with self._lock_file(device).open("w") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return True
             fcntl.flock(lock, fcntl.LOCK_UN)
             return False
+
+    def _lock_file(self, device: str) -> Path:
+        self._queue(device)  # a device's name, not a path
+        locks = self.state_dir / "locks"
+        locks.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return locks / f"{device}.lock"
 
     # --- snapshots and the journal -----------------------------------------------------------
 

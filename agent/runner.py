@@ -277,7 +277,13 @@ class Agent:
         a canary or sweep holds is left alone: it is between configurations."""
         for name, reported in self._inventoried.items():
             now = queue_configuration(self.paths.queue(name))
-            if now != reported and not self.applier.busy(name):
+            if now == reported:
+                continue
+            try:
+                busy = self.applier.busy(name)
+            except ChangeRefused:  # the device is gone: the inventory will say so
+                busy = False
+            if not busy:
                 log.info("%s now runs %s: reporting the inventory again", name,
                          now[0].value if now[0] else "an unknown scheduler")  # fmt: skip
                 self.discover_and_report()

@@ -135,7 +135,7 @@ def _await_inventory(
     server: uvicorn.Server,
 ) -> None:  # fmt: skip
     """Until the agent has reported the lab devices as they start: the benchmarks change their
-    schedulers, and a first inventory taken in the middle would record a passing state."""
+    schedulers, and a first inventory taken in the middle would record a transient one."""
     node_id = NodeState.load(state_dir).node_id
     headers = {"Authorization": f"Bearer {admin_token}"}
     deadline = time.monotonic() + 60
