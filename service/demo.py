@@ -131,11 +131,11 @@ START_ON = {"disk": "bfq"}  # lab device -> the scheduler it starts on (the othe
 
 
 def _await_inventory(
-    base_url: str, admin_token: str, state_dir: Path, names: set[str], since: datetime,
-    server: uvicorn.Server,
-) -> None:  # fmt: skip
-    """Until the agent has reported the lab devices as they start: the benchmarks change their
-    schedulers, and a first inventory taken in the middle would record a transient one."""
+    base_url: str, admin_token: str, state_dir: Path, names: set[str], server: uvicorn.Server
+) -> None:
+    """Until the service knows the lab devices (the agent's first inventory): the benchmarks
+    send their results for devices the service knows. (What a device runs after a benchmark
+    changed it back and forth is the agent's to report: it does at its next policy check.)"""
     node_id = NodeState.load(state_dir).node_id
     headers = {"Authorization": f"Bearer {admin_token}"}
     deadline = time.monotonic() + 60
@@ -143,9 +143,7 @@ def _await_inventory(
         response = httpx.get(f"{base_url}/api/v1/nodes/{node_id}/devices", headers=headers,
                              timeout=10)  # fmt: skip
         response.raise_for_status()
-        seen = {device["name"] for device in response.json()
-                if datetime.fromisoformat(device["last_seen_at"]) >= since}  # fmt: skip
-        if names <= seen:
+        if names <= {device["name"] for device in response.json()}:
             return
         time.sleep(0.2)
     raise httpx.HTTPError(f"the local agent did not report {sorted(names)} within 60 s")
@@ -153,13 +151,13 @@ def _await_inventory(
 
 def _tune(
     base_url: str, admin_token: str, state_dir: Path, devices: dict[str, str], seconds: float,
-    log: Path, running: list[subprocess.Popen[bytes]], server: uvicorn.Server, since: datetime,
+    log: Path, running: list[subprocess.Popen[bytes]], server: uvicorn.Server,
 ) -> None:  # fmt: skip
     """The loop's first turn on the lab devices: every stock scheduler benchmarked on a few
     workloads (results reported as observations), then the nightly job (local Ray) trains and
     recommends. The dashboard shows both."""
     blkpilot_cli = str(Path(sys.executable).parent / "blkpilot")
-    _await_inventory(base_url, admin_token, state_dir, set(devices.values()), since, server)
+    _await_inventory(base_url, admin_token, state_dir, set(devices.values()), server)
     steps = [
         [blkpilot_cli, "bench", "sweep", "--state-dir", str(state_dir), "--device", device,
          "--duration", str(seconds),
@@ -285,13 +283,12 @@ def run_demo(
             )
 
         def after_start_then_tune() -> None:
-            started = datetime.now(UTC)
             after_start()
             if failure or server.should_exit or tune_seconds <= 0:
                 return
             try:
                 _tune(base_url, admin_token, state_dir, devices, tune_seconds,
-                      settings.data_dir / "tuning.log", agents, server, started)  # fmt: skip
+                      settings.data_dir / "tuning.log", agents, server)  # fmt: skip
             except (OSError, httpx.HTTPError) as error:
                 print(f"blkpilot demo: tuning failed ({error}); see the tuning log", flush=True)
 
