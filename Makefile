@@ -15,13 +15,13 @@ export PATH := $(TOOLS)/bin:$(VENV)/bin:$(PATH)
 export UV_PYTHON := $(PYTHON)
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: demo test setup system-packages lint typecheck unit bench clean
+.PHONY: demo test setup system-packages lint contracts docs typecheck unit bench clean
 
 # The demo keeps its database, tokens and agent state in .demo/ unless told otherwise.
 demo: setup
 	BLKPILOT_DATA_DIR=$${BLKPILOT_DATA_DIR:-$(CURDIR)/.demo} blkpilot demo
 
-test: setup lint typecheck unit
+test: setup lint contracts typecheck docs unit
 
 setup: system-packages $(VENV)/.synced
 
@@ -52,6 +52,14 @@ lint:
 	ruff check .
 	ruff format --check .
 
+# the layout's import contracts (pyproject.toml [tool.importlinter])
+contracts:
+	lint-imports --no-cache
+
+# the documentation site, strictly: a broken link or a page left out of the nav fails
+docs:
+	mkdocs build --strict --site-dir .site
+
 typecheck:
 	mypy
 
@@ -59,11 +67,11 @@ unit:
 	pytest
 
 bench: setup
-	python bench/ingest.py
-	python bench/agent_footprint.py
-	python bench/canary.py
-	python bench/lab_overhead.py
-	python bench/lab_flash.py
+	python -m bench.ingest
+	python -m bench.agent_footprint
+	python -m bench.canary
+	python -m bench.lab_overhead
+	python -m bench.lab_flash
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache .site

@@ -1,10 +1,10 @@
 """Applying a device configuration through sysfs, safely.
 
-Only attributes on the allow-list (agent.wire), only values in range, only below the device's
-own queue directory. Before writing: a snapshot, recorded in an fsync'd journal. Each write is
-read back. Any refusal or mismatch restores the snapshot at once; a crash mid-change leaves the
-journal behind and `recover()` (run when the agent starts) restores it. The last snapshot per
-device is kept for `rollback`, and the applied values for drift detection.
+Only attributes on the allow-list (agent.contract.tunables), only values in range, only below
+the device's own queue directory. Before writing: a snapshot, recorded in an fsync'd journal.
+Each write is read back. Any refusal or mismatch restores the snapshot at once; a crash
+mid-change leaves the journal behind and `recover()` (run when the agent starts) restores it.
+The last snapshot per device is kept for `rollback`, and the applied values for drift detection.
 """
 
 from __future__ import annotations
@@ -22,12 +22,18 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from agent.contract.tunables import (
+    QUEUE_LIMITS,
+    SCHEDULER_TUNABLES,
+    CompletionMode,
+    DeviceConfig,
+    Scheduler,
+)
 from agent.discovery import KernelFacts, parse_scheduler
 from agent.effects import Effects, SysfsWriteError
 from agent.errors import ChangeFailed, ChangeRefused, NoSnapshot
 from agent.fsutil import read_json, remove_durably, write_json_atomic
 from agent.host import HostPaths, read_text
-from agent.wire import QUEUE_LIMITS, SCHEDULER_TUNABLES, CompletionMode, DeviceConfig, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -242,9 +248,14 @@ class Applier:
             before = self.snapshot(device, list(writes))
             write_json_atomic(
                 self._journal,
-                {"txid": txid, "device": device, "snapshot": before, "writes": writes,
-                 "started_at": datetime.now(UTC).isoformat()},
-            )  # fmt: skip
+                {
+                    "txid": txid,
+                    "device": device,
+                    "snapshot": before,
+                    "writes": writes,
+                    "started_at": datetime.now(UTC).isoformat(),
+                },
+            )
             try:
                 self._write_all(device, writes)
             except (SysfsWriteError, ChangeFailed) as error:
@@ -302,8 +313,10 @@ class Applier:
         restored = self._restore(device, dict(entry["snapshot"]))
         log.warning(
             "recovered interrupted change %s on %s: snapshot %s",
-            entry["txid"], device, "restored" if restored else "NOT fully restored",
-        )  # fmt: skip
+            entry["txid"],
+            device,
+            "restored" if restored else "NOT fully restored",
+        )
         remove_durably(self._journal)
         return device
 

@@ -27,19 +27,12 @@ from pathlib import Path
 
 from agent.bench import fio
 from agent.bench.target import Target
+from agent.contract.tunables import SCHEDULER_TUNABLES, DeviceConfig, Scheduler
+from agent.contract.workloads import IOEngine, IOPattern, JobSpec, WorkloadSpec
 from agent.effects import Effects
 from agent.errors import BenchmarkFailed
 from agent.fsutil import read_json, write_json_atomic
 from agent.host import HostPaths, read_text
-from agent.wire import (
-    SCHEDULER_TUNABLES,
-    DeviceConfig,
-    IOEngine,
-    IOPattern,
-    JobSpec,
-    Scheduler,
-    WorkloadSpec,
-)
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +139,15 @@ def measure(
     paths = paths or HostPaths()
     device = target.device or str(target.path)
     if target.holds_data:
-        return Calibration(device, {}, now, (
-            f"not calibrated: {target.path} holds data ({'; '.join(target.reasons)}), so its"
-            " write costs cannot be measured; fios charges elapsed time / parallelism"
-        ))  # fmt: skip
+        return Calibration(
+            device,
+            {},
+            now,
+            (
+                f"not calibrated: {target.path} holds data ({'; '.join(target.reasons)}), so its"
+                " write costs cannot be measured; fios charges elapsed time / parallelism"
+            ),
+        )
     stat = paths.block / target.device / "stat" if target.device else None
     results, readings = {}, {}
     for tunable, spec in workloads(seconds).items():

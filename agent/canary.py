@@ -32,8 +32,10 @@ from agent.applier import Applier
 from agent.bench.energy import EnergyMeter
 from agent.bench.measure import measure
 from agent.bench.target import check_allowed, device_target
+from agent.contract.tunables import DeviceConfig
+from agent.contract.wire import CanaryVerdict
+from agent.contract.workloads import WorkloadSpec
 from agent.errors import ChangeFailed
-from agent.wire import CanaryVerdict, DeviceConfig, WorkloadSpec
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +129,19 @@ def compare(
     else:
         verdict = CanaryVerdict.INCONCLUSIVE
     return MetricStatistics(
-        rule.metric, base, statistics.median(candidate), float(test.statistic),
-        float(test.pvalue), shift, low, high, confidence, relative_shift, relative_worst, verdict,
-    )  # fmt: skip
+        rule.metric,
+        base,
+        statistics.median(candidate),
+        float(test.statistic),
+        float(test.pvalue),
+        shift,
+        low,
+        high,
+        confidence,
+        relative_shift,
+        relative_worst,
+        verdict,
+    )
 
 
 def overall(per_metric: list[MetricStatistics]) -> CanaryVerdict:
@@ -164,8 +176,11 @@ class CanaryResult:
     baseline: DeviceConfig | None = None
 
     def statistics(self) -> dict[str, float]:
-        found: dict[str, float] = {"rounds": float(self.rounds), "alpha": self.alpha,
-                                   "wall_seconds": self.seconds}  # fmt: skip
+        found: dict[str, float] = {
+            "rounds": float(self.rounds),
+            "alpha": self.alpha,
+            "wall_seconds": self.seconds,
+        }
         for stats in self.per_metric:
             found.update(stats.as_statistics())
         return found
@@ -233,9 +248,19 @@ def run_canary(
     """Baseline = the device's configuration now. The candidate is kept only on pass;
     otherwise the device ends as it began, which is checked before returning."""
     with applier.device_lock(device):
-        return _run_canary(applier, device, workload, candidate, workdir=workdir, rounds=rounds,
-                           round_seconds=round_seconds, warmup_seconds=warmup_seconds,
-                           rules=rules, alpha=alpha, meter=meter)  # fmt: skip
+        return _run_canary(
+            applier,
+            device,
+            workload,
+            candidate,
+            workdir=workdir,
+            rounds=rounds,
+            round_seconds=round_seconds,
+            warmup_seconds=warmup_seconds,
+            rules=rules,
+            alpha=alpha,
+            meter=meter,
+        )
 
 
 def _run_canary(
@@ -269,8 +294,9 @@ def _run_canary(
         state["arm"] = arm
 
     def sample() -> dict[str, float]:
-        result = measure(run, target, workdir=workdir, meter=meter, effects=applier.effects,
-                         with_fairness=False)  # fmt: skip
+        result = measure(
+            run, target, workdir=workdir, meter=meter, effects=applier.effects, with_fairness=False
+        )
         return {r.metric: result.metrics[r.metric] for r in rules if r.metric in result.metrics}
 
     started = time.monotonic()

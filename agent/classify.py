@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agent.wire import DeviceClass, Transport
+from agent.contract.wire import DeviceClass, Transport
 
 # Ultra-low-latency drives by model string: 3D XPoint (Optane) and low-latency NAND.
 ULL_MODELS: tuple[tuple[str, re.Pattern[str]], ...] = (

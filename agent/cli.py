@@ -11,13 +11,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-import blkpilot
+from agent.contract import __version__
+from agent.contract.labels import parse_labels
 from agent.errors import AgentError
 
 if TYPE_CHECKING:
     from agent.canary import CanaryResult
     from agent.config import AgentConfig
-    from agent.wire import DeviceConfig, WorkloadSpec
+    from agent.contract.tunables import DeviceConfig
+    from agent.contract.workloads import WorkloadSpec
 
 app = typer.Typer(
     help="The node agent: discovery, telemetry with power, safe sysfs changes, reporting.",
@@ -52,14 +54,12 @@ StateDir = Annotated[
 ]
 
 
-def parse_labels(labels: list[str]) -> dict[str, str]:
-    parsed: dict[str, str] = {}
-    for label in labels:
-        key, sep, value = label.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"{label!r} is not key=value", param_hint="--label")
-        parsed[key] = value
-    return parsed
+def labels_option(labels: list[str]) -> dict[str, str]:
+    """`--label key=value` options, or the option's error."""
+    try:
+        return parse_labels(labels)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--label") from error
 
 
 def _fail(error: AgentError) -> typer.Exit:
@@ -81,7 +81,9 @@ def enroll(
     from agent.enrollment import enroll_node
 
     try:
-        state = enroll_node(server, token, state_dir, hostname=hostname, labels=parse_labels(label))
+        state = enroll_node(
+            server, token, state_dir, hostname=hostname, labels=labels_option(label)
+        )
     except AgentError as error:
         raise _fail(error) from error
     typer.echo(f"enrolled {state.hostname} as node {state.node_id}; state in {state_dir}")
@@ -91,15 +93,15 @@ def enroll(
 def heartbeat(state_dir: StateDir) -> None:
     """Tell the service this node is alive."""
     from agent.client import ServiceClient
+    from agent.contract.wire import Heartbeat
     from agent.state import NodeState
-    from agent.wire import Heartbeat
 
     try:
         state = NodeState.load(state_dir)
         with ServiceClient(state.server_url, state.node_token) as client:
             client.heartbeat(
                 state.node_id,
-                Heartbeat(agent_version=blkpilot.__version__, kernel_version=platform.release()),
+                Heartbeat(agent_version=__version__, kernel_version=platform.release()),
             )
     except AgentError as error:
         raise _fail(error) from error
@@ -138,11 +140,16 @@ def discover(
     cfg = _load_config(config)
     found = run_discovery(cfg.paths, with_probe=probe, only=set(device) or None)
     if as_json:
-        typer.echo(json.dumps({
-            "kernel": found.kernel.release,
-            "devices": [d.inventory.model_dump(mode="json") for d in found.devices],
-            "skipped": found.skipped,
-        }, indent=2))  # fmt: skip
+        typer.echo(
+            json.dumps(
+                {
+                    "kernel": found.kernel.release,
+                    "devices": [d.inventory.model_dump(mode="json") for d in found.devices],
+                    "skipped": found.skipped,
+                },
+                indent=2,
+            )
+        )
         return
     table = Table(title=f"block devices (kernel {found.kernel.release})")
     for column in ("device", "class", "transport", "model", "scheduler", "holds data", "evidence"):
@@ -151,11 +158,14 @@ def discover(
         inv = d.inventory
         current = inv.capabilities.current_scheduler
         table.add_row(
-            inv.name, inv.device_class.value, inv.transport.value, inv.model or "-",
+            inv.name,
+            inv.device_class.value,
+            inv.transport.value,
+            inv.model or "-",
             current.value if current else "-",
             "yes: " + "; ".join(inv.holds_data_reasons) if inv.holds_data else "no",
             "; ".join(inv.class_evidence),
-        )  # fmt: skip
+        )
     Console().print(table)
     for name, why in sorted(found.skipped.items()):
         typer.echo(f"skipped {name}: {why}")
@@ -190,10 +200,12 @@ def run(
     )
     cfg = _load_config(config)
     overrides = {
-        "interval_s": interval, "push_interval_s": push_interval,
-        "policy_interval_s": policy_interval, "metrics_port": metrics_port,
+        "interval_s": interval,
+        "push_interval_s": push_interval,
+        "policy_interval_s": policy_interval,
+        "metrics_port": metrics_port,
         "devices": list(device) or None,
-    }  # fmt: skip
+    }
     cfg = cfg.model_copy(update={k: v for k, v in overrides.items() if v is not None})
     state = None
     if not offline:
@@ -226,13 +238,18 @@ def _device_config(
     """A configuration from command-line options; invalid ones exit with status 2."""
     from pydantic import ValidationError
 
-    from agent.wire import DeviceConfig
+    from agent.contract.tunables import DeviceConfig
 
     try:
-        return DeviceConfig.model_validate({
-            "scheduler": scheduler, "scheduler_tunables": _parse_tunables(tunables),
-            "nr_requests": nr_requests, "read_ahead_kb": read_ahead_kb, "completion": completion,
-        })  # fmt: skip
+        return DeviceConfig.model_validate(
+            {
+                "scheduler": scheduler,
+                "scheduler_tunables": _parse_tunables(tunables),
+                "nr_requests": nr_requests,
+                "read_ahead_kb": read_ahead_kb,
+                "completion": completion,
+            }
+        )
     except ValidationError as error:
         typer.secho(f"error: refused: {error}", err=True, fg=typer.colors.RED)
         raise typer.Exit(code=2) from error
@@ -303,7 +320,7 @@ def apply(
 def _config_from_file(path: Path) -> DeviceConfig:
     from pydantic import ValidationError
 
-    from agent.wire import DeviceConfig
+    from agent.contract.tunables import DeviceConfig
 
     try:
         return DeviceConfig.model_validate_json(path.read_bytes())
@@ -352,7 +369,7 @@ def current(
 def workload_option(name: str | None, spec_file: Path | None) -> WorkloadSpec:
     from pydantic import ValidationError
 
-    from agent.wire import WorkloadSpec
+    from agent.contract.workloads import WorkloadSpec
 
     if spec_file is not None:
         try:
@@ -414,9 +431,16 @@ def canary(
     meter = EnergyMeter(power_collectors(cfg))
     try:
         result = run_canary(
-            applier, device, spec, candidate, workdir=directory / "bench", rounds=rounds,
-            round_seconds=round_seconds, alpha=alpha, meter=meter,
-        )  # fmt: skip
+            applier,
+            device,
+            spec,
+            candidate,
+            workdir=directory / "bench",
+            rounds=rounds,
+            round_seconds=round_seconds,
+            alpha=alpha,
+            meter=meter,
+        )
     except AgentError as error:
         raise _fail(error) from error
     for row in describe(result):
@@ -473,9 +497,10 @@ def canaries(
     from agent.bench.report import canary_observations
     from agent.canary import run_canary
     from agent.client import ServiceClient
+    from agent.contract.tunables import DeviceConfig
+    from agent.contract.workloads import WorkloadSpec
     from agent.power_sources import power_collectors
     from agent.state import NodeState
-    from agent.wire import DeviceConfig, WorkloadSpec
 
     cfg = _load_config(config)
     directory = cfg.state_dir or state_dir
@@ -491,17 +516,24 @@ def canaries(
                 device = names.get(item["device_id"], item["device_id"])
                 candidate = DeviceConfig.model_validate(item["config"])
                 spec = WorkloadSpec.model_validate(item["workload"])
-                typer.echo(f"#{item['rank']} {device}: {spec.name} under"
-                           f" {candidate.model_dump_json(exclude_none=True)}"
-                           f" (expected gain {item['expected_gain']:+.1%})")  # fmt: skip
+                typer.echo(
+                    f"#{item['rank']} {device}: {spec.name} under"
+                    f" {candidate.model_dump_json(exclude_none=True)}"
+                    f" (expected gain {item['expected_gain']:+.1%})"
+                )
                 if not run:
                     continue
                 applier = Applier(cfg.paths, directory)
                 result = run_canary(
-                    applier, device, spec, candidate, workdir=directory / "bench",
-                    rounds=rounds, round_seconds=round_seconds,
+                    applier,
+                    device,
+                    spec,
+                    candidate,
+                    workdir=directory / "bench",
+                    rounds=rounds,
+                    round_seconds=round_seconds,
                     meter=EnergyMeter(power_collectors(cfg)),
-                )  # fmt: skip
+                )
                 if result.kept_candidate:
                     applier.rollback(device)  # a measurement, not a change
                 canary, baseline = canary_observations(
@@ -511,8 +543,10 @@ def canaries(
                 if baseline is not None:
                     client.record_observation(baseline)
                 client.canary_done(uuid.UUID(item["id"]), uuid.UUID(observation["id"]))
-                typer.echo(f"  verdict {result.verdict.value}; {device} back to its"
-                           " configuration; result recorded")  # fmt: skip
+                typer.echo(
+                    f"  verdict {result.verdict.value}; {device} back to its"
+                    " configuration; result recorded"
+                )
     except AgentError as error:
         raise _fail(error) from error
 

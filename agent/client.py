@@ -9,8 +9,7 @@ from typing import Any, Self
 import httpx
 from pydantic import BaseModel
 
-from agent.errors import ServiceRejected, ServiceUnreachable
-from agent.wire import (
+from agent.contract.wire import (
     AppliedStateReport,
     CanaryDone,
     EnrollRequest,
@@ -21,6 +20,7 @@ from agent.wire import (
     TelemetryBatch,
     TelemetryBatchReceipt,
 )
+from agent.errors import ServiceRejected, ServiceUnreachable
 
 API = "/api/v1"
 

@@ -10,17 +10,17 @@ from pathlib import Path
 
 from agent import holders
 from agent.classify import classify
-from agent.effects import Effects
-from agent.host import HostPaths, read_int, read_text
-from agent.probe import probe
-from agent.wire import (
+from agent.contract.tunables import Scheduler
+from agent.contract.wire import (
     DeviceCapabilities,
     DeviceInventory,
     PollCapabilities,
-    Scheduler,
     Transport,
     parse_kernel_version,
 )
+from agent.effects import Effects
+from agent.host import HostPaths, read_int, read_text
+from agent.probe import probe
 
 KNOWN_SCHEDULERS = {s.value: s for s in Scheduler}
 

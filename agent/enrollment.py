@@ -3,10 +3,10 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-import blkpilot
 from agent.client import ServiceClient
+from agent.contract import __version__
+from agent.contract.wire import EnrollRequest
 from agent.state import NodeState
-from agent.wire import EnrollRequest
 
 
 def enroll_node(
@@ -24,7 +24,7 @@ def enroll_node(
                 enrollment_token=enrollment_token,
                 hostname=hostname,
                 labels=labels,
-                agent_version=blkpilot.__version__,
+                agent_version=__version__,
                 kernel_version=platform.release(),
             )
         )

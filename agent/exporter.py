@@ -10,9 +10,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-import blkpilot
 from agent.collectors.diskstats import DiskStats
-from agent.wire import TelemetryWindow
+from agent.contract import __version__
+from agent.contract.wire import TelemetryWindow
 
 if TYPE_CHECKING:
     from agent.runner import Agent, AgentView
@@ -164,7 +164,7 @@ def agent_families(agent: Agent) -> Iterator[Family]:
     yield from (duration, success)
     build = InfoMetricFamily("blkpilot_agent", "The agent's version and kernel.")
     kernel = view.discovery.kernel.release if view.discovery else ""
-    build.add_metric([], {"version": blkpilot.__version__, "kernel": kernel})
+    build.add_metric([], {"version": __version__, "kernel": kernel})
     yield build
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.wire import PowerScope
+from agent.contract.wire import PowerScope
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import blkpilot
 from agent import calibrate
 from agent.applier import Applier, Drift
 from agent.bench.target import device_target
@@ -21,6 +20,17 @@ from agent.collectors import CollectorSet
 from agent.collectors.cpu import CpuCollector
 from agent.collectors.diskstats import DiskStats, DiskstatsCollector
 from agent.config import AgentConfig
+from agent.contract import __version__
+from agent.contract.base import MAX_WINDOWS_PER_BATCH
+from agent.contract.tunables import DeviceConfig, Scheduler
+from agent.contract.wire import (
+    AppliedStateReport,
+    AppliedStatus,
+    Heartbeat,
+    InventoryReport,
+    TelemetryBatch,
+    TelemetryWindow,
+)
 from agent.discovery import Discovery, discover, queue_configuration
 from agent.effects import Effects
 from agent.errors import AgentError, ChangeFailed, ChangeRefused, ServiceError
@@ -30,17 +40,6 @@ from agent.power_sources import power_collectors
 from agent.spool import DrainResult, Spool
 from agent.state import NodeState
 from agent.telemetry import Collection, NodeWindow, windows
-from agent.wire import (
-    MAX_WINDOWS_PER_BATCH,
-    AppliedStateReport,
-    AppliedStatus,
-    DeviceConfig,
-    Heartbeat,
-    InventoryReport,
-    Scheduler,
-    TelemetryBatch,
-    TelemetryWindow,
-)
 
 log = logging.getLogger(__name__)
 
@@ -182,10 +181,12 @@ class Agent:
         self._device_ids = {d["name"]: uuid.UUID(d["id"]) for d in receipt["devices"]}
         self._reported = {d["name"] for d in receipt["devices"]}
         self._inventoried = {
-            d.name: (d.inventory.capabilities.current_scheduler,
-                     d.inventory.capabilities.scheduler_tunables)
+            d.name: (
+                d.inventory.capabilities.current_scheduler,
+                d.inventory.capabilities.scheduler_tunables,
+            )
             for d in discovery.devices
-        }  # fmt: skip
+        }
 
     @property
     def device_names(self) -> set[str]:
@@ -255,7 +256,7 @@ class Agent:
         try:
             self.client.heartbeat(
                 self.state.node_id,
-                Heartbeat(agent_version=blkpilot.__version__, kernel_version=platform.release()),
+                Heartbeat(agent_version=__version__, kernel_version=platform.release()),
             )
             policies = (
                 self.client.policies(self.state.node_id) if self.config.apply_policies else []
@@ -284,8 +285,11 @@ class Agent:
             except ChangeRefused:  # the device is gone: the inventory will say so
                 busy = False
             if not busy:
-                log.info("%s now runs %s: reporting the inventory again", name,
-                         now[0].value if now[0] else "an unknown scheduler")  # fmt: skip
+                log.info(
+                    "%s now runs %s: reporting the inventory again",
+                    name,
+                    now[0].value if now[0] else "an unknown scheduler",
+                )
                 self.discover_and_report()
                 return
 
@@ -308,9 +312,12 @@ class Agent:
             )
             detail, reported = str(error), self._current_config(name)
         self.counters.applies["applied" if status is AppliedStatus.APPLIED else "failed"] += 1
-        self._report(device_id, AppliedStateReport(
-            policy_version=version, status=status, config=reported, detail=detail[:2000]
-        ))  # fmt: skip
+        self._report(
+            device_id,
+            AppliedStateReport(
+                policy_version=version, status=status, config=reported, detail=detail[:2000]
+            ),
+        )
         self._policy_versions[name] = version
         write_json_atomic(self._policy_file, self._policy_versions)
 
@@ -353,10 +360,15 @@ class Agent:
                 detail = "; ".join(
                     f"{d.attribute}: {d.actual!r}, not {d.expected!r}" for d in found
                 )
-                self._report(self._device_ids[name], AppliedStateReport(
-                    policy_version=self._policy_versions[name], status=AppliedStatus.DRIFT,
-                    config=self._current_config(name), detail=f"changed behind blkpilot: {detail}",
-                ))  # fmt: skip
+                self._report(
+                    self._device_ids[name],
+                    AppliedStateReport(
+                        policy_version=self._policy_versions[name],
+                        status=AppliedStatus.DRIFT,
+                        config=self._current_config(name),
+                        detail=f"changed behind blkpilot: {detail}",
+                    ),
+                )
         self.view = _replace(self.view, drift=drift)
 
     def _current_config(self, name: str) -> DeviceConfig:

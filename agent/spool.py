@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt
 from agent.errors import ServiceRejected, ServiceUnreachable
 from agent.fsutil import remove_durably, write_json_atomic
-from agent.wire import TelemetryBatch, TelemetryBatchReceipt
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 from agent.collectors.cpu import CpuStat
 from agent.collectors.diskstats import SECTOR, DiskStats
+from agent.contract.wire import PowerReading, PowerSource, TelemetryWindow
 from agent.power import PowerSample, WindowEnergy, primary, window_energy
-from agent.wire import PowerReading, PowerSource, TelemetryWindow
 
 
 @dataclass(frozen=True)
@@ -48,9 +48,14 @@ def node_window(before: Collection, after: Collection) -> NodeWindow:
 
 
 def device_window(
-    device: str, before: DiskStats, after: DiskStats, start: datetime, end: datetime,
-    seconds: float, node: NodeWindow,
-) -> TelemetryWindow | None:  # fmt: skip
+    device: str,
+    before: DiskStats,
+    after: DiskStats,
+    start: datetime,
+    end: datetime,
+    seconds: float,
+    node: NodeWindow,
+) -> TelemetryWindow | None:
     """None when the counters went backwards (the device was re-created in between)."""
     reads, writes = after.reads - before.reads, after.writes - before.writes
     read_sectors = after.read_sectors - before.read_sectors
@@ -84,12 +89,15 @@ def device_window(
         power_source=PowerSource(power.source) if power else None,
         power_readings=[
             PowerReading(
-                source=PowerSource(e.source), zone=e.zone[:128], scope=e.scope,
-                watts=e.watts, energy_joules=e.joules,
+                source=PowerSource(e.source),
+                zone=e.zone[:128],
+                scope=e.scope,
+                watts=e.watts,
+                energy_joules=e.joules,
             )
             for e in node.energies
         ],
-    )  # fmt: skip
+    )
 
 
 def windows(

@@ -7,8 +7,8 @@ its own process, lets it warm up, then measures its CPU time (utime + stime from
 Light read I/O runs on the devices throughout, so every window has something in it.
 Records the result, with the command that reproduces it, in bench/results/agent_footprint.*
 
-    python bench/agent_footprint.py                  # 60 s measured after 15 s warm-up
-    python bench/agent_footprint.py --seconds 300
+    python -m bench.agent_footprint                  # 60 s measured after 15 s warm-up
+    python -m bench.agent_footprint --seconds 300
 """
 
 from __future__ import annotations
@@ -24,13 +24,12 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from agent.enrollment import enroll_node
+from bench.record import provenance, record
+from kernel.lab import devices as lab
+from tests.proc import BLKPILOT, clean_env, free_port, run, start_serve, stop, wait_ready
 
-from agent import lab  # noqa: E402
-from agent.enrollment import enroll_node  # noqa: E402
-from bench.record import provenance, record  # noqa: E402
-from tests.proc import BLKPILOT, clean_env, free_port, run, start_serve, stop, wait_ready  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TARGET_CPU_PERCENT = 1.0  # of one core
 TARGET_RSS_MB = 60.0
@@ -82,10 +81,17 @@ def main() -> int:
         enroll_node(base, token, work / "agent", hostname="footprint", labels={})
         with lab.lab_devices(specs) as devices:
             command = [
-                BLKPILOT, "agent", "run", "--state-dir", str(work / "agent"),
-                "--interval", str(args.interval), "--metrics-port", "0",
+                BLKPILOT,
+                "agent",
+                "run",
+                "--state-dir",
+                str(work / "agent"),
+                "--interval",
+                str(args.interval),
+                "--metrics-port",
+                "0",
                 *[a for d in sorted(devices.values()) for a in ("--device", d)],
-            ]  # fmt: skip
+            ]
             agent = subprocess.Popen(
                 command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True
             )
@@ -135,9 +141,13 @@ def main() -> int:
         record(
             "agent_footprint",
             result,
-            {"CPU % of one core": "cpu_percent_of_one_core", "peak RSS MB": "peak_rss_mb",
-             "devices": "devices", "measured s": "measured_s"},
-        )  # fmt: skip
+            {
+                "CPU % of one core": "cpu_percent_of_one_core",
+                "peak RSS MB": "peak_rss_mb",
+                "devices": "devices",
+                "measured s": "measured_s",
+            },
+        )
     ok = cpu_percent <= TARGET_CPU_PERCENT and peak <= TARGET_RSS_MB
     print(f"{'PASS' if ok else 'OVER TARGET'}: {cpu_percent:.2f} % CPU, {peak:.1f} MB peak RSS")
     return 0 if ok else 1

@@ -6,8 +6,8 @@ Every canary runs on its own fresh lab device (tmpfs, empty), A/A and bfq altern
 both see the same machine. Records the result, with the command that reproduces it, in
 bench/results/canary.*
 
-    python bench/canary.py                          # 20 A/A + 20 bfq, 8 rounds of 0.5 s
-    python bench/canary.py --canaries 50 --rounds 10 --round-seconds 1
+    python -m bench.canary                          # 20 A/A + 20 bfq, 8 rounds of 0.5 s
+    python -m bench.canary --canaries 50 --rounds 10 --round-seconds 1
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from agent.applier import Applier
+from agent.bench.library import library
+from agent.canary import run_canary
+from agent.contract.tunables import DeviceConfig, Scheduler
+from agent.contract.wire import CanaryVerdict
+from agent.host import HostPaths
+from bench.record import provenance, record
+from kernel.lab import devices as lab
 
-from agent import lab  # noqa: E402
-from agent.applier import Applier  # noqa: E402
-from agent.bench.library import library  # noqa: E402
-from agent.canary import run_canary  # noqa: E402
-from agent.host import HostPaths  # noqa: E402
-from agent.wire import CanaryVerdict, DeviceConfig, Scheduler  # noqa: E402
-from bench.record import provenance, record  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TARGET_FALSE_FAIL = 0.05
 TARGET_DETECTION = 0.95
@@ -60,9 +60,14 @@ def main() -> int:
             with lab.lab_devices({"dev": (backing, 256 << 20)}) as devices:
                 device = devices["dev"]
                 result = run_canary(
-                    Applier(HostPaths(), work / "agent"), device, workload, candidate,
-                    workdir=work / "bench", rounds=args.rounds, round_seconds=args.round_seconds,
-                )  # fmt: skip
+                    Applier(HostPaths(), work / "agent"),
+                    device,
+                    workload,
+                    candidate,
+                    workdir=work / "bench",
+                    rounds=args.rounds,
+                    round_seconds=args.round_seconds,
+                )
                 after = Path(f"/sys/block/{device}/queue/scheduler").read_text()
                 if result.verdict is not CanaryVerdict.PASS:
                     assert "[none]" in after, f"{device} not restored: {after}"
@@ -101,10 +106,14 @@ def main() -> int:
         record(
             "canary",
             result_doc,
-            {"A/A false-fail": "false_fail_rate", "bfq detection": "detection_rate",
-             "s/verdict": "seconds_per_verdict_median", "canaries each": "aa_canaries",
-             "rounds": "rounds"},
-        )  # fmt: skip
+            {
+                "A/A false-fail": "false_fail_rate",
+                "bfq detection": "detection_rate",
+                "s/verdict": "seconds_per_verdict_median",
+                "canaries each": "aa_canaries",
+                "rounds": "rounds",
+            },
+        )
     ok = false_fail <= TARGET_FALSE_FAIL and detection >= TARGET_DETECTION
     print(
         f"{'PASS' if ok else 'OFF TARGET'}: false-fail {false_fail:.0%}, detection {detection:.0%}"

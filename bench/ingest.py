@@ -6,8 +6,8 @@ enrolls one node per client with a real inventory, then each client posts pre-bu
 and request latency percentiles, checks that every window was stored, and records the result
 with the command that reproduces it in bench/results/ingest.json and ingest.md.
 
-    python bench/ingest.py                       # defaults: 4 clients x 40 batches x 500 windows
-    python bench/ingest.py --clients 8 --batches 20
+    python -m bench.ingest                       # defaults: 4 clients x 40 batches x 500 windows
+    python -m bench.ingest --clients 8 --batches 20
 """
 
 from __future__ import annotations
@@ -27,12 +27,11 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.record import provenance, record
+from tests.factories import device_inventory
+from tests.proc import BLKPILOT, clean_env, free_port, start_serve, stop, wait_ready
 
-from bench.record import provenance, record  # noqa: E402
-from tests.factories import device_inventory  # noqa: E402
-from tests.proc import BLKPILOT, clean_env, free_port, start_serve, stop, wait_ready  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TARGET_WINDOWS_PER_SECOND = 10_000
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -137,8 +136,11 @@ def main() -> int:
         wait_ready(f"{base}/readyz", server, timeout=90)
         admin = subprocess.run(
             [BLKPILOT, "token", "create", "--name", "bench", "--role", "admin"],
-            env=env, capture_output=True, text=True, check=True,
-        ).stdout.split()[-1]  # fmt: skip
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()[-1]
         devices = [f"loop{i}" for i in range(args.devices)]
         tokens = [enroll(base, admin, f"bench-{c}", devices) for c in range(args.clients)]
         print(f"building {args.clients * (args.batches + args.warmup)} batches ...", flush=True)
@@ -178,9 +180,13 @@ def main() -> int:
         record(
             "ingest",
             result,
-            {"windows/s": "windows_per_second", "p50 ms": "p50_request_ms",
-             "p99 ms": "p99_request_ms", "clients": "clients"},
-        )  # fmt: skip
+            {
+                "windows/s": "windows_per_second",
+                "p50 ms": "p50_request_ms",
+                "p99 ms": "p99_request_ms",
+                "clients": "clients",
+            },
+        )
     ok = result["windows_per_second"] >= TARGET_WINDOWS_PER_SECOND
     print(f"{'PASS' if ok else 'BELOW TARGET'}: {result['windows_per_second']:,} windows/s")
     return 0 if ok else 1

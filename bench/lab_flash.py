@@ -10,7 +10,7 @@
 
 TCG inflates every absolute number; compare within a run. Records bench/results/lab_flash.*
 
-    python bench/lab_flash.py
+    python -m bench.lab_flash
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.record import RESULTS, provenance
+from kernel.lab.scenarios import FLASH_LIKE, STOCK, run
 
-from bench.record import RESULTS, provenance  # noqa: E402
-from kernel.lab.scenarios import FLASH_LIKE, STOCK, run  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 RW_CASES = ("fios-1r1w", "fios-4r4w", "fios-4r4w-think")
 
@@ -80,25 +79,35 @@ def main() -> int:
     if not args.no_record:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "lab_flash.json").write_text(json.dumps(doc, indent=2) + "\n")
-        lines = [f"# lab_flash ({doc['when']}, {doc['commit']}, `{doc['command']}`)", "",
-                 f"flashsim: `{FLASH_LIKE}`; fios tunables from the agent's calibration:"
-                 f" `{fairness.tunables.get('fios')}`", "",
-                 "| case | stock readers >= 3x prop. | fios <= 1.5x prop. | fios eff. / best |",
-                 "|---|---|---|---|",
-                 *(f"| {w} | {c['stock_readers_3x_beyond_proportional']} |"
-                   f" {c['fios_within_1_5x_proportional']} |"
-                   f" {c['fios_efficiency_over_best_stock']} |"
-                   for w, c in checked.items()), "",
-                 "| workload | scheduler | worst slowdown / proportional | concurrent efficiency |",
-                 "|---|---|---|---|"]  # fmt: skip
+        lines = [
+            f"# lab_flash ({doc['when']}, {doc['commit']}, `{doc['command']}`)",
+            "",
+            f"flashsim: `{FLASH_LIKE}`; fios tunables from the agent's calibration:"
+            f" `{fairness.tunables.get('fios')}`",
+            "",
+            "| case | stock readers >= 3x prop. | fios <= 1.5x prop. | fios eff. / best |",
+            "|---|---|---|---|",
+            *(
+                f"| {w} | {c['stock_readers_3x_beyond_proportional']} |"
+                f" {c['fios_within_1_5x_proportional']} |"
+                f" {c['fios_efficiency_over_best_stock']} |"
+                for w, c in checked.items()
+            ),
+            "",
+            "| workload | scheduler | worst slowdown / proportional | concurrent efficiency |",
+            "|---|---|---|---|",
+        ]
         for workload, cases in fairness.summary.items():
             for scheduler, case in cases.items():
                 lines.append(
                     f"| {workload} | {scheduler} | {case['worst_over_proportional']} |"
                     f" {case['concurrent_efficiency']} |"
                 )
-        lines += ["", "| device/size/mode | mean µs | p50 µs | ctx switches per I/O | sys CPU % |",
-                  "|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "| device/size/mode | mean µs | p50 µs | ctx switches per I/O | sys CPU % |",
+            "|---|---|---|---|---|",
+        ]
         for key, cell in polling.summary.items():
             lines.append(
                 f"| {key} | {cell['lat_mean_us']} | {cell['lat_p50_us']} |"

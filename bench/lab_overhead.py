@@ -4,7 +4,7 @@ the HotStorage '23 overhead case — fios included: its added latency must not e
 mq-deadline's. Rounds in rotated order after a warm-up run; per-round ratios to that round's
 none, median over rounds. Records to bench/results/lab_overhead.*
 
-    python bench/lab_overhead.py                    # 6 rotated rounds of 3 s
+    python -m bench.lab_overhead                    # 6 rotated rounds of 3 s
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.record import provenance, record
+from kernel.lab.scenarios import run
 
-from bench.record import provenance, record  # noqa: E402
-from kernel.lab.scenarios import run  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:
@@ -54,11 +53,17 @@ def main() -> int:
         record(
             "lab_overhead",
             doc,
-            {"none µs": "none_mean_us", "mq-deadline": "mq-deadline_vs_none",
-             "kyber": "kyber_vs_none", "bfq": "bfq_vs_none", "fios": "fios_vs_none",
-             "fios - mq-deadline (95 % CI, of none)": "fios_minus_mq_deadline_ci",
-             "rounds x s": "rounds_seconds", "kernel": "kernel"},
-        )  # fmt: skip
+            {
+                "none µs": "none_mean_us",
+                "mq-deadline": "mq-deadline_vs_none",
+                "kyber": "kyber_vs_none",
+                "bfq": "bfq_vs_none",
+                "fios": "fios_vs_none",
+                "fios - mq-deadline (95 % CI, of none)": "fios_minus_mq_deadline_ci",
+                "rounds x s": "rounds_seconds",
+                "kernel": "kernel",
+            },
+        )
     added = result.summary["added_over_none_per_round"]
     ordered = relative["bfq"] > max(relative["mq-deadline"], relative["kyber"]) > 1.0
     # fios tracks tasks and accounts each completion under its lock, which mq-deadline does

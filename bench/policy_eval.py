@@ -3,7 +3,7 @@ training in turn, the policy search's choice after at most 4 canaries against th
 and the fixed rules (kernel default, always none, none-for-non-rotational/bfq-for-rotational)
 judged the same way. Cells are Ray tasks on a local Ray.
 
-    python bench/policy_eval.py                         # every objective the grid measured
+    python -m bench.policy_eval                         # every objective the grid measured
 
 Records bench/results/policy_eval.json (summary per objective) and a row per objective in
 bench/results/policy_eval.md; every cell's trail is in bench/results/policy_eval_cells.json.
@@ -18,14 +18,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.record import RESULTS, provenance, record
+from models import evaluate
+from models.distributed import ray_map, ray_session
+from models.grid import Grid
+from models.priors import Objective
 
-from bench.record import RESULTS, provenance, record  # noqa: E402
-from models import evaluate  # noqa: E402
-from models.distributed import ray_map, ray_session  # noqa: E402
-from models.grid import Grid  # noqa: E402
-from models.priors import Objective  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 GRID = RESULTS / "policy_grid_runs.json.gz"
 
@@ -50,8 +49,9 @@ def main() -> int:
     objectives = [Objective(o) for o in args.objective] if args.objective else None
     started = time.monotonic()
     with ray_session() as where:
-        reports = evaluate.evaluate(grid, objectives, max_canaries=args.max_canaries,
-                                    mapper=ray_map)  # fmt: skip
+        reports = evaluate.evaluate(
+            grid, objectives, max_canaries=args.max_canaries, mapper=ray_map
+        )
     minutes = round((time.monotonic() - started) / 60, 1)
     (RESULTS / "policy_eval_cells.json").write_text(
         json.dumps(evaluate.as_json(reports), indent=1) + "\n"
@@ -89,14 +89,23 @@ def main() -> int:
         ok &= summary["median_regret"] <= 0.02 and summary["beats_every_baseline"]
         ok &= summary["max_canaries"] <= args.max_canaries
         record(
-            "policy_eval", doc,
-            {"objective": "objective", "cells": "cells",
-             "median regret %": "median_regret_pct", "mean regret %": "mean_regret_pct",
-             "before canaries %": "before_canaries_pct", "max canaries": "max_canaries",
-             "kernel default %": "kernel_default_pct", "always none %": "always_none_pct",
-             "udev rule %": "udev_rule_pct", "beats all": "beats_every_baseline",
-             "noise floor %": "noise_floor_pct", "repeat CV %": "repeat_cv_pct"},
-        )  # fmt: skip
+            "policy_eval",
+            doc,
+            {
+                "objective": "objective",
+                "cells": "cells",
+                "median regret %": "median_regret_pct",
+                "mean regret %": "mean_regret_pct",
+                "before canaries %": "before_canaries_pct",
+                "max canaries": "max_canaries",
+                "kernel default %": "kernel_default_pct",
+                "always none %": "always_none_pct",
+                "udev rule %": "udev_rule_pct",
+                "beats all": "beats_every_baseline",
+                "noise floor %": "noise_floor_pct",
+                "repeat CV %": "repeat_cv_pct",
+            },
+        )
     (RESULTS / "policy_eval.json").write_text(json.dumps(summaries, indent=2) + "\n")
     print(json.dumps(summaries, indent=2))
     return 0 if ok else 1

@@ -5,11 +5,11 @@ Devices: both kinds of host loop device (a file on tmpfs: memory speed; a file o
 with direct I/O: the disk's speed) with the host's four stock schedulers, and the kernel
 lab's test device (flashsim under Debian 6.1 in QEMU) at a ULL and a flash latency with poll
 queues, where fios is loaded and interrupt, classic and hybrid polling are configurations.
-Workloads: models.grid.GRID_WORKLOADS. Each repeat runs the configurations in a fresh order.
+Workloads: bench.grid.GRID_WORKLOADS. Each repeat runs the configurations in a fresh order.
 
-    python bench/policy_grid.py --host                 # loop devices, 3 repeats of 0.8 s runs
-    python bench/policy_grid.py --lab                  # lab devices, 2 repeats of 1 s runs
-    python bench/policy_grid.py --host --lab           # both
+    python -m bench.policy_grid --host                 # loop devices, 3 repeats of 0.8 s runs
+    python -m bench.policy_grid --lab                  # lab devices, 2 repeats of 1 s runs
+    python -m bench.policy_grid --host --lab           # both
 
 Writes bench/results/policy_grid_runs.json.gz (the devices measured here replace earlier entries
 of the same devices) and a line per part in bench/results/policy_grid.md.
@@ -25,13 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.grid import grid_workloads
+from bench.grid.host import measure_host_grid
+from bench.record import provenance, record
+from kernel.lab import devices as lab
+from models.grid import Grid
 
-from agent import lab  # noqa: E402
-from bench.record import provenance, record  # noqa: E402
-from models.grid import Grid, grid_workloads  # noqa: E402
-from models.measure_grid import measure_host_grid  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 RESULT = ROOT / "bench" / "results" / "policy_grid_runs.json.gz"
 HOST_DEVICES = {  # grid name -> (where the backing file lives, size)
@@ -63,15 +63,20 @@ def host_grid(repeats: int, seconds: float, seed: int) -> Grid:
     }
     with lab.lab_devices(specs) as devices:
         return measure_host_grid(
-            {label: (name, f"host loop device on {HOST_DEVICES[label][0]}")
-             for label, name in devices.items()},
-            grid_workloads(seconds, warmup_s=0.2), repeats=repeats, work=work, seed=seed,
+            {
+                label: (name, f"host loop device on {HOST_DEVICES[label][0]}")
+                for label, name in devices.items()
+            },
+            grid_workloads(seconds, warmup_s=0.2),
+            repeats=repeats,
+            work=work,
+            seed=seed,
             progress=lambda line: print(line, flush=True),
-        )  # fmt: skip
+        )
 
 
 def lab_grid(repeats: int, seconds: float, seed: int) -> Grid:
-    from kernel.lab.grid import run_grid
+    from bench.grid.lab import run_grid
 
     return run_grid(repeats=repeats, seconds=seconds, seed=seed)
 
@@ -97,10 +102,13 @@ def main() -> int:
         # devices measured now replace what an earlier run recorded of them
         grid = load_existing()
         grid.runs = [r for r in grid.runs if r.device not in measured.devices]
-        grid.meta[part] = {**provenance("policy_grid.py"),
-                           "repeats": args.repeats or repeats, "seconds": args.seconds or seconds,
-                           "minutes": round((time.monotonic() - started) / 60, 1),
-                           **measured.meta}  # fmt: skip
+        grid.meta[part] = {
+            **provenance("policy_grid.py"),
+            "repeats": args.repeats or repeats,
+            "seconds": args.seconds or seconds,
+            "minutes": round((time.monotonic() - started) / 60, 1),
+            **measured.meta,
+        }
         grid.merge(measured)
         save(grid)
         cells = [c for c in grid.cells() if c[0] in measured.devices]
@@ -116,10 +124,17 @@ def main() -> int:
         }
         print(json.dumps(doc, indent=2))
         record(
-            "policy_grid", doc,
-            {"part": "part", "devices": "devices", "cells": "cells",
-             "configs/cell": "min_configs_per_cell", "runs": "runs", "minutes": "minutes"},
-        )  # fmt: skip
+            "policy_grid",
+            doc,
+            {
+                "part": "part",
+                "devices": "devices",
+                "cells": "cells",
+                "configs/cell": "min_configs_per_cell",
+                "runs": "runs",
+                "minutes": "minutes",
+            },
+        )
     return 0
 
 

@@ -13,20 +13,24 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+
 RESULTS = ROOT / "bench" / "results"
 
 
 def provenance(script: str) -> dict[str, str]:
     commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         check=False,
-    ).stdout.strip()  # fmt: skip
+    ).stdout.strip()
     return {
         "machine": f"{os.cpu_count()} cpu, {platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "commit": commit,
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": f"python bench/{script} {shlex.join(sys.argv[1:])}".strip(),
+        "command": f"python -m bench.{Path(script).stem} {shlex.join(sys.argv[1:])}".strip(),
     }
 
 

@@ -14,13 +14,11 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
-from agent.wire import CompletionMode, DeviceConfig, IOPattern, Scheduler, WorkloadSpec
+from agent.contract.tunables import CompletionMode, DeviceConfig, Scheduler
+from agent.contract.workloads import IOPattern, WorkloadSpec
 from models.features import DeviceFacts
 from models.priors import Objective
-from service.tables import Device, Observation
 
 # objective -> (metric, higher is better)
 OBJECTIVE_METRIC: dict[Objective, tuple[str, bool]] = {
@@ -98,38 +96,23 @@ def measured_facts(samples: Iterable[Sample]) -> dict[uuid.UUID, dict[str, float
     return dict(facts)
 
 
-def _device_row(device: Device) -> dict[str, Any]:
-    return {
-        "name": device.name,
-        "device_class": device.device_class,
-        "rotational": device.rotational,
-        "capabilities": device.capabilities,
-    }
-
-
-def load(
-    session: Session, *, since: datetime | None = None, until: datetime | None = None
-) -> list[Sample]:
-    """Every observation (of present and past devices) in the time range, oldest first.
-    Observations whose workload or configuration no longer validates are skipped."""
-    query = select(Observation, Device).join(Device, Device.id == Observation.device_id)
-    if since is not None:
-        query = query.where(Observation.finished_at >= since)
-    if until is not None:
-        query = query.where(Observation.finished_at < until)
-    samples = []
-    for observation, device in session.execute(query.order_by(Observation.finished_at)):
-        try:
-            workload = WorkloadSpec.model_validate(observation.workload)
-            config = DeviceConfig.model_validate(observation.configuration)
-        except ValidationError:
-            continue
-        metrics = {
-            k: float(v) for k, v in observation.metrics.items() if isinstance(v, int | float)
-        }
-        samples.append(Sample(observation.device_id, _device_row(device), workload, config,
-                              metrics, observation.finished_at))  # fmt: skip
-    return samples
+def sample_from(
+    device_id: uuid.UUID,
+    device: dict[str, Any],
+    workload: dict[str, Any],
+    configuration: dict[str, Any],
+    metrics: dict[str, Any],
+    finished_at: datetime,
+) -> Sample | None:
+    """One observation as a training sample; None when its workload or configuration no
+    longer validates (an allow-list or workload language that moved on)."""
+    try:
+        spec = WorkloadSpec.model_validate(workload)
+        config = DeviceConfig.model_validate(configuration)
+    except ValidationError:
+        return None
+    numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
+    return Sample(device_id, device, spec, config, numbers, finished_at)
 
 
 def facts_for(samples: list[Sample]) -> dict[uuid.UUID, DeviceFacts]:

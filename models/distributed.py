@@ -26,8 +26,9 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
         ray.init(address=address, log_to_driver=False)
         where = f"the Ray cluster at {address}"
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)  # fmt: skip
+        ray.init(
+            num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False
+        )
         cpus = int(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]
         where = f"a local Ray ({cpus} CPUs)"
     try:

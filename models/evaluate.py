@@ -147,9 +147,14 @@ def objectives_for(grid: Grid, device: str, workload: str) -> list[Objective]:
 
 
 def evaluate_cell(
-    grid: Grid, device: str, workload: str, objective: Objective, *, max_canaries: int = 4,
+    grid: Grid,
+    device: str,
+    workload: str,
+    objective: Objective,
+    *,
+    max_canaries: int = 4,
     random_state: int = 0,
-) -> CellResult:  # fmt: skip
+) -> CellResult:
     _, higher = OBJECTIVE_METRIC[objective]
     truth = grid.truth(device, workload, objective)
     if not truth:
@@ -172,8 +177,15 @@ def evaluate_cell(
         facts = facts_for(samples).get(found.id)
         if facts is None:
             raise ValueError(f"no observations of {device} outside the held-out cell")
-        rec = recommend(model, str(found.id), facts, spec, found.available,
-                        current=found.default, among=measured)  # fmt: skip
+        rec = recommend(
+            model,
+            str(found.id),
+            facts,
+            spec,
+            found.available,
+            current=found.default,
+            among=measured,
+        )
         # what blkpilot keeps: the best of what is proven on the cell — the configuration the
         # device runs and those a canary measured (rec.ranked is best first); the model's own
         # favourite, proven or not, is kept for comparison
@@ -208,20 +220,40 @@ def evaluate_cell(
         if config_key(config) in truth
     }
     floor, cv = _noise(grid, device, workload, objective, truth, truth[oracle], higher)
-    return CellResult(device, workload, objective.value, oracle, truth[oracle], chosen, regrets,
-                      names, baselines, model_regrets, floor, cv)  # fmt: skip
+    return CellResult(
+        device,
+        workload,
+        objective.value,
+        oracle,
+        truth[oracle],
+        chosen,
+        regrets,
+        names,
+        baselines,
+        model_regrets,
+        floor,
+        cv,
+    )
 
 
 def _noise(
-    grid: Grid, device: str, workload: str, objective: Objective, truth: dict[str, float],
-    best: float, higher: bool,
-) -> tuple[float, float]:  # fmt: skip
+    grid: Grid,
+    device: str,
+    workload: str,
+    objective: Objective,
+    truth: dict[str, float],
+    best: float,
+    higher: bool,
+) -> tuple[float, float]:
     metric, _ = OBJECTIVE_METRIC[objective]
     by_repeat: dict[int, dict[str, float]] = {}
     spreads = []
     for key in truth:
-        values = {r.repeat: r.metrics[metric] for r in grid.repeats(device, workload, key)
-                  if metric in r.metrics}  # fmt: skip
+        values = {
+            r.repeat: r.metrics[metric]
+            for r in grid.repeats(device, workload, key)
+            if metric in r.metrics
+        }
         for repeat, value in values.items():
             by_repeat.setdefault(repeat, {})[key] = value
         if len(values) > 1 and statistics.fmean(values.values()) > 0:
@@ -232,8 +264,10 @@ def _noise(
         for once in by_repeat.values()
         if once
     ]
-    return (statistics.median(floors) if floors else 0.0,
-            statistics.median(spreads) if spreads else 0.0)  # fmt: skip
+    return (
+        statistics.median(floors) if floors else 0.0,
+        statistics.median(spreads) if spreads else 0.0,
+    )
 
 
 Task = tuple[str, str, Objective]

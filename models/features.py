@@ -2,7 +2,7 @@
 
 The same functions serve training rows (observations) and queries (a device's candidates), so
 a model never sees a feature computed two ways. Categorical values are one-hot encoded here,
-with a fixed vocabulary from agent.wire, so that rows built at different times line up.
+with a fixed vocabulary from agent.contract.wire, so that rows built at different times line up.
 """
 
 from __future__ import annotations
@@ -11,15 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent.wire import (
-    CompletionMode,
-    DeviceClass,
-    DeviceConfig,
-    IOEngine,
-    IOPattern,
-    Scheduler,
-    WorkloadSpec,
-)
+from agent.contract.tunables import CompletionMode, DeviceConfig, Scheduler
+from agent.contract.wire import DeviceClass
+from agent.contract.workloads import IOEngine, IOPattern, WorkloadSpec
 
 Features = dict[str, float]
 
@@ -74,9 +68,15 @@ def workload_features(workload: WorkloadSpec) -> Features:
     job's share of the tasks. db_bench counts as a mixed, mostly-read, synchronous workload."""
     if workload.tool == "db_bench" or not workload.jobs:
         return {
-            "read_share": 0.9, "request_kib": 4.0, "queue_depth": 1.0, "tasks": 1.0,
-            "thinktime_us": 0.0, "sync": 1.0, "writer_tasks": 0.0, "reader_tasks": 1.0,
-        }  # fmt: skip
+            "read_share": 0.9,
+            "request_kib": 4.0,
+            "queue_depth": 1.0,
+            "tasks": 1.0,
+            "thinktime_us": 0.0,
+            "sync": 1.0,
+            "writer_tasks": 0.0,
+            "reader_tasks": 1.0,
+        }
     tasks = sum(job.tasks for job in workload.jobs)
     features: Features = dict.fromkeys(
         ("read_share", "request_kib", "queue_depth", "thinktime_us"), 0.0
@@ -93,16 +93,28 @@ def workload_features(workload: WorkloadSpec) -> Features:
         readers += job.tasks if share > 0 else 0
         writers += job.tasks if share < 1 else 0
     sync = workload.engine is IOEngine.PSYNC or all(j.queue_depth == 1 for j in workload.jobs)
-    features.update(tasks=float(tasks), sync=float(sync), reader_tasks=float(readers),
-                    writer_tasks=float(writers))  # fmt: skip
+    features.update(
+        tasks=float(tasks),
+        sync=float(sync),
+        reader_tasks=float(readers),
+        writer_tasks=float(writers),
+    )
     return features
 
 
 TUNABLES = (  # the parameters learned across schedulers; absent ones are -1
-    "slice_idle_us", "low_latency", "read_expire", "write_expire", "fifo_batch",
-    "writes_starved", "read_lat_nsec", "write_lat_nsec", "alpha_permille", "read_preference",
+    "slice_idle_us",
+    "low_latency",
+    "read_expire",
+    "write_expire",
+    "fifo_batch",
+    "writes_starved",
+    "read_lat_nsec",
+    "write_lat_nsec",
+    "alpha_permille",
+    "read_preference",
     "timeslice_us",
-)  # fmt: skip
+)
 
 
 def config_features(config: DeviceConfig) -> Features:
@@ -127,8 +139,11 @@ def config_features(config: DeviceConfig) -> Features:
 
 def config_key(config: DeviceConfig) -> str:
     """A stable name of a configuration (what makes two runs the same cell)."""
-    tunables = ",".join(f"{k}={v}" for k, v in sorted(config.scheduler_tunables.items())
-                        if not k.startswith("cost_"))  # fmt: skip
+    tunables = ",".join(
+        f"{k}={v}"
+        for k, v in sorted(config.scheduler_tunables.items())
+        if not k.startswith("cost_")
+    )
     scheduler = (config.scheduler or Scheduler.NONE).value
     completion = (config.completion or CompletionMode.INTERRUPT).value
     return f"{scheduler}[{tunables}]/{completion}"
@@ -145,8 +160,11 @@ def config_label(config: DeviceConfig) -> str:
     """A configuration as an operator reads it: `mq-deadline (fifo_batch=8, read_expire=100)
     with classic polling`; interrupt completion, the default, goes unsaid."""
     scheduler = (config.scheduler or Scheduler.NONE).value
-    tunables = ", ".join(f"{k}={v}" for k, v in sorted(config.scheduler_tunables.items())
-                         if not k.startswith("cost_"))  # fmt: skip
+    tunables = ", ".join(
+        f"{k}={v}"
+        for k, v in sorted(config.scheduler_tunables.items())
+        if not k.startswith("cost_")
+    )
     queue = {"nr_requests": config.nr_requests, "read_ahead_kb": config.read_ahead_kb}
     limits = ", ".join(f"{name}={value}" for name, value in queue.items() if value is not None)
     text = scheduler + (f" ({tunables})" if tunables else "")

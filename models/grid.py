@@ -1,7 +1,7 @@
 """A ground-truth grid: every candidate configuration measured, repeated, on each device and
 workload. It is what `blkpilot eval` judges the policy search against (models.evaluate), and
-what bench/policy_grid.py measures on this machine's loop devices and the kernel lab's test
-device.
+what `python -m bench.policy_grid` measures (with bench/grid/) on this machine's loop devices
+and the kernel lab's test device.
 
 Stored as one JSON document: the devices (an inventory-like row, the schedulers they offer,
 the configuration the kernel gave them), the workloads, and one entry per run.
@@ -20,39 +20,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agent.bench.library import library
-from agent.wire import DeviceClass, DeviceConfig, Scheduler, WorkloadSpec
+from agent.contract.tunables import DeviceConfig, Scheduler
+from agent.contract.wire import DeviceClass
+from agent.contract.workloads import WorkloadSpec
 from models.dataset import OBJECTIVE_METRIC, Sample
 from models.features import DeviceFacts, config_key
 from models.priors import Objective
 from models.search import candidates
 
-# Six workloads that pull the decision in different directions: QD1 reads (added latency
-# matters), deep reads (parallel issue), QD1 writes (asymmetry), four mixed tasks, and the
-# FIOS paper's reader/writer cases (fairness, anticipation). Together they also give every
-# device the facts the models use (QD1 read latency, write/read asymmetry, parallel speed-up).
-GRID_WORKLOADS = (
-    "hs23-single-randread-4k-qd1",
-    "hs23-single-randread-4k-qd16",
-    "hs23-single-randwrite-4k-qd1",
-    "hs23-multi-randrw50-4k-p4",
-    "fios-1r1w",
-    "fios-4r4w-think",
-)
 # what a run keeps: every objective's metric and what explains it
 KEPT_METRICS = (
     *(metric for metric, _ in OBJECTIVE_METRIC.values()),
-    "lat_mean_us", "concurrent_efficiency", "worst_slowdown", "context_switches_per_io",
-)  # fmt: skip
+    "lat_mean_us",
+    "concurrent_efficiency",
+    "worst_slowdown",
+    "context_switches_per_io",
+)
 GRID_NAMESPACE = uuid.UUID("6f1d3c52-8a1e-4c7b-9f0e-5b2d7e4a9c10")
-
-
-def grid_workloads(seconds: float, warmup_s: float = 0.3) -> list[WorkloadSpec]:
-    known = library()
-    return [
-        known[name].model_copy(update={"duration_s": seconds, "warmup_s": warmup_s})
-        for name in GRID_WORKLOADS
-    ]
 
 
 def default_config(scheduler: Scheduler | None, tunables: Mapping[str, int]) -> DeviceConfig:
@@ -106,9 +90,13 @@ class Grid:
     # --- building ---------------------------------------------------------------------
 
     def add_run(
-        self, device: str, workload: str, config: DeviceConfig, repeat: int,
+        self,
+        device: str,
+        workload: str,
+        config: DeviceConfig,
+        repeat: int,
         metrics: Mapping[str, Any],
-    ) -> None:  # fmt: skip
+    ) -> None:
         if device not in self.devices:
             raise KeyError(f"unknown grid device {device!r}")
         if workload not in self.workloads:
@@ -157,8 +145,14 @@ class Grid:
 
     def sample(self, run: GridRun, at: datetime | None = None) -> Sample:
         device = self.devices[run.device]
-        return Sample(device.id, device.row, self.workloads[run.workload], run.config,
-                      dict(run.metrics), at or datetime.now(UTC))  # fmt: skip
+        return Sample(
+            device.id,
+            device.row,
+            self.workloads[run.workload],
+            run.config,
+            dict(run.metrics),
+            at or datetime.now(UTC),
+        )
 
     def samples(self, *, exclude: Iterable[tuple[str, str]] = ()) -> list[Sample]:
         """Training samples from every run outside the excluded (device, workload) cells."""
@@ -172,10 +166,13 @@ class Grid:
         common udev rule (none for non-rotational devices, bfq for rotational ones)."""
         found = self.devices[device]
         udev = (
-            DeviceConfig(scheduler=Scheduler.BFQ,
-                         scheduler_tunables={"slice_idle_us": 8_000, "low_latency": 1})
-            if found.rotational else DeviceConfig(scheduler=Scheduler.NONE)
-        )  # fmt: skip
+            DeviceConfig(
+                scheduler=Scheduler.BFQ,
+                scheduler_tunables={"slice_idle_us": 8_000, "low_latency": 1},
+            )
+            if found.rotational
+            else DeviceConfig(scheduler=Scheduler.NONE)
+        )
         return {
             "kernel-default": found.default,
             "always-none": DeviceConfig(scheduler=Scheduler.NONE),
@@ -214,9 +211,12 @@ class Grid:
         grid = cls(meta=dict(doc.get("meta", {})))
         for name, d in doc["devices"].items():
             grid.devices[name] = GridDevice(
-                name, d["row"], tuple(Scheduler(s) for s in d["available"]),
-                DeviceConfig.model_validate(d["default"]), d["source"],
-            )  # fmt: skip
+                name,
+                d["row"],
+                tuple(Scheduler(s) for s in d["available"]),
+                DeviceConfig.model_validate(d["default"]),
+                d["source"],
+            )
         grid.workloads = {n: WorkloadSpec.model_validate(w) for n, w in doc["workloads"].items()}
         for device, workload, config, repeat, metrics in doc["runs"]:
             grid.add_run(device, workload, DeviceConfig.model_validate(config), repeat, metrics)

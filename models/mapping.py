@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from agent.wire import WorkloadSpec
+from agent.contract.workloads import WorkloadSpec
 from models.features import workload_features
 
 MIN_IOPS = 1.0  # windows below this are idle and say nothing of the workload

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from agent.wire import CompletionMode, DeviceClass, DeviceConfig, Scheduler
+from agent.contract.tunables import CompletionMode, DeviceConfig, Scheduler
+from agent.contract.wire import DeviceClass
 from models.features import DeviceFacts, Features
 
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.feature_extraction import DictVectorizer
 
-from agent.wire import CompletionMode, DeviceConfig, Scheduler, WorkloadSpec
+from agent.contract.tunables import CompletionMode, DeviceConfig, Scheduler
+from agent.contract.workloads import WorkloadSpec
 from models.dataset import OBJECTIVE_METRIC, Sample, facts_for
 from models.estimator import BootstrapRegressor
 from models.features import DeviceFacts, config_key, config_label, row, workload_features
@@ -50,22 +51,41 @@ def candidates(device: DeviceFacts, available: Iterable[Scheduler]) -> list[Devi
             polled = (CompletionMode.CLASSIC_POLL, CompletionMode.HYBRID_POLL)
             grid += [DeviceConfig(scheduler=Scheduler.NONE, completion=m) for m in polled]
     if Scheduler.MQ_DEADLINE in available:
-        grid += [DeviceConfig(scheduler=Scheduler.MQ_DEADLINE,
-                              scheduler_tunables={"read_expire": r, "fifo_batch": b,
-                                                  "writes_starved": w})
-                 for r in (20, 100, 500) for b in (1, 16) for w in (2, 8)]  # fmt: skip
+        grid += [
+            DeviceConfig(
+                scheduler=Scheduler.MQ_DEADLINE,
+                scheduler_tunables={"read_expire": r, "fifo_batch": b, "writes_starved": w},
+            )
+            for r in (20, 100, 500)
+            for b in (1, 16)
+            for w in (2, 8)
+        ]
     if Scheduler.KYBER in available:
-        grid += [DeviceConfig(scheduler=Scheduler.KYBER,
-                              scheduler_tunables={"read_lat_nsec": r, "write_lat_nsec": w})
-                 for r in (250_000, 2_000_000) for w in (2_000_000, 10_000_000)]  # fmt: skip
+        grid += [
+            DeviceConfig(
+                scheduler=Scheduler.KYBER,
+                scheduler_tunables={"read_lat_nsec": r, "write_lat_nsec": w},
+            )
+            for r in (250_000, 2_000_000)
+            for w in (2_000_000, 10_000_000)
+        ]
     if Scheduler.BFQ in available:
-        grid += [DeviceConfig(scheduler=Scheduler.BFQ,
-                              scheduler_tunables={"slice_idle_us": s, "low_latency": low})
-                 for s in (0, 2_000, 8_000, 16_000) for low in (0, 1)]  # fmt: skip
+        grid += [
+            DeviceConfig(
+                scheduler=Scheduler.BFQ, scheduler_tunables={"slice_idle_us": s, "low_latency": low}
+            )
+            for s in (0, 2_000, 8_000, 16_000)
+            for low in (0, 1)
+        ]
     if Scheduler.FIOS in available:
-        grid += [DeviceConfig(scheduler=Scheduler.FIOS,
-                              scheduler_tunables={"alpha_permille": a, "read_preference": rp})
-                 for a in (0, 500, 900) for rp in (0, 1)]  # fmt: skip
+        grid += [
+            DeviceConfig(
+                scheduler=Scheduler.FIOS,
+                scheduler_tunables={"alpha_permille": a, "read_preference": rp},
+            )
+            for a in (0, 500, 900)
+            for rp in (0, 1)
+        ]
     return grid
 
 
@@ -152,10 +172,12 @@ class MixModel:
         return mean, np.sqrt(var)
 
     def members(self, features: Sequence[dict[str, float]]) -> np.ndarray:
-        return np.asarray(sum(
-            weight * (1 if model.higher_is_better else -1) * model.members(features)
-            for model, weight in self.parts
-        ))  # fmt: skip
+        return np.asarray(
+            sum(
+                weight * (1 if model.higher_is_better else -1) * model.members(features)
+                for model, weight in self.parts
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -173,16 +195,24 @@ class Comparison:
 
 
 def compare(
-    model: ObjectiveModel, device: DeviceFacts, workload: WorkloadSpec,
-    current: DeviceConfig, recommended: DeviceConfig,
-) -> Comparison:  # fmt: skip
+    model: ObjectiveModel,
+    device: DeviceFacts,
+    workload: WorkloadSpec,
+    current: DeviceConfig,
+    recommended: DeviceConfig,
+) -> Comparison:
     members = model.members([row(device, workload, current), row(device, workload, recommended)])
     ratios = np.expm1(members[:, 1] - members[:, 0])
     mean = members.mean(axis=0)
     return Comparison(
-        model.objective, math.exp(mean[0]), math.exp(mean[1]), math.expm1(mean[1] - mean[0]),
-        float(np.quantile(ratios, 0.1)), float(np.quantile(ratios, 0.9)), model.higher_is_better,
-    )  # fmt: skip
+        model.objective,
+        math.exp(mean[0]),
+        math.exp(mean[1]),
+        math.expm1(mean[1] - mean[0]),
+        float(np.quantile(ratios, 0.1)),
+        float(np.quantile(ratios, 0.9)),
+        model.higher_is_better,
+    )
 
 
 def fit(samples: list[Sample], objective: Objective, *, random_state: int = 0) -> ObjectiveModel:
@@ -208,7 +238,7 @@ def fit(samples: list[Sample], objective: Objective, *, random_state: int = 0) -
 
 
 @dataclass(frozen=True)
-class Scored:
+class ScoredConfig:
     config: DeviceConfig
     predicted: float  # in the metric's own unit
     low: float
@@ -219,13 +249,13 @@ class Scored:
 
 
 @dataclass(frozen=True)
-class Recommendation:
+class SearchResult:
     objective: Objective | str  # a MixModel's is its label
-    best: Scored
-    current: Scored | None
-    next_canary: Scored | None
+    best: ScoredConfig
+    current: ScoredConfig | None
+    next_canary: ScoredConfig | None
     expected_gain: float  # of next_canary over best, as a fraction (UCB)
-    ranked: list[Scored]
+    ranked: list[ScoredConfig]
     confidence: float = 0.0  # share of the ensemble's members that also rank `best` first
 
     @property
@@ -240,8 +270,10 @@ class Recommendation:
             parts.append(f"{change:+.1%} against the current {config_label(self.current.config)}")
         parts.append(f"from {best.observations} observations of this cell")
         for prior in best.priors:
-            parts.append(f"{'against' if prior.avoid else 'with'} the prior '{prior.reason}'"
-                         f" ({prior.citation})")  # fmt: skip
+            parts.append(
+                f"{'against' if prior.avoid else 'with'} the prior '{prior.reason}'"
+                f" ({prior.citation})"
+            )
         return "; ".join(parts)
 
 
@@ -272,7 +304,7 @@ def recommend(
     min_gain: float = 0.02,
     guard: tuple[ObjectiveModel, float] | None = None,
     among: Sequence[DeviceConfig] | None = None,
-) -> Recommendation:
+) -> SearchResult:
     """Score every candidate for this device and workload (or only those `among`); see the
     module docstring."""
     grid = list(among) if among is not None else candidates(device, available)
@@ -319,11 +351,14 @@ def recommend(
         seen = model.cells[(device_id, workload.name, keys[i])]
         weighted = [(p, w) for p, w in applicable if _matches(p.config, config)]
         matched = tuple(p for p, _ in weighted)
-        shift = sum((-1 if p.avoid else 1) * w * p.strength / (seen + p.strength)
-                    for p, w in weighted)  # fmt: skip
+        shift = sum(
+            (-1 if p.avoid else 1) * w * p.strength / (seen + p.strength) for p, w in weighted
+        )
         value = mean[i] + sign * shift * effect
         low, high = sorted((math.exp(mean[i] - 1.28 * std[i]), math.exp(mean[i] + 1.28 * std[i])))
-        scored.append(Scored(config, math.exp(mean[i]), low, high, float(std[i]), seen, matched))
+        scored.append(
+            ScoredConfig(config, math.exp(mean[i]), low, high, float(std[i]), seen, matched)
+        )
         utility.append(sign * value)
     allowed = set(range(len(grid)))
     if guard is not None and current is not None:
@@ -362,8 +397,15 @@ def recommend(
     current_scored = None
     if current is not None:
         current_scored = scored[keys.index(config_key(current))]
-    return Recommendation(model.objective, best, current_scored, next_canary, gain,
-                          [scored[i] for i in order], confidence)  # fmt: skip
+    return SearchResult(
+        model.objective,
+        best,
+        current_scored,
+        next_canary,
+        gain,
+        [scored[i] for i in order],
+        confidence,
+    )
 
 
 def _matches(prior: DeviceConfig, config: DeviceConfig) -> bool:

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-import blkpilot
+from agent.contract import __version__
 from service.audit.endpoints import router as audit_router
 from service.dashboard.views import install as install_dashboard
 from service.db import Database
@@ -142,7 +142,7 @@ def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
 def create_app(settings: Settings, database: Database) -> FastAPI:
     app = FastAPI(
         title="blkpilot",
-        version=blkpilot.__version__,
+        version=__version__,
         description="Control plane for tuning Linux block I/O across a fleet.",
     )
     app.state.settings = settings

@@ -21,21 +21,20 @@ from pathlib import Path
 
 import httpx
 import uvicorn
-from sqlalchemy import select, update
 
-import blkpilot
 from agent.client import ServiceClient
+from agent.contract import __version__
+from agent.contract.wire import Heartbeat
 from agent.enrollment import enroll_node
 from agent.errors import AgentError, NotEnrolled, ServiceRejected
-from agent.lab import TMPFS, lab_devices
 from agent.state import NodeState
-from agent.wire import Heartbeat
+from kernel.lab.devices import TMPFS, lab_devices
 from service.app import create_app
 from service.db import Database
 from service.runtime import exit_cleanly_on_signals, open_database
 from service.security import Role
 from service.settings import Settings
-from service.tables import ApiToken
+from service.tokens import repository as token_repository
 from service.tokens import service as token_service
 
 DEMO_TOKEN_PREFIX = "demo-admin-"
@@ -45,13 +44,9 @@ def _fresh_admin_token(database: Database, data_dir: Path) -> tuple[str, Path]:
     """Revoke the previous demo's admin token, make a new one, keep it in a 0600 file."""
     with database.sessionmaker.begin() as session:
         # Demo bookkeeping, not an operator action: done here rather than through the API.
-        session.execute(
-            update(ApiToken)
-            .where(ApiToken.name.startswith(DEMO_TOKEN_PREFIX), ApiToken.revoked_at.is_(None))
-            .values(revoked_at=datetime.now(UTC))
-        )
+        token_repository.revoke_by_prefix(session, DEMO_TOKEN_PREFIX, datetime.now(UTC))
         name = f"{DEMO_TOKEN_PREFIX}{int(time.time())}"
-        while session.scalar(select(ApiToken.id).where(ApiToken.name == name)) is not None:
+        while token_repository.api_token_name_taken(session, name):
             name += "x"
         _, secret = token_service.create_api_token(session, "demo", name=name, role=Role.ADMIN)
     path = data_dir / "admin.token"
@@ -69,9 +64,7 @@ def _enroll_local_node(base_url: str, admin_token: str, state_dir: Path) -> tupl
             with ServiceClient(base_url, state.node_token) as client:
                 client.heartbeat(
                     state.node_id,
-                    Heartbeat(
-                        agent_version=blkpilot.__version__, kernel_version=platform.release()
-                    ),
+                    Heartbeat(agent_version=__version__, kernel_version=platform.release()),
                 )
             return state, False
     except NotEnrolled:
@@ -103,15 +96,24 @@ def _start_agent(
     with log.open("ab") as output:
         return subprocess.Popen(
             [
-                str(Path(sys.executable).parent / "blkpilot"), "agent", "run",
-                "--state-dir", str(state_dir), "--interval", str(interval),
-                "--push-interval", str(interval * 2), "--policy-interval", str(interval * 2),
-                "--metrics-port", str(metrics_port),
+                str(Path(sys.executable).parent / "blkpilot"),
+                "agent",
+                "run",
+                "--state-dir",
+                str(state_dir),
+                "--interval",
+                str(interval),
+                "--push-interval",
+                str(interval * 2),
+                "--policy-interval",
+                str(interval * 2),
+                "--metrics-port",
+                str(metrics_port),
                 *[arg for device in devices for arg in ("--device", device)],
             ],
             stdout=output,
             stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        )
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -124,8 +126,12 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-DEMO_WORKLOADS = ("hs23-single-randread-4k-qd1", "hs23-single-randread-4k-qd16",
-                  "hs23-single-randwrite-4k-qd1", "hs23-single-randrw50-4k-qd1")  # fmt: skip
+DEMO_WORKLOADS = (
+    "hs23-single-randread-4k-qd1",
+    "hs23-single-randread-4k-qd16",
+    "hs23-single-randwrite-4k-qd1",
+    "hs23-single-randrw50-4k-qd1",
+)
 DEMO_SCHEDULERS = ("none", "mq-deadline", "kyber", "bfq")
 START_ON = {"disk": "bfq"}  # lab device -> the scheduler it starts on (the others: the kernel's)
 
@@ -140,8 +146,9 @@ def _await_inventory(
     headers = {"Authorization": f"Bearer {admin_token}"}
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not server.should_exit:
-        response = httpx.get(f"{base_url}/api/v1/nodes/{node_id}/devices", headers=headers,
-                             timeout=10)  # fmt: skip
+        response = httpx.get(
+            f"{base_url}/api/v1/nodes/{node_id}/devices", headers=headers, timeout=10
+        )
         response.raise_for_status()
         if names <= {device["name"] for device in response.json()}:
             return
@@ -150,28 +157,60 @@ def _await_inventory(
 
 
 def _tune(
-    base_url: str, admin_token: str, state_dir: Path, devices: dict[str, str], seconds: float,
-    log: Path, running: list[subprocess.Popen[bytes]], server: uvicorn.Server,
-) -> None:  # fmt: skip
+    base_url: str,
+    admin_token: str,
+    state_dir: Path,
+    devices: dict[str, str],
+    seconds: float,
+    log: Path,
+    running: list[subprocess.Popen[bytes]],
+    server: uvicorn.Server,
+) -> None:
     """The loop's first turn on the lab devices: every stock scheduler benchmarked on a few
     workloads (results reported as observations), then the nightly job (local Ray) trains and
     recommends. The dashboard shows both."""
     blkpilot_cli = str(Path(sys.executable).parent / "blkpilot")
     _await_inventory(base_url, admin_token, state_dir, set(devices.values()), server)
     steps = [
-        [blkpilot_cli, "bench", "sweep", "--state-dir", str(state_dir), "--device", device,
-         "--duration", str(seconds),
-         *[a for w in DEMO_WORKLOADS for a in ("--workload", w)],
-         *[a for s in DEMO_SCHEDULERS for a in ("--scheduler", s)]]
+        [
+            blkpilot_cli,
+            "bench",
+            "sweep",
+            "--state-dir",
+            str(state_dir),
+            "--device",
+            device,
+            "--duration",
+            str(seconds),
+            *[a for w in DEMO_WORKLOADS for a in ("--workload", w)],
+            *[a for s in DEMO_SCHEDULERS for a in ("--scheduler", s)],
+        ]
         for _, device in sorted(devices.items())
-    ]  # fmt: skip
+    ]
     steps.append([blkpilot_cli, "nightly", "--max-canaries", "2"])
     # the canaries the nightly job scheduled, run as any node runs them
-    steps.append([blkpilot_cli, "agent", "canaries", "--state-dir", str(state_dir), "--run",
-                  "--limit", "2", "--rounds", "3", "--round-seconds", str(seconds)])  # fmt: skip
-    print(f"blkpilot demo: benchmarking {len(DEMO_SCHEDULERS)} schedulers x"
-          f" {len(DEMO_WORKLOADS)} workloads on the lab devices, then the nightly job and its"
-          f" canaries (log {log})", flush=True)  # fmt: skip
+    steps.append(
+        [
+            blkpilot_cli,
+            "agent",
+            "canaries",
+            "--state-dir",
+            str(state_dir),
+            "--run",
+            "--limit",
+            "2",
+            "--rounds",
+            "3",
+            "--round-seconds",
+            str(seconds),
+        ]
+    )
+    print(
+        f"blkpilot demo: benchmarking {len(DEMO_SCHEDULERS)} schedulers x"
+        f" {len(DEMO_WORKLOADS)} workloads on the lab devices, then the nightly job and its"
+        f" canaries (log {log})",
+        flush=True,
+    )
     for command in steps:
         with log.open("ab") as output:
             process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
@@ -181,15 +220,20 @@ def _tune(
         if server.should_exit:
             return
         if code != 0:
-            print(f"blkpilot demo: {' '.join(command[1:3])} failed ({code}); see {log}",
-                  flush=True)  # fmt: skip
+            print(f"blkpilot demo: {' '.join(command[1:3])} failed ({code}); see {log}", flush=True)
             return
     headers = {"Authorization": f"Bearer {admin_token}"}
-    proposed = httpx.get(f"{base_url}/api/v1/recommendations", params={"status": "proposed"},
-                         headers=headers, timeout=30)  # fmt: skip
+    proposed = httpx.get(
+        f"{base_url}/api/v1/recommendations",
+        params={"status": "proposed"},
+        headers=headers,
+        timeout=30,
+    )
     proposed.raise_for_status()
-    print(f"blkpilot demo: {len(proposed.json())} recommendation(s) on the dashboard:"
-          f" {base_url}/ui/", flush=True)  # fmt: skip
+    print(
+        f"blkpilot demo: {len(proposed.json())} recommendation(s) on the dashboard: {base_url}/ui/",
+        flush=True,
+    )
     print("blkpilot demo recommendations ready", flush=True)
 
 
@@ -247,10 +291,13 @@ def run_demo(
                 return
             agents.append(
                 _start_agent(
-                    state_dir, sorted(devices.values()), interval=agent_interval,
-                    metrics_port=agent_metrics_port, log=settings.data_dir / "agent.log",
+                    state_dir,
+                    sorted(devices.values()),
+                    interval=agent_interval,
+                    metrics_port=agent_metrics_port,
+                    log=settings.data_dir / "agent.log",
                 )
-            )  # fmt: skip
+            )
             verb = "enrolled" if new else "already enrolled"
             lab_line = ", ".join(f"{name} ({kind})" for kind, name in sorted(devices.items()))
             print(
@@ -287,8 +334,16 @@ def run_demo(
             if failure or server.should_exit or tune_seconds <= 0:
                 return
             try:
-                _tune(base_url, admin_token, state_dir, devices, tune_seconds,
-                      settings.data_dir / "tuning.log", agents, server)  # fmt: skip
+                _tune(
+                    base_url,
+                    admin_token,
+                    state_dir,
+                    devices,
+                    tune_seconds,
+                    settings.data_dir / "tuning.log",
+                    agents,
+                    server,
+                )
             except (OSError, httpx.HTTPError) as error:
                 print(f"blkpilot demo: tuning failed ({error}); see the tuning log", flush=True)
 

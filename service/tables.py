@@ -110,7 +110,7 @@ class Device(Base):
     last_seen_at: Mapped[datetime] = _now()
 
 
-class TelemetryBatch(Base):
+class TelemetryBatchRow(Base):
     """One row per ingested batch id: what makes ingest idempotent."""
 
     __tablename__ = "telemetry_batches"
@@ -121,7 +121,7 @@ class TelemetryBatch(Base):
     received_at: Mapped[datetime] = _now()
 
 
-class TelemetryWindow(Base):
+class TelemetryWindowRow(Base):
     __tablename__ = "telemetry_windows"
     __table_args__ = (
         UniqueConstraint("device_id", "window_start", "window_end"),
@@ -232,7 +232,7 @@ class ModelVersion(Base):
     created_at: Mapped[datetime] = _now()
 
 
-class Recommendation(Base):
+class RecommendationRow(Base):
     """What the search recommends for a device and objective, against what it runs now; an
     operator accepts it (it becomes the device's policy) or rejects it."""
 

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, make_url
 from sqlalchemy.orm import Session
 
-from agent import lab
+from kernel.lab import devices as lab
 from service import db
 from service.app import create_app
 from service.db import Database, get_session, unit_of_work

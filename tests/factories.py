@@ -7,14 +7,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from agent.wire import (
+from agent.contract.tunables import Scheduler
+from agent.contract.wire import (
     DeviceCapabilities,
     DeviceClass,
     DeviceInventory,
     EnrollRequest,
     InventoryReport,
     PollCapabilities,
-    Scheduler,
     Transport,
 )
 from service.devices import service as device_service

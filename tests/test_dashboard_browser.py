@@ -24,9 +24,16 @@ from tests.proc import BLKPILOT, clean_env, free_port, stop
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("BLKPILOT_ARTIFACTS_DIR", ROOT / ".artifacts")) / "dashboard"
-CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"]  # fmt: skip
+CHROMIUM_FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
@@ -35,10 +42,23 @@ class Demo:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
-            [BLKPILOT, "demo", "--port", str(self.port), "--agent-metrics-port",
-             str(free_port()), "--agent-interval", "1", "--tune-seconds", "0.3"],
-            env=clean_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+            [
+                BLKPILOT,
+                "demo",
+                "--port",
+                str(self.port),
+                "--agent-metrics-port",
+                str(free_port()),
+                "--agent-interval",
+                "1",
+                "--tune-seconds",
+                "0.3",
+            ],
+            env=clean_env(data_dir),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.lines: list[str] = []
         assert self.process.stdout is not None
         for line in self.process.stdout:
@@ -50,15 +70,20 @@ class Demo:
         self.admin = (data_dir / "admin.token").read_text().strip()
 
     def token(self, role: str) -> str:
-        response = httpx.post(f"{self.base}/api/v1/api-tokens",
-                              json={"name": f"{role}-{time.time_ns()}", "role": role},
-                              headers={"Authorization": f"Bearer {self.admin}"})  # fmt: skip
+        response = httpx.post(
+            f"{self.base}/api/v1/api-tokens",
+            json={"name": f"{role}-{time.time_ns()}", "role": role},
+            headers={"Authorization": f"Bearer {self.admin}"},
+        )
         assert response.status_code == 201, response.text
         return str(response.json()["token"])
 
     def api(self, path: str, **params: Any) -> Any:
-        response = httpx.get(f"{self.base}/api/v1{path}", params=params,
-                             headers={"Authorization": f"Bearer {self.admin}"})  # fmt: skip
+        response = httpx.get(
+            f"{self.base}/api/v1{path}",
+            params=params,
+            headers={"Authorization": f"Bearer {self.admin}"},
+        )
         response.raise_for_status()
         return response.json()
 
@@ -125,8 +150,10 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
         expect(page.get_by_test_id("policy")).to_contain_text("v1")
         expect(page.get_by_test_id("audit")).to_contain_text("policy.set")
         expect(page.get_by_test_id("audit")).to_contain_text("looks right on the lab device")
-        policy = httpx.get(f"{demo.base}/api/v1/devices/{device_id}/policy",
-                           headers={"Authorization": f"Bearer {demo.admin}"}).json()  # fmt: skip
+        policy = httpx.get(
+            f"{demo.base}/api/v1/devices/{device_id}/policy",
+            headers={"Authorization": f"Bearer {demo.admin}"},
+        ).json()
         (accepted,) = demo.api("/recommendations", device_id=device_id, status="accepted")
         assert policy["config"] == accepted["recommended_config"]
         assert accepted["decided_by"].startswith("token:operator-")
@@ -166,9 +193,16 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
 
     still = demo.api(f"/recommendations/{other['id']}")
     assert still["status"] == "proposed"  # nothing changed
-    response = httpx.get(f"{demo.base}/api/v1/devices/{other['device_id']}/policy",
-                         headers={"Authorization": f"Bearer {demo.admin}"})  # fmt: skip
+    response = httpx.get(
+        f"{demo.base}/api/v1/devices/{other['device_id']}/policy",
+        headers={"Authorization": f"Bearer {demo.admin}"},
+    )
     assert response.status_code == 404
     shots = sorted(p.name for p in ARTIFACTS.glob("*.png"))
-    assert shots == ["1-overview.png", "2-device.png", "3-accepted.png", "4-viewer.png",
-                     "5-viewer-refused.png"]  # fmt: skip
+    assert shots == [
+        "1-overview.png",
+        "2-device.png",
+        "3-accepted.png",
+        "4-viewer.png",
+        "5-viewer-refused.png",
+    ]

@@ -33,8 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = ROOT / "dashboards"
 PROMETHEUS = DASHBOARDS / "prometheus"
 NAME = re.compile(r"\bblkpilot_[a-zA-Z0-9_:]*")
-SUFFIXES = {"counter": ("_total",), "info": ("_info",), "histogram": ("_bucket", "_sum", "_count"),
-            "summary": ("_sum", "_count"), "gauge": ("",), "unknown": ("",)}  # fmt: skip
+SUFFIXES = {
+    "counter": ("_total",),
+    "info": ("_info",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "summary": ("_sum", "_count"),
+    "gauge": ("",),
+    "unknown": ("",),
+}
 
 
 def _queries() -> Iterator[tuple[str, str]]:
@@ -92,17 +98,23 @@ def test_every_metric_in_a_query_is_emitted(
     meter = tmp_path / "meter.csv"
     meter.write_text("timestamp,watts\n")
     config = AgentConfig(
-        devices=[device], interval_s=0.2, push_interval_s=0.4, metrics_port=0,
+        devices=[device],
+        interval_s=0.2,
+        push_interval_s=0.4,
+        metrics_port=0,
         power=PowerConfig(rapl=False, hwmon=False, ipmi=False, meter_csv=meter),
-    )  # fmt: skip
+    )
     agent = Agent(config, node, state_dir)
     agent.start()
     until = time.monotonic() + 1.5
     while time.monotonic() < until:
         with meter.open("a") as handle:
             handle.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S+00:00', time.gmtime())},120\n")
-        subprocess.run(["dd", f"if=/dev/{device}", "of=/dev/null", "bs=4k", "count=500",
-                        "iflag=direct"], check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["dd", f"if=/dev/{device}", "of=/dev/null", "bs=4k", "count=500", "iflag=direct"],
+            check=True,
+            capture_output=True,
+        )
         time.sleep(min(agent.step(), 0.05))
     agent.push()
     emitted = _emitted(service_exposition) | _emitted(generate_latest(registry_for(agent)).decode())
@@ -126,8 +138,10 @@ def _promtool() -> str:
 def test_promtool_accepts_the_scrape_configuration_and_rules() -> None:
     checked = subprocess.run(
         [_promtool(), "check", "config", str(PROMETHEUS / "prometheus.yml")],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS" in checked.stdout + checked.stderr
 
@@ -135,8 +149,10 @@ def test_promtool_accepts_the_scrape_configuration_and_rules() -> None:
 def test_the_alerts_fire_as_their_unit_tests_say() -> None:
     tested = subprocess.run(
         [_promtool(), "test", "rules", str(PROMETHEUS / "alerts_test.yml")],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 

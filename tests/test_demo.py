@@ -21,13 +21,23 @@ def _run_demo(
     data_dir: Path, port: int, agent_port: int
 ) -> tuple[subprocess.Popen[str], list[str], float]:
     process = subprocess.Popen(
-        [BLKPILOT, "demo", "--port", str(port), "--agent-metrics-port", str(agent_port),
-         "--agent-interval", "0.5", "--tune-seconds", "0"],
+        [
+            BLKPILOT,
+            "demo",
+            "--port",
+            str(port),
+            "--agent-metrics-port",
+            str(agent_port),
+            "--agent-interval",
+            "0.5",
+            "--tune-seconds",
+            "0",
+        ],
         env=clean_env(data_dir),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-    )  # fmt: skip
+    )
     started = time.monotonic()
     lines: list[str] = []
     assert process.stdout is not None

@@ -22,8 +22,13 @@ ENV = {**os.environ, "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"), "ANSIBLE_
 def test_playbook_syntax(playbook: str) -> None:
     checked = subprocess.run(
         [str(BIN / "ansible-playbook"), "-i", "localhost,", "--syntax-check", playbook],
-        cwd=PLAYBOOKS, env=ENV, capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+        cwd=PLAYBOOKS,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "WARNING" not in checked.stderr, checked.stderr
 
@@ -31,8 +36,13 @@ def test_playbook_syntax(playbook: str) -> None:
 def test_inventory_plugin_documents_itself() -> None:
     doc = subprocess.run(
         [str(BIN / "ansible-doc"), "-t", "inventory", "--json", "blkpilot"],
-        cwd=PLAYBOOKS, env=ENV, capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+        cwd=PLAYBOOKS,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert doc.returncode == 0, doc.stderr
     assert '"url"' in doc.stdout
     assert '"keyed_groups"' in doc.stdout  # the constructed features come with it
@@ -40,11 +50,25 @@ def test_inventory_plugin_documents_itself() -> None:
 
 def test_the_policy_role_refuses_to_run_without_a_rollout(tmp_path: Path) -> None:
     run = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         "-e", f"ansible_python_interpreter={sys.executable}",
-         "-e", f"blkpilot_state_dir={tmp_path}", "rollout.yml"],
-        cwd=PLAYBOOKS, env=ENV, capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+        [
+            str(BIN / "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-e",
+            f"blkpilot_state_dir={tmp_path}",
+            "rollout.yml",
+        ],
+        cwd=PLAYBOOKS,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert run.returncode != 0
     assert "rollout_id, rollout_config and blkpilot_devices must be set" in run.stdout
     assert list(tmp_path.iterdir()) == []  # nothing was written

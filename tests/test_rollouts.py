@@ -25,10 +25,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent import lab
 from agent.config import AgentConfig
 from agent.enrollment import enroll_node
 from agent.runner import Agent
+from kernel.lab import devices as lab
 from tests.agent.conftest import NO_POWER
 from tests.proc import BLKPILOT, ServiceProcess, clean_env
 
@@ -54,10 +54,22 @@ class Host:
 
     def set_scheduler(self, scheduler: str, *tunables: str) -> None:
         done = subprocess.run(
-            [BLKPILOT, "agent", "apply", self.device, "--state-dir", str(self.state_dir),
-             "--scheduler", scheduler, *(f"--tunable={t}" for t in tunables)],
-            capture_output=True, text=True, check=False, timeout=60,
-        )  # fmt: skip
+            [
+                BLKPILOT,
+                "agent",
+                "apply",
+                self.device,
+                "--state-dir",
+                str(self.state_dir),
+                "--scheduler",
+                scheduler,
+                *(f"--tunable={t}" for t in tunables),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         assert self.scheduler() == scheduler
 
@@ -71,14 +83,17 @@ class Fleet:
 
     def start(self, **body: Any) -> Any:
         defaults = {
-            "name": f"rollout-{uuid.uuid4().hex[:6]}", "reason": "a test of the fleet",
-            "target": {"node_labels": {"fleet": self.label}}, "stages": ["1", "100%"],
+            "name": f"rollout-{uuid.uuid4().hex[:6]}",
+            "reason": "a test of the fleet",
+            "target": {"node_labels": {"fleet": self.label}},
+            "stages": ["1", "100%"],
             # a p99 from fewer or shorter rounds is too noisy here to pass within 10 %
-            "soak_seconds": 1, "canary": {"rounds": 8, "round_seconds": 0.5},
+            "soak_seconds": 1,
+            "canary": {"rounds": 8, "round_seconds": 0.5},
             # one host at a time: these "hosts" share two cores, and canaries running side by
             # side would measure each other (on a real fleet, serial is about blast radius)
             "serial": "1",
-        }  # fmt: skip
+        }
         return self.service.api("POST", "/rollouts", json={**defaults, **body})
 
     def reset(self, scheduler: str, *tunables: str) -> None:
@@ -86,13 +101,15 @@ class Fleet:
         this scheduler."""
         for row in self.service.api("GET", "/rollouts").json():
             if row["status"] in ("running", "paused"):
-                self.service.api("POST", f"/rollouts/{row['id']}/abort",
-                                 json={"reason": "the next test"})  # fmt: skip
+                self.service.api(
+                    "POST", f"/rollouts/{row['id']}/abort", json={"reason": "the next test"}
+                )
             if row["status"] in ("running", "paused", "rolling_back"):
                 self.wait(row["id"], ("rolled_back", "failed"))
         for host in self.hosts.values():
-            response = self.service.api("DELETE", f"/devices/{host.device_id}/policy",
-                                        params={"reason": "next test"})  # fmt: skip
+            response = self.service.api(
+                "DELETE", f"/devices/{host.device_id}/policy", params={"reason": "next test"}
+            )
             assert response.status_code in (204, 404), response.text
             host.set_scheduler(scheduler, *tunables)
 
@@ -108,8 +125,9 @@ class Fleet:
             if row["status"] == "paused" and "inconclusive" in row["status_detail"]:
                 self.resumes += 1
                 assert self.resumes <= 3, row["status_detail"]
-                resumed = self.service.api("POST", f"/rollouts/{rollout_id}/resume",
-                                           json={"reason": "canary again"})  # fmt: skip
+                resumed = self.service.api(
+                    "POST", f"/rollouts/{rollout_id}/resume", json={"reason": "canary again"}
+                )
                 assert resumed.status_code == 200, resumed.text
             time.sleep(1)
         raise AssertionError(f"rollout still {row['status']}: {row['status_detail']}")
@@ -143,9 +161,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             device = lab.attach(backing, 64 << 20, direct_io=True)
             hosts[name] = Host(name, device, backing, base / name)
         variables: dict[str, Any] = {
-            "all": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                    "blkpilot_cli": BLKPILOT},
-        }  # fmt: skip
+            "all": {
+                "ansible_connection": "local",
+                "ansible_python_interpreter": sys.executable,
+                "blkpilot_cli": BLKPILOT,
+            },
+        }
         for host in hosts.values():
             variables[host.name] = {"blkpilot_state_dir": str(host.state_dir)}
         service.host_vars.write_text(json.dumps(variables))
@@ -154,8 +175,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         label = uuid.uuid4().hex[:8]
         for host in hosts.values():
             token = service.api("POST", "/enrollment-tokens", json={}).json()["token"]
-            node = enroll_node(service.base_url, token, host.state_dir, hostname=host.name,
-                               labels={"fleet": label, "rack": host.name[-1]})  # fmt: skip
+            node = enroll_node(
+                service.base_url,
+                token,
+                host.state_dir,
+                hostname=host.name,
+                labels={"fleet": label, "rack": host.name[-1]},
+            )
             config = AgentConfig(devices=[host.device], metrics_port=0, power=NO_POWER)
             Agent(config, node, host.state_dir).discover_and_report()
             (device,) = service.api("GET", f"/nodes/{node.node_id}/devices").json()
@@ -180,8 +206,7 @@ def _policy(fleet: Fleet, host: Host) -> Any:
 
 def test_bad_input_is_refused_before_anything_changes(fleet: Fleet) -> None:
     before = {name: host.scheduler() for name, host in fleet.hosts.items()}
-    unknown = fleet.start(config={"scheduler": "none"},
-                          target={"device_ids": [str(uuid.uuid4())]})  # fmt: skip
+    unknown = fleet.start(config={"scheduler": "none"}, target={"device_ids": [str(uuid.uuid4())]})
     assert unknown.status_code == 422
     assert "unknown devices" in unknown.json()["detail"]
     empty = fleet.start(config={"scheduler": "none"}, target={"node_labels": {"fleet": "nobody"}})
@@ -206,17 +231,38 @@ def test_bad_input_is_refused_before_anything_changes(fleet: Fleet) -> None:
     refused = httpx.post(
         f"{fleet.service.base_url}/api/v1/rollouts",
         headers={"Authorization": f"Bearer {viewer.json()['token']}"},
-        json={"name": "x", "reason": "not allowed", "config": {"scheduler": "none"},
-              "target": {"node_labels": {"fleet": fleet.label}}},
-    )  # fmt: skip
+        json={
+            "name": "x",
+            "reason": "not allowed",
+            "config": {"scheduler": "none"},
+            "target": {"node_labels": {"fleet": fleet.label}},
+        },
+    )
     assert refused.status_code == 403
     refused_cli = subprocess.run(
-        [BLKPILOT, "rollout", "start", "--name", "x", "--device", str(uuid.uuid4()),
-         "--config-file", "/dev/stdin", "--reason", "unknown device"],
-        input='{"scheduler": "none"}', capture_output=True, text=True, check=False,
-        env={**os.environ, "BLKPILOT_URL": fleet.service.base_url,
-             "BLKPILOT_TOKEN": fleet.service.admin},
-    )  # fmt: skip
+        [
+            BLKPILOT,
+            "rollout",
+            "start",
+            "--name",
+            "x",
+            "--device",
+            str(uuid.uuid4()),
+            "--config-file",
+            "/dev/stdin",
+            "--reason",
+            "unknown device",
+        ],
+        input='{"scheduler": "none"}',
+        capture_output=True,
+        text=True,
+        check=False,
+        env={
+            **os.environ,
+            "BLKPILOT_URL": fleet.service.base_url,
+            "BLKPILOT_TOKEN": fleet.service.admin,
+        },
+    )
     assert refused_cli.returncode == 1
     assert "422: unknown devices" in refused_cli.stderr
     assert fleet.service.api("GET", "/rollouts").json() == []
@@ -249,8 +295,9 @@ def test_a_staged_rollout_succeeds_and_can_be_rolled_back(fleet: Fleet) -> None:
     assert {o["device_id"] for o in canaries} >= {h.device_id for h in fleet.hosts.values()}
 
     # ... and back: every device as the rollout found it, the policies it set removed
-    aborted = fleet.service.api("POST", f"/rollouts/{rollout['id']}/abort",
-                                json={"reason": "operator rolls back"})  # fmt: skip
+    aborted = fleet.service.api(
+        "POST", f"/rollouts/{rollout['id']}/abort", json={"reason": "operator rolls back"}
+    )
     assert aborted.status_code == 200, aborted.text
     back = fleet.wait(rollout["id"], ("rolled_back", "failed"))
     assert back["status"] == "rolled_back", back["status_detail"]
@@ -259,8 +306,7 @@ def test_a_staged_rollout_succeeds_and_can_be_rolled_back(fleet: Fleet) -> None:
         # the rollout's capture had bfq's tunables too, and they are back
         assert (host.tunable("low_latency"), host.tunable("slice_idle_us")) == ("0", "4000")
         assert _policy(fleet, host) is None
-    again = fleet.service.api("POST", f"/rollouts/{rollout['id']}/abort",
-                              json={"reason": "twice"})  # fmt: skip
+    again = fleet.service.api("POST", f"/rollouts/{rollout['id']}/abort", json={"reason": "twice"})
     assert again.status_code == 409
 
 
@@ -273,15 +319,42 @@ def test_a_failing_canary_stops_the_rollout_and_rolls_back(fleet: Fleet, tmp_pat
     # the gaps here are smaller than bfq's: more rounds, so the canaries can tell
     candidate = tmp_path / "mq-deadline.json"
     candidate.write_text('{"scheduler": "mq-deadline"}')
-    env = {**os.environ, "BLKPILOT_URL": fleet.service.base_url,
-           "BLKPILOT_TOKEN": fleet.service.admin}  # fmt: skip
+    env = {
+        **os.environ,
+        "BLKPILOT_URL": fleet.service.base_url,
+        "BLKPILOT_TOKEN": fleet.service.admin,
+    }
     cli = subprocess.run(
-        [BLKPILOT, "rollout", "start", "--name", "mq-deadline-everywhere", "--label",
-         f"fleet={fleet.label}", "--config-file", str(candidate), "--stages", "1,100%",
-         "--serial", "1", "--soak", "1", "--rounds", "10", "--round-seconds", "0.5",
-         "--reason", "try mq-deadline", "--wait"],
-        env=env, capture_output=True, text=True, check=False, timeout=600,
-    )  # fmt: skip
+        [
+            BLKPILOT,
+            "rollout",
+            "start",
+            "--name",
+            "mq-deadline-everywhere",
+            "--label",
+            f"fleet={fleet.label}",
+            "--config-file",
+            str(candidate),
+            "--stages",
+            "1,100%",
+            "--serial",
+            "1",
+            "--soak",
+            "1",
+            "--rounds",
+            "10",
+            "--round-seconds",
+            "0.5",
+            "--reason",
+            "try mq-deadline",
+            "--wait",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     rollout_id = cli.stdout.split()[0]
     if cli.returncode == 3:  # paused on an inconclusive canary: resume until it decides
         done = fleet.wait(rollout_id, ("rolled_back", "failed", "succeeded"))
@@ -358,11 +431,20 @@ def test_inventory_plugin_reads_the_fleet(fleet: Fleet, tmp_path: Path) -> None:
         f"url: {fleet.service.base_url}\n"
         "keyed_groups:\n  - key: blkpilot_labels.rack\n    prefix: rack\n"
     )
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "playbooks" / "ansible.cfg"),
-           "BLKPILOT_TOKEN": fleet.service.admin}  # fmt: skip
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "playbooks" / "ansible.cfg"),
+        "BLKPILOT_TOKEN": fleet.service.admin,
+    }
     inventory = str(Path(sys.executable).parent / "ansible-inventory")
-    listed = subprocess.run([inventory, "-i", str(source), "--list"], env=env,
-                            capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
+    listed = subprocess.run(
+        [inventory, "-i", str(source), "--list"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert listed.returncode == 0, listed.stderr
     found = _plain(json.loads(listed.stdout))
     assert sorted(found["blkpilot"]["hosts"]) == sorted(HOSTS)
@@ -376,8 +458,14 @@ def test_inventory_plugin_reads_the_fleet(fleet: Fleet, tmp_path: Path) -> None:
     assert fleet.hosts["node-b"].name in found[f"class_{device['class']}"]["hosts"]
     # a wrong token is an error, not an empty fleet
     env["BLKPILOT_TOKEN"] = "bp_wrong"
-    refused = subprocess.run([inventory, "-i", str(source), "--list"], env=env,
-                             capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
+    refused = subprocess.run(
+        [inventory, "-i", str(source), "--list"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert refused.returncode != 0
     assert "401" in refused.stderr
 
@@ -401,13 +489,16 @@ def test_a_guardrail_breached_during_the_soak_rolls_back(fleet: Fleet, tmp_path:
     assert a.scheduler() == "none"
     # node-a's agent runs; something else then puts bfq back behind blkpilot's back
     config = tmp_path / "agent.toml"
-    config.write_text(f'devices = ["{a.device}"]\nmetrics_port = 0\npolicy_interval_s = 1.0\n'
-                      "interval_s = 1.0\npush_interval_s = 1.0\n[power]\nrapl = false\n"
-                      "hwmon = false\nipmi = false\n")  # fmt: skip
+    config.write_text(
+        f'devices = ["{a.device}"]\nmetrics_port = 0\npolicy_interval_s = 1.0\n'
+        "interval_s = 1.0\npush_interval_s = 1.0\n[power]\nrapl = false\n"
+        "hwmon = false\nipmi = false\n"
+    )
     agent = subprocess.Popen(
         [BLKPILOT, "agent", "run", "--state-dir", str(a.state_dir), "--config", str(config)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (_policy(fleet, a) or {}).get("applied") is None:

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from agent.client import ServiceClient
+from agent.contract.wire import Heartbeat, InventoryReport, TelemetryBatch, TelemetryWindow
 from agent.errors import ServiceRejected, ServiceUnreachable
 from agent.state import NodeState
-from agent.wire import Heartbeat, InventoryReport, TelemetryBatch, TelemetryWindow
 from tests.factories import device_inventory, telemetry_window
 from tests.proc import ServiceProcess, clean_env, free_port, run
 
@@ -60,9 +60,18 @@ def test_agent_enrolls_reports_and_sends_telemetry(
     assert enrollment.status_code == 201
     state_dir = tmp_path / "agent"
     enrolled = run(
-        "agent", "enroll", "--server", served.base_url, "--token", enrollment.json()["token"],
-        "--state-dir", str(state_dir), "--hostname", "lab-node", env=served.env,
-    )  # fmt: skip
+        "agent",
+        "enroll",
+        "--server",
+        served.base_url,
+        "--token",
+        enrollment.json()["token"],
+        "--state-dir",
+        str(state_dir),
+        "--hostname",
+        "lab-node",
+        env=served.env,
+    )
     assert enrolled.returncode == 0, enrolled.stderr
     assert (state_dir / "node.json").stat().st_mode & 0o777 == 0o600
     beat = run("agent", "heartbeat", "--state-dir", str(state_dir), env=served.env)
@@ -70,9 +79,16 @@ def test_agent_enrolls_reports_and_sends_telemetry(
 
     # the same one-time token a second time: refused by the real service, reported clearly
     again = run(
-        "agent", "enroll", "--server", served.base_url, "--token", enrollment.json()["token"],
-        "--state-dir", str(tmp_path / "other"), env=served.env,
-    )  # fmt: skip
+        "agent",
+        "enroll",
+        "--server",
+        served.base_url,
+        "--token",
+        enrollment.json()["token"],
+        "--state-dir",
+        str(tmp_path / "other"),
+        env=served.env,
+    )
     assert again.returncode == 1
     assert "401" in again.stderr
 

@@ -14,7 +14,7 @@ from agent.errors import AgentError
 
 if TYPE_CHECKING:
     from agent.bench.measure import Measurement
-    from agent.wire import DeviceConfig
+    from agent.contract.tunables import DeviceConfig
 
 app = typer.Typer(
     help="Benchmarks: fio and db_bench workloads, sweeps over configurations.", no_args_is_help=True
@@ -62,8 +62,8 @@ def sweep(
     from agent.bench.energy import EnergyMeter
     from agent.bench.sweep import Sweep, load_configs
     from agent.bench.target import device_target, directory_target
+    from agent.contract.tunables import DeviceConfig, Scheduler
     from agent.power_sources import power_collectors
-    from agent.wire import DeviceConfig, Scheduler
 
     cfg = _load_config(config)
     state = cfg.state_dir or state_dir
@@ -94,8 +94,11 @@ def sweep(
             send=_sender(state, target.device) if report else None,
         )
         with Progress() as bar:
-            task = bar.add_task("sweep", total=len(runner.cells),
-                                completed=sum(runner.done(c) for c in runner.cells))  # fmt: skip
+            task = bar.add_task(
+                "sweep",
+                total=len(runner.cells),
+                completed=sum(runner.done(c) for c in runner.cells),
+            )
 
             def progress(cell: object, what: str) -> None:
                 bar.update(task, description=f"{getattr(cell, 'label', '')}: {what}")

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.bench.target import SCRATCH_PREFIX, Target
+from agent.contract.workloads import DbBenchSpec
 from agent.effects import Effects
 from agent.errors import BenchmarkFailed
-from agent.wire import DbBenchSpec
 
 _RESULT = re.compile(
     r"^readrandom\s*:\s*([\d.]+) micros/op\s+(\d+) ops/sec\s+([\d.]+) seconds\s+(\d+) operations",
@@ -55,9 +55,12 @@ class Database:
 
 def _common(spec: DbBenchSpec, db: Database) -> list[str]:
     return [
-        f"--db={db.path}", f"--num={db.keys}", f"--key_size={spec.key_size}",
-        f"--value_size={spec.value_size}", "--compression_type=none",
-    ]  # fmt: skip
+        f"--db={db.path}",
+        f"--num={db.keys}",
+        f"--key_size={spec.key_size}",
+        f"--value_size={spec.value_size}",
+        "--compression_type=none",
+    ]
 
 
 def prepare(spec: DbBenchSpec, target: Target, effects: Effects) -> Database:
@@ -72,9 +75,12 @@ def prepare(spec: DbBenchSpec, target: Target, effects: Effects) -> Database:
         return db
     shutil.rmtree(db.path, ignore_errors=True)
     fill = effects.run(
-        _binary(), "--benchmarks=fillseq", *_common(spec, db),
-        "--use_direct_io_for_flush_and_compaction=true", timeout=3_600,
-    )  # fmt: skip
+        _binary(),
+        "--benchmarks=fillseq",
+        *_common(spec, db),
+        "--use_direct_io_for_flush_and_compaction=true",
+        timeout=3_600,
+    )
     if fill.returncode != 0:
         raise BenchmarkFailed(f"db_bench fillseq failed: {fill.stderr.strip()[-500:]}")
     marker.write_text(json.dumps(made_by))
@@ -94,10 +100,16 @@ def run(
     effects = effects or Effects()
     db = prepare(spec, target, effects)
     result = effects.run(
-        _binary(), "--benchmarks=readrandom", "--use_existing_db=1", *_common(spec, db),
-        "--use_direct_reads=true", f"--duration={max(1, round(duration_s))}", "--histogram=1",
-        f"--threads={spec.threads}", timeout=duration_s + 120,
-    )  # fmt: skip
+        _binary(),
+        "--benchmarks=readrandom",
+        "--use_existing_db=1",
+        *_common(spec, db),
+        "--use_direct_reads=true",
+        f"--duration={max(1, round(duration_s))}",
+        "--histogram=1",
+        f"--threads={spec.threads}",
+        timeout=duration_s + 120,
+    )
     if result.returncode != 0:
         raise BenchmarkFailed(f"db_bench readrandom failed: {result.stderr.strip()[-500:]}")
     return parse(result.stdout, spec.value_size)

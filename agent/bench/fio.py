@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.bench.target import SCRATCH_PREFIX, Target
+from agent.contract.workloads import Arrival, IOEngine, IOPattern, JobSpec, WorkloadSpec
 from agent.effects import Effects
 from agent.errors import BenchmarkFailed
-from agent.wire import Arrival, IOEngine, IOPattern, JobSpec, WorkloadSpec
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 ENGINES = {
@@ -55,12 +55,18 @@ def job_section(job: JobSpec) -> dict[str, str]:
 def job_file(workload: WorkloadSpec, target: Target, *, file_bytes: int = 256 << 20) -> str:
     engine, engine_options = ENGINES[workload.engine]
     common = {
-        "direct": "1", "ioengine": engine, **engine_options, "time_based": "1",
-        "runtime": _milliseconds(workload.duration_s), "group_reporting": "0",
-        "randrepeat": "0", "norandommap": "1",
-        "lat_percentiles": "1", "clat_percentiles": "0",
+        "direct": "1",
+        "ioengine": engine,
+        **engine_options,
+        "time_based": "1",
+        "runtime": _milliseconds(workload.duration_s),
+        "group_reporting": "0",
+        "randrepeat": "0",
+        "norandommap": "1",
+        "lat_percentiles": "1",
+        "clat_percentiles": "0",
         "percentile_list": ":".join(f"{p:g}" for p in PERCENTILES),
-    }  # fmt: skip
+    }
     if workload.warmup_s:
         common["ramp_time"] = _milliseconds(workload.warmup_s)
     if target.is_directory:
@@ -139,11 +145,18 @@ def parse(document: dict[str, Any]) -> FioResult:
             merged[value] = merged.get(value, 0) + count
         position = index[job["jobname"]] = index.get(job["jobname"], -1) + 1
         runtime = job["job_runtime"] / 1000 or seconds
-        tasks.append(TaskResult(
-            job["jobname"], position, ios, io_bytes, ios / runtime if runtime else 0.0,
-            weighted_latency / ios / 1000 if ios else 0.0,
-            _percentile(histogram, 50) / 1000, _percentile(histogram, 99) / 1000,
-        ))  # fmt: skip
+        tasks.append(
+            TaskResult(
+                job["jobname"],
+                position,
+                ios,
+                io_bytes,
+                ios / runtime if runtime else 0.0,
+                weighted_latency / ios / 1000 if ios else 0.0,
+                _percentile(histogram, 50) / 1000,
+                _percentile(histogram, 99) / 1000,
+            )
+        )
         counters["ios"] += ios
         counters["bytes"] += io_bytes
         counters["usr"] += float(job["usr_cpu"])

@@ -12,21 +12,35 @@
 
 from __future__ import annotations
 
-from agent.wire import Arrival, DbBenchSpec, IOEngine, IOPattern, JobSpec, WorkloadSpec
+from agent.contract.workloads import (
+    Arrival,
+    DbBenchSpec,
+    IOEngine,
+    IOPattern,
+    JobSpec,
+    WorkloadSpec,
+)
 
 DEPTHS = (1, 2, 4, 8, 16, 32, 64, 128)
 SYNC_SIZES_KB = (1, 2, 4, 8, 16, 32, 64, 128)
 THREADS = (1, 2, 4, 8, 16, 32, 64)
-MIXES = {"randread": (IOPattern.RANDREAD, 1.0), "randwrite": (IOPattern.RANDWRITE, 0.0),
-         "randrw50": (IOPattern.RANDRW, 0.5)}  # fmt: skip
+MIXES = {
+    "randread": (IOPattern.RANDREAD, 1.0),
+    "randwrite": (IOPattern.RANDWRITE, 0.0),
+    "randrw50": (IOPattern.RANDRW, 0.5),
+}
 
 
 def _job(name: str, mix: str, *, qd: int = 1, tasks: int = 1, size: int = 4096) -> JobSpec:
     pattern, read_share = MIXES[mix]
     return JobSpec(
-        name=name, pattern=pattern, read_share=read_share, block_sizes={size: 100},
-        queue_depth=qd, tasks=tasks,
-    )  # fmt: skip
+        name=name,
+        pattern=pattern,
+        read_share=read_share,
+        block_sizes={size: 100},
+        queue_depth=qd,
+        tasks=tasks,
+    )
 
 
 def hotstorage23() -> list[WorkloadSpec]:

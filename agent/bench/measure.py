@@ -11,8 +11,8 @@ from agent.bench import dbbench, fio
 from agent.bench.energy import EnergyMeter, energy_metrics
 from agent.bench.fairness import Alone, fairness
 from agent.bench.target import Target, check_allowed
+from agent.contract.workloads import WorkloadSpec
 from agent.effects import Effects
-from agent.wire import WorkloadSpec
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 from agent.bench.measure import Measurement
 from agent.canary import CanaryResult
-from agent.wire import DeviceConfig, ObservationCreate, ObservationKind, WorkloadSpec
+from agent.contract.tunables import DeviceConfig
+from agent.contract.wire import ObservationCreate, ObservationKind
+from agent.contract.workloads import WorkloadSpec
 
 
 def benchmark_observation(

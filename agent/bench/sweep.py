@@ -18,9 +18,10 @@ from agent.applier import Applier
 from agent.bench.energy import EnergyMeter
 from agent.bench.measure import Measurement, measure
 from agent.bench.target import Target, check_allowed
+from agent.contract.tunables import DeviceConfig
+from agent.contract.workloads import WorkloadSpec
 from agent.errors import AgentError
 from agent.fsutil import read_json, write_json_atomic
-from agent.wire import DeviceConfig, WorkloadSpec
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,13 @@ class Sweep:
 
     def _measure(self, cell: Cell) -> Measurement:
         if cell.config == DeviceConfig():
-            return measure(cell.workload, self.target, workdir=self.workdir, meter=self.meter,
-                           effects=self.applier.effects)  # fmt: skip
+            return measure(
+                cell.workload,
+                self.target,
+                workdir=self.workdir,
+                meter=self.meter,
+                effects=self.applier.effects,
+            )
         device = self.target.device
         assert device is not None
         # held from the change to the rollback: a canary waits, and the agent does not report
@@ -110,8 +116,13 @@ class Sweep:
         with self.applier.device_lock(device):
             self.applier.apply(device, cell.config)
             try:
-                return measure(cell.workload, self.target, workdir=self.workdir,
-                               meter=self.meter, effects=self.applier.effects)  # fmt: skip
+                return measure(
+                    cell.workload,
+                    self.target,
+                    workdir=self.workdir,
+                    meter=self.meter,
+                    effects=self.applier.effects,
+                )
             finally:
                 self.applier.rollback(device)
 
@@ -120,9 +131,12 @@ class Sweep:
 
         assert self.send is not None
         measurement = Measurement(
-            cell.workload, entry["metrics"], datetime.fromisoformat(entry["started_at"]),
-            datetime.fromisoformat(entry["finished_at"]), [],
-        )  # fmt: skip
+            cell.workload,
+            entry["metrics"],
+            datetime.fromisoformat(entry["started_at"]),
+            datetime.fromisoformat(entry["finished_at"]),
+            [],
+        )
         try:
             self.send(measurement, cell.config)
         except AgentError:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent import holders
+from agent.contract.workloads import WorkloadSpec
 from agent.effects import Effects
 from agent.errors import BenchmarkRefused
 from agent.host import HostPaths, read_int, read_text
-from agent.wire import WorkloadSpec
 
 SCRATCH_PREFIX = "blkpilot-bench"
 

@@ -31,10 +31,16 @@ def parse_diskstats(text: str) -> dict[str, DiskStats]:
             continue
         n = [int(f) for f in fields[3:14]]
         stats[fields[2]] = DiskStats(
-            reads=n[0], read_sectors=n[2], read_ms=n[3],
-            writes=n[4], write_sectors=n[6], write_ms=n[7],
-            in_flight=n[8], io_ms=n[9], weighted_ms=n[10],
-        )  # fmt: skip
+            reads=n[0],
+            read_sectors=n[2],
+            read_ms=n[3],
+            writes=n[4],
+            write_sectors=n[6],
+            write_ms=n[7],
+            in_flight=n[8],
+            io_ms=n[9],
+            weighted_ms=n[10],
+        )
     return stats
 
 

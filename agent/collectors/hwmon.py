@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.collectors import register
+from agent.contract.wire import PowerScope
 from agent.host import HostPaths, read_int, read_text
 from agent.power import PowerSample
-from agent.wire import PowerScope
 
 SYSTEM_METERS = {"power_meter"}  # ACPI000D: the platform's own meter of the whole system
 

@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 from agent.collectors import register
+from agent.contract.wire import PowerScope
 from agent.effects import Effects
 from agent.power import PowerSample
-from agent.wire import PowerScope
 
 _READING = re.compile(r"Instantaneous power reading:\s*(\d+(?:\.\d+)?)\s*Watts", re.I)
 _STATE = re.compile(r"Power reading state is:\s*(\w+)", re.I)

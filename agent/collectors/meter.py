@@ -9,8 +9,8 @@ from datetime import datetime
 from pathlib import Path
 
 from agent.collectors import register
+from agent.contract.wire import PowerScope
 from agent.power import PowerSample
-from agent.wire import PowerScope
 
 
 def parse_timestamp(text: str) -> float:
@@ -67,7 +67,11 @@ class MeterCollector:
             return []
         return [
             PowerSample(
-                "meter", self.path.name, PowerScope.SYSTEM, self.last[0],
-                energy_joules=self.joules, watts=self.last[1],
+                "meter",
+                self.path.name,
+                PowerScope.SYSTEM,
+                self.last[0],
+                energy_joules=self.joules,
+                watts=self.last[1],
             )
-        ]  # fmt: skip
+        ]

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.collectors import register
+from agent.contract.wire import PowerScope
 from agent.host import HostPaths, read_int, read_text
 from agent.power import PowerSample
-from agent.wire import PowerScope
 
 
 def scope_of(zone_name: str) -> PowerScope | None:
@@ -62,7 +62,12 @@ class RaplCollector:
                 zone.total_uj += unwrap(zone.raw, raw, zone.max_range)
             zone.raw = raw
             samples.append(
-                PowerSample("rapl", f"{zone.path.name}/{zone.name}", zone.scope, now,
-                            energy_joules=zone.total_uj / 1e6)
-            )  # fmt: skip
+                PowerSample(
+                    "rapl",
+                    f"{zone.path.name}/{zone.name}",
+                    zone.scope,
+                    now,
+                    energy_joules=zone.total_uj / 1e6,
+                )
+            )
         return samples

@@ -7,8 +7,8 @@ from typing import Any
 import httpx
 
 from agent.collectors import register
+from agent.contract.wire import PowerScope
 from agent.power import PowerSample
-from agent.wire import PowerScope
 
 
 def parse_chassis_power(document: dict[str, Any]) -> float | None:

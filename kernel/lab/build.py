@@ -38,8 +38,11 @@ def block_headers(root: Path, trio: packages.KernelTrio) -> Path:
         raise BuildError(f"{tarball} is missing: fetch the trio with with_build=True")
     result = subprocess.run(
         ["sh", str(KERNEL_DIR / "fios" / "block-headers.sh"), str(out), str(tarball)],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     if result.returncode != 0:
         raise BuildError(f"extracting block headers from {tarball} failed: {result.stderr}")
     marker.touch()
@@ -58,10 +61,19 @@ def build_module(name: str, root: Path, trio: packages.KernelTrio, out: Path) ->
     shutil.copytree(source, work, ignore=shutil.ignore_patterns("*.o", "*.ko", ".*"))
     extra = MAKE_VARS[name](root, trio) if name in MAKE_VARS else {}
     result = subprocess.run(
-        ["make", "-C", str(headers_dir(root, trio)), f"M={work}", "modules",
-         *(f"{key}={value}" for key, value in extra.items())],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        [
+            "make",
+            "-C",
+            str(headers_dir(root, trio)),
+            f"M={work}",
+            "modules",
+            *(f"{key}={value}" for key, value in extra.items()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     if result.returncode != 0:
         raise BuildError(
             f"building {name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"

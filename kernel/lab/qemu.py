@@ -37,11 +37,25 @@ class Boot:
 
 def boot(kernel: Path, initrd: Path, *, memory_mb: int = 1536, timeout: float = 600) -> Boot:
     argv = [
-        "qemu-system-x86_64", "-accel", "tcg", "-m", str(memory_mb), "-smp", "1",
-        "-kernel", str(kernel), "-initrd", str(initrd),
-        "-append", "console=ttyS0 panic=-1 quiet loglevel=4",
-        "-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",
-    ]  # fmt: skip
+        "qemu-system-x86_64",
+        "-accel",
+        "tcg",
+        "-m",
+        str(memory_mb),
+        "-smp",
+        "1",
+        "-kernel",
+        str(kernel),
+        "-initrd",
+        str(initrd),
+        "-append",
+        "console=ttyS0 panic=-1 quiet loglevel=4",
+        "-nographic",
+        "-no-reboot",
+        "-nodefaults",
+        "-serial",
+        "stdio",
+    ]
     started = time.monotonic()
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)

@@ -17,25 +17,21 @@ from pathlib import Path
 
 from agent.bench.library import fios
 from agent.client import ServiceClient
-from agent.enrollment import enroll_node
-from agent.errors import NotEnrolled
-from agent.state import NodeState
-from agent.wire import (
-    CompletionMode,
+from agent.contract.tunables import CompletionMode, DeviceConfig, Scheduler
+from agent.contract.wire import (
     DeviceCapabilities,
     DeviceClass,
-    DeviceConfig,
     DeviceInventory,
     InventoryReport,
-    IOEngine,
-    JobSpec,
     ObservationCreate,
     ObservationKind,
     PollCapabilities,
-    Scheduler,
     Transport,
-    WorkloadSpec,
 )
+from agent.contract.workloads import IOEngine, JobSpec, WorkloadSpec
+from agent.enrollment import enroll_node
+from agent.errors import NotEnrolled
+from agent.state import NodeState
 from kernel.lab import scenarios
 from kernel.lab.scenarios import LabResult
 
@@ -107,7 +103,7 @@ def inventory(result: LabResult) -> InventoryReport:
                     kernel,
                 )
             )
-    return InventoryReport(kernel_version=kernel, devices=devices)  # fmt: skip
+    return InventoryReport(kernel_version=kernel, devices=devices)
 
 
 def runs(result: LabResult) -> dict[str, Run]:
@@ -118,8 +114,9 @@ def runs(result: LabResult) -> dict[str, Run]:
         parts = label.split("/")
         if result.scenario == "null-overhead":
             scheduler, _ = parts
-            workload = WorkloadSpec(name="hs23-null-randread-4k-qd1", engine=IOEngine.PSYNC,
-                                    jobs=[JobSpec(name="qd1")])  # fmt: skip
+            workload = WorkloadSpec(
+                name="hs23-null-randread-4k-qd1", engine=IOEngine.PSYNC, jobs=[JobSpec(name="qd1")]
+            )
             found[label] = Run(
                 NULL_DEVICE, workload, DeviceConfig(scheduler=Scheduler(scheduler)), {}
             )
@@ -127,8 +124,11 @@ def runs(result: LabResult) -> dict[str, Run]:
             device, size, mode, _ = parts
             block = 4096 if size == "4k" else 131072
             engine = IOEngine.IO_URING if mode == "interrupt" else IOEngine.IO_URING_POLL
-            workload = WorkloadSpec(name=f"hs22-randread-{size}-qd1", engine=engine,
-                                    jobs=[JobSpec(name="p", block_sizes={block: 100})])  # fmt: skip
+            workload = WorkloadSpec(
+                name=f"hs22-randread-{size}-qd1",
+                engine=engine,
+                jobs=[JobSpec(name="p", block_sizes={block: 100})],
+            )
             config = DeviceConfig(scheduler=Scheduler.NONE, completion=MODES[mode])
             found[label] = Run(POLL_DEVICE[device], workload, config, {})
         else:
@@ -183,8 +183,13 @@ def lab_node(
         if not (server_url and enrollment_token):
             raise
     hostname = f"{platform.node()}-lab"
-    return enroll_node(server_url, enrollment_token, state_dir, hostname=hostname,
-                       labels={"blkpilot.io/lab": "qemu-tcg"})  # fmt: skip
+    return enroll_node(
+        server_url,
+        enrollment_token,
+        state_dir,
+        hostname=hostname,
+        labels={"blkpilot.io/lab": "qemu-tcg"},
+    )
 
 
 def report(result: LabResult, node: NodeState) -> int:
@@ -199,9 +204,10 @@ def report(result: LabResult, node: NodeState) -> int:
                 wanted[name] = DeviceInventory.model_validate(
                     {k: device[k] for k in DeviceInventory.model_fields if k in device}
                 )
-        client.put_inventory(node.node_id, InventoryReport(
-            kernel_version=current.kernel_version, devices=list(wanted.values())
-        ))  # fmt: skip
+        client.put_inventory(
+            node.node_id,
+            InventoryReport(kernel_version=current.kernel_version, devices=list(wanted.values())),
+        )
         ids = {d["name"]: uuid.UUID(d["id"]) for d in client.devices(node.node_id)}
         recorded = 0
         for observation in observations(result, ids):

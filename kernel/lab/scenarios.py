@@ -19,7 +19,7 @@ from agent.bench import fio as fio_jobs
 from agent.bench.fairness import Alone, fairness
 from agent.bench.library import fios
 from agent.bench.target import Target
-from agent.wire import WorkloadSpec
+from agent.contract.workloads import WorkloadSpec
 from kernel.lab import build, initramfs, packages, qemu
 
 STOCK = ("none", "mq-deadline", "kyber", "bfq")
@@ -158,9 +158,12 @@ def summarize_fairness(parsed: dict[str, fio_jobs.FioResult]) -> dict[str, Any]:
             "proportional_slowdown": metrics["proportional_slowdown"],
             "worst_over_proportional": round(metrics["worst_slowdown_over_proportional"], 2),
             "concurrent_efficiency": round(metrics["concurrent_efficiency"], 3),
-            "slowdowns": {k.removeprefix("slowdown_"): round(v, 2) for k, v in metrics.items()
-                          if k.startswith("slowdown_")},
-        }  # fmt: skip
+            "slowdowns": {
+                k.removeprefix("slowdown_"): round(v, 2)
+                for k, v in metrics.items()
+                if k.startswith("slowdown_")
+            },
+        }
     return summary
 
 
@@ -204,11 +207,17 @@ def summarize_polling(parsed: dict[str, fio_jobs.FioResult]) -> dict[str, Any]:
     return {
         key: {
             metric: round(statistics.mean(m[metric] for m in runs), 3)
-            for metric in ("lat_mean_us", "lat_p50_us", "iops", "context_switches_per_io",
-                           "cpu_usr_pct", "cpu_sys_pct")
+            for metric in (
+                "lat_mean_us",
+                "lat_p50_us",
+                "iops",
+                "context_switches_per_io",
+                "cpu_usr_pct",
+                "cpu_sys_pct",
+            )
         }
         for key, runs in sorted(cells.items())
-    }  # fmt: skip
+    }
 
 
 @dataclass
@@ -369,25 +378,34 @@ def calibration_files(seconds: float) -> tuple[str, dict[str, str]]:
 
 SCENARIOS = {
     "null-overhead": Scenario(
-        ["configfs", "null_blk", "kyber-iosched", "bfq"], ["fios"], _overhead,
+        ["configfs", "null_blk", "kyber-iosched", "bfq"],
+        ["fios"],
+        _overhead,
         lambda parsed: summarize_overhead({k: v.metrics for k, v in parsed.items()}),
     ),
     "flash-fairness-rw": Scenario(
-        ["kyber-iosched", "bfq"], ["flashsim", "fios"],
+        ["kyber-iosched", "bfq"],
+        ["flashsim", "fios"],
         _fairness(["fios-1r1w", "fios-4r4w"], (*SCHEDULERS, "fios+noantic")),
-        summarize_fairness, calibrate=True,
+        summarize_fairness,
+        calibrate=True,
     ),
     "flash-fairness-1r1w": Scenario(
-        ["kyber-iosched", "bfq"], ["flashsim", "fios"], _fairness(["fios-1r1w"]),
-        summarize_fairness, calibrate=True,
+        ["kyber-iosched", "bfq"],
+        ["flashsim", "fios"],
+        _fairness(["fios-1r1w"]),
+        summarize_fairness,
+        calibrate=True,
     ),
     "flash-polling": Scenario([], ["flashsim"], _polling, summarize_polling),
     "flash-fairness": Scenario(
-        ["kyber-iosched", "bfq"], ["flashsim", "fios"],
+        ["kyber-iosched", "bfq"],
+        ["flashsim", "fios"],
         _fairness(["fios-1r1w", "fios-4r4w", "fios-4r4w-think", "fios-4k-vs-128k"]),
-        summarize_fairness, calibrate=True,
+        summarize_fairness,
+        calibrate=True,
     ),
-}  # fmt: skip
+}
 
 
 def _boot(
@@ -438,9 +456,16 @@ def run(
     script, files = scenario.script(rounds, seconds, tunables)
     booted, parsed = _boot(name, trio, root, modules, script, files, seconds, cache)
     result = LabResult(
-        name, trio.abi, booted.seconds, {k: v.metrics for k, v in parsed.items()}, parsed,
-        problems + booted.kernel_problems(), stats=booted.stats, tunables=tunables,
-        started_at=started, finished_at=datetime.now(UTC),
-    )  # fmt: skip
+        name,
+        trio.abi,
+        booted.seconds,
+        {k: v.metrics for k, v in parsed.items()},
+        parsed,
+        problems + booted.kernel_problems(),
+        stats=booted.stats,
+        tunables=tunables,
+        started_at=started,
+        finished_at=datetime.now(UTC),
+    )
     result.summary = scenario.summarize(parsed)
     return result

@@ -78,22 +78,26 @@ def upgrade() -> None:
             name=op.f("ck_rollout_targets_status"),
         ),
         sa.ForeignKeyConstraint(
-            ["rollout_id"], ["rollouts.id"],
-            name=op.f("fk_rollout_targets_rollout_id_rollouts"), ondelete="CASCADE",
+            ["rollout_id"],
+            ["rollouts.id"],
+            name=op.f("fk_rollout_targets_rollout_id_rollouts"),
+            ondelete="CASCADE",
         ),
         sa.ForeignKeyConstraint(
-            ["device_id"], ["devices.id"],
-            name=op.f("fk_rollout_targets_device_id_devices"), ondelete="CASCADE",
+            ["device_id"],
+            ["devices.id"],
+            name=op.f("fk_rollout_targets_device_id_devices"),
+            ondelete="CASCADE",
         ),
         sa.ForeignKeyConstraint(
-            ["node_id"], ["nodes.id"],
-            name=op.f("fk_rollout_targets_node_id_nodes"), ondelete="CASCADE",
+            ["node_id"],
+            ["nodes.id"],
+            name=op.f("fk_rollout_targets_node_id_nodes"),
+            ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_rollout_targets")),
-        sa.UniqueConstraint(
-            "rollout_id", "device_id", name=op.f("uq_rollout_targets_rollout_id")
-        ),
-    )  # fmt: skip
+        sa.UniqueConstraint("rollout_id", "device_id", name=op.f("uq_rollout_targets_rollout_id")),
+    )
 
 
 def downgrade() -> None:

@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from agent.wire import INT64_MAX, SafeText
+from agent.contract.base import INT64_MAX, SafeText
 from service.audit import service
 from service.audit.schemas import AuditEventRead
 from service.deps import API_PREFIX, SessionDep, ViewerAuth

@@ -15,10 +15,15 @@ import matplotlib.pyplot as plt
 from markupsafe import Markup
 from matplotlib.ticker import MaxNLocator
 
-plt.rcParams.update({
-    "font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
-    "svg.fonttype": "none", "figure.dpi": 96,
-})  # fmt: skip
+plt.rcParams.update(
+    {
+        "font.size": 9,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "svg.fonttype": "none",
+        "figure.dpi": 96,
+    }
+)
 COLOURS = ["#2f6fb0", "#d9822b", "#3a9a5b", "#b0413e", "#7a5fb5", "#8c8c8c"]
 
 
@@ -33,10 +38,15 @@ def _svg(figure: Any, title: str) -> Markup:
 
 
 def bars(
-    title: str, labels: Sequence[str], values: Sequence[float], unit: str, *,
-    errors: Sequence[tuple[float, float]] | None = None, highlight: str | None = None,
+    title: str,
+    labels: Sequence[str],
+    values: Sequence[float],
+    unit: str,
+    *,
+    errors: Sequence[tuple[float, float]] | None = None,
+    highlight: str | None = None,
     counts: bool = False,
-) -> Markup:  # fmt: skip
+) -> Markup:
     """Horizontal bars, one per label (a configuration, a scheduler …); counts: whole-number
     ticks (devices, not 0.25 of one)."""
     height = 0.9 + 0.28 * len(labels)
@@ -44,8 +54,10 @@ def bars(
     colours = [COLOURS[1] if label == highlight else COLOURS[0] for label in labels]
     xerr = None
     if errors is not None:
-        xerr = [[v - lo for v, (lo, _) in zip(values, errors, strict=True)],
-                [hi - v for v, (_, hi) in zip(values, errors, strict=True)]]  # fmt: skip
+        xerr = [
+            [v - lo for v, (lo, _) in zip(values, errors, strict=True)],
+            [hi - v for v, (_, hi) in zip(values, errors, strict=True)],
+        ]
     axes.barh(range(len(labels)), values, color=colours, xerr=xerr, capsize=3)
     axes.set_yticks(range(len(labels)), labels)
     axes.invert_yaxis()
@@ -78,8 +90,13 @@ def timeline(
     for index, (name, values) in enumerate(series.items()):
         points = [(t, v) for t, v in zip(times, values, strict=True) if v is not None]
         if points:
-            axes.plot([t for t, _ in points], [v for _, v in points], label=name,  # type: ignore[arg-type]
-                      color=COLOURS[index % len(COLOURS)], linewidth=1.2)  # fmt: skip
+            axes.plot(
+                [t for t, _ in points],  # type: ignore[arg-type]
+                [v for _, v in points],
+                label=name,
+                color=COLOURS[index % len(COLOURS)],
+                linewidth=1.2,
+            )
     axes.set_ylabel(unit)
     axes.set_title(title, loc="left")
     if len(series) > 1:

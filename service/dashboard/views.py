@@ -17,28 +17,30 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
-from sqlalchemy import select
 
-from agent.wire import DeviceConfig
+from agent.contract.tunables import DeviceConfig
 from models.dataset import OBJECTIVE_METRIC
 from models.features import config_label
 from service.audit import service as audit
 from service.dashboard import charts
+from service.dashboard import service as dashboard
 from service.deps import SessionDep, principal_for_token
 from service.errors import BlkpilotError
 from service.recommendations import service as recommendations
 from service.rollouts import service as rollouts
 from service.security import Principal, Role
-from service.tables import Device, Node, Observation, Policy, Recommendation, TelemetryWindow
+from service.tables import Observation, Policy
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 SESSION, CSRF = "blkpilot_ui", "blkpilot_csrf"
 METRICS = {
-    "lat_p50_us": ("p50 latency", "µs"), "lat_p99_us": ("p99 latency", "µs"),
-    "iops": ("IOPS", "I/O per s"), "bytes_per_joule": ("bytes per joule", "B/J"),
+    "lat_p50_us": ("p50 latency", "µs"),
+    "lat_p99_us": ("p99 latency", "µs"),
+    "iops": ("IOPS", "I/O per s"),
+    "bytes_per_joule": ("bytes per joule", "B/J"),
     "worst_slowdown_over_proportional": ("fairness: worst slowdown over proportional", "x"),
-}  # fmt: skip
+}
 
 
 class SignIn(Exception):
@@ -53,14 +55,21 @@ def _principal(request: Request, session: SessionDep) -> Principal:
     return principal
 
 
-def _page(request: Request, name: str, principal: Principal | None, status: int = 200,
-          **context: Any) -> HTMLResponse:  # fmt: skip
+def _page(
+    request: Request, name: str, principal: Principal | None, status: int = 200, **context: Any
+) -> HTMLResponse:
     return templates.TemplateResponse(
-        request, name, {"principal": principal, "csrf": request.cookies.get(CSRF, ""),
-                        "operator": bool(principal and principal.can(Role.OPERATOR)),
-                        "message": request.query_params.get("message", ""), **context},
+        request,
+        name,
+        {
+            "principal": principal,
+            "csrf": request.cookies.get(CSRF, ""),
+            "operator": bool(principal and principal.can(Role.OPERATOR)),
+            "message": request.query_params.get("message", ""),
+            **context,
+        },
         status_code=status,
-    )  # fmt: skip
+    )
 
 
 def _act(request: Request, session: SessionDep, csrf: str) -> Principal:
@@ -107,19 +116,35 @@ def login_form(request: Request, next: str = "/ui/") -> HTMLResponse:
 
 @router.post("/login")
 def login(
-    request: Request, session: SessionDep, token: Annotated[str, Form()],
+    request: Request,
+    session: SessionDep,
+    token: Annotated[str, Form()],
     next: Annotated[str, Form()] = "/ui/",
-) -> Response:  # fmt: skip
+) -> Response:
     principal = principal_for_token(session, token.strip())
     if principal is None or principal.is_node:
         refused = "That is not an operator or viewer token (or it was revoked)."
         return _page(request, "login.html", None, status=401, next=next, error=refused)
     response = RedirectResponse(next if next.startswith("/ui") else "/ui/", status_code=303)
     secure = request.url.scheme == "https"
-    response.set_cookie(SESSION, token.strip(), httponly=True, samesite="strict", path="/ui",
-                        secure=secure, max_age=12 * 3600)  # fmt: skip
-    response.set_cookie(CSRF, secrets.token_urlsafe(24), httponly=True, samesite="strict",
-                        path="/ui", secure=secure, max_age=12 * 3600)  # fmt: skip
+    response.set_cookie(
+        SESSION,
+        token.strip(),
+        httponly=True,
+        samesite="strict",
+        path="/ui",
+        secure=secure,
+        max_age=12 * 3600,
+    )
+    response.set_cookie(
+        CSRF,
+        secrets.token_urlsafe(24),
+        httponly=True,
+        samesite="strict",
+        path="/ui",
+        secure=secure,
+        max_age=12 * 3600,
+    )
     return response
 
 
@@ -146,13 +171,7 @@ def _completion(policy: Policy | None) -> str:
 @router.get("/", response_class=HTMLResponse)
 def overview(request: Request, session: SessionDep) -> HTMLResponse:
     principal = _principal(request, session)
-    rows = session.execute(
-        select(Device, Node.hostname, Policy)
-        .join(Node, Node.id == Device.node_id)
-        .outerjoin(Policy, Policy.device_id == Device.id)
-        .where(Device.present.is_(True))
-        .order_by(Node.hostname, Device.name)
-    ).all()
+    rows = dashboard.fleet(session)
     classes = Counter(device.device_class for device, _, _ in rows)
     schedulers = Counter(device.current_scheduler or "unknown" for device, _, _ in rows)
     completions = Counter(_completion(policy) for _, _, policy in rows)
@@ -164,26 +183,45 @@ def overview(request: Request, session: SessionDep) -> HTMLResponse:
     keeps: list[dict[str, Any]] = []
     for row in pending:
         read = recommendations.to_read(row)
-        proposal = {"row": read, "device": names.get(row.device_id, str(row.device_id)),
-                    "current": _key(row.current_config),
-                    "recommended": _key(row.recommended_config),
-                    "prediction": read.predictions.get(row.objective)}  # fmt: skip
+        proposal = {
+            "row": read,
+            "device": names.get(row.device_id, str(row.device_id)),
+            "current": _key(row.current_config),
+            "recommended": _key(row.recommended_config),
+            "prediction": read.predictions.get(row.objective),
+        }
         (changes if proposal["current"] != proposal["recommended"] else keeps).append(proposal)
     # the largest predicted gain first: what an operator should look at
     changes.sort(key=lambda p: -(p["prediction"].gain if p["prediction"] else 0.0))
     active = [r for r in rollouts.list_rollouts(session, status=None, limit=20, offset=0)]
     charts_ = {
-        "classes": charts.bars("Devices by class", list(classes), list(classes.values()),
-                               "devices", counts=True) if classes else None,
-        "schedulers": charts.bars("Current scheduler", list(schedulers),
-                                  list(schedulers.values()), "devices", counts=True)
-        if schedulers else None,
-        "completions": charts.bars("Completion mode", list(completions),
-                                   list(completions.values()), "devices", counts=True)
-        if completions else None,
-    }  # fmt: skip
-    return _page(request, "overview.html", principal, devices=rows, proposals=changes,
-                 keeps=keeps, rollouts=active, charts=charts_, classes=classes)  # fmt: skip
+        "classes": charts.bars(
+            "Devices by class", list(classes), list(classes.values()), "devices", counts=True
+        )
+        if classes
+        else None,
+        "schedulers": charts.bars(
+            "Current scheduler", list(schedulers), list(schedulers.values()), "devices", counts=True
+        )
+        if schedulers
+        else None,
+        "completions": charts.bars(
+            "Completion mode", list(completions), list(completions.values()), "devices", counts=True
+        )
+        if completions
+        else None,
+    }
+    return _page(
+        request,
+        "overview.html",
+        principal,
+        devices=rows,
+        proposals=changes,
+        keeps=keeps,
+        rollouts=active,
+        charts=charts_,
+        classes=classes,
+    )
 
 
 def _benchmarks(observations: list[Observation], workload: str | None) -> dict[str, Any]:
@@ -202,16 +240,26 @@ def _benchmarks(observations: list[Observation], workload: str | None) -> dict[s
                 cells[key][metric].append(float(value))
     table: list[dict[str, Any]] = []
     for key, values in sorted(cells.items()):
-        table.append({"config": key, "runs": max(len(v) for v in values.values()) if values else 0,
-                      **{m: statistics.fmean(v) for m, v in values.items()}})  # fmt: skip
+        table.append(
+            {
+                "config": key,
+                "runs": max(len(v) for v in values.values()) if values else 0,
+                **{m: statistics.fmean(v) for m, v in values.items()},
+            }
+        )
     figures = []
     for metric, (label, unit) in METRICS.items():
         measured = [row for row in table if metric in row]
         if measured:
-            figures.append(charts.bars(f"{label} — {chosen}", [r["config"] for r in measured],
-                                       [r[metric] for r in measured], unit))  # fmt: skip
-    return {"workloads": sorted(by_workload), "workload": chosen, "table": table,
-            "charts": figures}  # fmt: skip
+            figures.append(
+                charts.bars(
+                    f"{label} — {chosen}",
+                    [r["config"] for r in measured],
+                    [r[metric] for r in measured],
+                    unit,
+                )
+            )
+    return {"workloads": sorted(by_workload), "workload": chosen, "table": table, "charts": figures}
 
 
 @router.get("/devices/{device_id}", response_class=HTMLResponse)
@@ -219,15 +267,10 @@ def device_page(
     request: Request, session: SessionDep, device_id: uuid.UUID, workload: str | None = None
 ) -> HTMLResponse:
     principal = _principal(request, session)
-    device = session.get(Device, device_id)
-    if device is None:
+    detail = dashboard.device_detail(session, device_id)
+    if detail is None:
         return _page(request, "error.html", principal, status=404, detail=f"no device {device_id}")
-    node = session.get(Node, device.node_id)
-    policy = session.scalars(select(Policy).where(Policy.device_id == device_id)).one_or_none()
-    windows = list(reversed(session.scalars(
-        select(TelemetryWindow).where(TelemetryWindow.device_id == device_id)
-        .order_by(TelemetryWindow.window_start.desc()).limit(720)
-    ).all()))  # fmt: skip
+    device, node, policy, windows = detail.device, detail.node, detail.policy, detail.windows
     telemetry = []
     if windows:
         times = [w.window_end for w in windows]
@@ -236,49 +279,65 @@ def device_page(
                 "Mean latency", times, {"latency": [w.mean_latency_us for w in windows]}, "µs"
             )
         )
-        telemetry.append(charts.timeline("IOPS", times, {"IOPS": [w.iops for w in windows]},
-                                         "I/O per s"))  # fmt: skip
+        telemetry.append(
+            charts.timeline("IOPS", times, {"IOPS": [w.iops for w in windows]}, "I/O per s")
+        )
         if any(w.power_watts is not None for w in windows):
             telemetry.append(
                 charts.timeline("Node power", times, {"W": [w.power_watts for w in windows]}, "W")
             )
-    observations = list(session.scalars(
-        select(Observation).where(Observation.device_id == device_id)
-        .order_by(Observation.finished_at.desc()).limit(5000)
-    ).all())  # fmt: skip
-    latest = session.scalars(
-        select(Recommendation.workload_name).where(Recommendation.device_id == device_id)
-        .order_by(Recommendation.created_at.desc()).limit(1)
-    ).first()  # fmt: skip
-    benchmarks = _benchmarks([o for o in observations if o.kind == "benchmark"],
-                             workload or latest)  # fmt: skip
+    observations, recent = detail.observations, detail.recommendations
+    latest = recent[0].workload_name if recent else None
+    benchmarks = _benchmarks([o for o in observations if o.kind == "benchmark"], workload or latest)
     canaries = [o for o in observations if o.kind == "canary"][:50]
     proposals = []
-    for row in session.scalars(
-        select(Recommendation).where(Recommendation.device_id == device_id)
-        .order_by(Recommendation.created_at.desc()).limit(10)
-    ):  # fmt: skip
+    for row in recent:
         read = recommendations.to_read(row)
         current, recommended = _key(row.current_config), _key(row.recommended_config)
         ordered = sorted(read.predictions.items(), key=lambda kv: kv[0] != row.objective)
-        figure = charts.changes(
-            f"{row.objective}: {current} → {recommended}",
-            [(name, p.gain, p.gain_low, p.gain_high) for name, p in ordered],
-        ) if read.predictions and current != recommended else None  # fmt: skip
-        proposals.append({"row": read, "chart": figure, "current": current,
-                          "recommended": recommended,
-                          "metric": OBJECTIVE_METRIC.get(row.objective)})  # type: ignore[call-overload]  # fmt: skip
+        figure = (
+            charts.changes(
+                f"{row.objective}: {current} → {recommended}",
+                [(name, p.gain, p.gain_low, p.gain_high) for name, p in ordered],
+            )
+            if read.predictions and current != recommended
+            else None
+        )
+        proposals.append(
+            {
+                "row": read,
+                "chart": figure,
+                "current": current,
+                "recommended": recommended,
+                "metric": OBJECTIVE_METRIC.get(row.objective),  # type: ignore[call-overload]
+            }
+        )
     events = audit.list_events(session, target_type="device", target_id=str(device_id), limit=50)
-    return _page(request, "device.html", principal, device=device, node=node, policy=policy,
-                 telemetry=telemetry, benchmarks=benchmarks, canaries=canaries,
-                 proposals=proposals, events=events, key=_key)  # fmt: skip
+    return _page(
+        request,
+        "device.html",
+        principal,
+        device=device,
+        node=node,
+        policy=policy,
+        telemetry=telemetry,
+        benchmarks=benchmarks,
+        canaries=canaries,
+        proposals=proposals,
+        events=events,
+        key=_key,
+    )
 
 
 @router.post("/recommendations/{recommendation_id}/{decision}")
 def decide(
-    request: Request, session: SessionDep, recommendation_id: uuid.UUID, decision: str,
-    csrf: Annotated[str, Form()], reason: Annotated[str, Form()] = "",
-) -> Response:  # fmt: skip
+    request: Request,
+    session: SessionDep,
+    recommendation_id: uuid.UUID,
+    decision: str,
+    csrf: Annotated[str, Form()],
+    reason: Annotated[str, Form()] = "",
+) -> Response:
     principal = _act(request, session, csrf)
     if decision not in ("accept", "reject"):
         raise ActionRefused(404, f"no action {decision!r}")
@@ -315,9 +374,12 @@ def rollout_page(request: Request, session: SessionDep, rollout_id: uuid.UUID) -
 
 @router.post("/rollouts/{rollout_id}/abort")
 def abort_rollout(
-    request: Request, session: SessionDep, rollout_id: uuid.UUID,
-    csrf: Annotated[str, Form()], reason: Annotated[str, Form()] = "",
-) -> Response:  # fmt: skip
+    request: Request,
+    session: SessionDep,
+    rollout_id: uuid.UUID,
+    csrf: Annotated[str, Form()],
+    reason: Annotated[str, Form()] = "",
+) -> Response:
     principal = _act(request, session, csrf)
     try:
         rollouts.abort(session, principal, rollout_id, reason.strip() or "aborted in the dashboard")

@@ -5,7 +5,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from agent.wire import DeviceClass, InventoryReport
+from agent.contract.wire import DeviceClass, InventoryReport
 from service.deps import API_PREFIX, MAX_OFFSET, AnyPrincipal, CurrentNode, SessionDep, ViewerAuth
 from service.devices import service
 from service.devices.schemas import DeviceRead, InventoryReceipt

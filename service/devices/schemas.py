@@ -5,7 +5,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from agent.wire import DeviceCapabilities, DeviceClass, Transport
+from agent.contract.wire import DeviceCapabilities, DeviceClass, Transport
 
 
 class DeviceRead(BaseModel):

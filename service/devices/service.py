@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from agent.wire import DeviceClass, DeviceInventory, InventoryReport
+from agent.contract.wire import DeviceClass, DeviceInventory, InventoryReport
 from service.audit import service as audit
 from service.devices import repository
 from service.errors import Forbidden, NotFound

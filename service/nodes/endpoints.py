@@ -5,7 +5,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from agent.wire import EnrollRequest, Heartbeat, SafeText
+from agent.contract.base import SafeText
+from agent.contract.wire import EnrollRequest, Heartbeat
 from service.deps import API_PREFIX, MAX_OFFSET, AnyPrincipal, CurrentNode, SessionDep, ViewerAuth
 from service.errors import Forbidden, NotFound, Unauthorized, Unprocessable, responses
 from service.nodes import service

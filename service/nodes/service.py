@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
-from agent.wire import EnrollRequest, Heartbeat
+from agent.contract.wire import EnrollRequest, Heartbeat
 from service.audit import service as audit
 from service.errors import Forbidden, NotFound, Unauthorized, Unprocessable
 from service.nodes import repository

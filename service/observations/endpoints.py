@@ -5,7 +5,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from agent.wire import ObservationCreate, ObservationKind, SafeText
+from agent.contract.base import SafeText
+from agent.contract.wire import ObservationCreate, ObservationKind
 from service.deps import API_PREFIX, MAX_OFFSET, AnyPrincipal, SessionDep, ViewerAuth
 from service.errors import Forbidden, NotFound, Unauthorized, Unprocessable, responses
 from service.observations import service

@@ -5,7 +5,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from agent.wire import CanaryVerdict, DeviceConfig, ObservationKind, WorkloadSpec
+from agent.contract.tunables import DeviceConfig
+from agent.contract.wire import CanaryVerdict, ObservationKind
+from agent.contract.workloads import WorkloadSpec
 
 
 class ObservationRead(BaseModel):

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from agent.wire import ObservationCreate, ObservationKind
+from agent.contract.wire import ObservationCreate, ObservationKind
 from service.devices import repository as device_repository
 from service.errors import Forbidden, NotFound, Unprocessable
 from service.observations import repository

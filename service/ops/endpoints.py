@@ -5,10 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 
-from service.db import Database, current_revision, head_revision
-from service.ops import metrics
+from service.db import Database, head_revision
+from service.ops import metrics, service
 
 router = APIRouter(tags=["operations"])
 
@@ -25,9 +24,7 @@ def readyz(request: Request) -> JSONResponse:
     database: Database = request.app.state.database
     expected = head_revision()
     try:
-        with database.engine.connect() as connection:
-            connection.execute(text("SELECT 1"))
-        current = current_revision(database.engine)
+        current = service.schema_revision(database)
     except Exception as error:  # any failure to reach the database means "not ready"
         return JSONResponse(
             {"status": "unavailable", "database": "unreachable", "detail": type(error).__name__},

@@ -81,47 +81,33 @@ class FleetCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         if self.engine is None:
             return
-        from sqlalchemy import func, select
         from sqlalchemy.orm import Session
 
-        from service.tables import (
-            AuditEvent,
-            Device,
-            Observation,
-            Recommendation,
-            Rollout,
-            RolloutTarget,
-        )
+        from service.ops import repository
 
         with Session(self.engine) as session:
             devices = GaugeMetricFamily(
-                "blkpilot_fleet_devices", "Devices present, by class and current scheduler.",
+                "blkpilot_fleet_devices",
+                "Devices present, by class and current scheduler.",
                 labels=["class", "scheduler"],
-            )  # fmt: skip
-            rows = session.execute(
-                select(Device.device_class, Device.current_scheduler, func.count())
-                .where(Device.present.is_(True))
-                .group_by(Device.device_class, Device.current_scheduler)
-            )  # fmt: skip
-            for device_class, scheduler, count in rows:
+            )
+            for device_class, scheduler, count in repository.devices_by_class_and_scheduler(
+                session
+            ):
                 devices.add_metric([device_class, scheduler or "unknown"], count)
             yield devices
 
             recommendations = GaugeMetricFamily(
                 "blkpilot_recommendations", "Recommendations by status.", labels=["status"]
             )
-            for status, count in session.execute(
-                select(Recommendation.status, func.count()).group_by(Recommendation.status)
-            ):
+            for status, count in repository.recommendations_by_status(session):
                 recommendations.add_metric([status], count)
             yield recommendations
 
             rollouts = GaugeMetricFamily(
                 "blkpilot_rollouts", "Rollouts by status.", labels=["status"]
             )
-            for status, count in session.execute(
-                select(Rollout.status, func.count()).group_by(Rollout.status)
-            ):
+            for status, count in repository.rollouts_by_status(session):
                 rollouts.add_metric([status], count)
             yield rollouts
 
@@ -131,20 +117,13 @@ class FleetCollector(Collector):
                 labels=["rollout", "status"],
             )
             stage = GaugeMetricFamily(
-                "blkpilot_rollout_stage", "Unfinished rollouts' current stage (1-based).",
+                "blkpilot_rollout_stage",
+                "Unfinished rollouts' current stage (1-based).",
                 labels=["rollout"],
-            )  # fmt: skip
-            active = ("running", "paused", "rolling_back")
-            for name, status, count in session.execute(
-                select(Rollout.name, RolloutTarget.status, func.count())
-                .join(RolloutTarget, RolloutTarget.rollout_id == Rollout.id)
-                .where(Rollout.status.in_(active))
-                .group_by(Rollout.name, RolloutTarget.status)
-            ):
+            )
+            for name, status, count in repository.active_rollout_targets(session):
                 progress.add_metric([name, status], count)
-            for name, index in session.execute(
-                select(Rollout.name, Rollout.stage).where(Rollout.status.in_(active))
-            ):
+            for name, index in repository.active_rollout_stages(session):
                 stage.add_metric([name], index + 1)
             yield progress
             yield stage
@@ -154,23 +133,16 @@ class FleetCollector(Collector):
                 "Canary results recorded, by verdict.",
                 labels=["verdict"],
             )
-            for verdict, count in session.execute(
-                select(Observation.verdict, func.count())
-                .where(Observation.kind == "canary")
-                .group_by(Observation.verdict)
-            ):
+            for verdict, count in repository.canary_verdicts(session):
                 verdicts.add_metric([verdict or "none"], count)
             yield verdicts
 
             changes = CounterMetricFamily(
-                "blkpilot_policy_changes", "Policies set or cleared (from the audit log).",
+                "blkpilot_policy_changes",
+                "Policies set or cleared (from the audit log).",
                 labels=["action"],
-            )  # fmt: skip
-            for action, count in session.execute(
-                select(AuditEvent.action, func.count())
-                .where(AuditEvent.action.in_(("policy.set", "policy.cleared")))
-                .group_by(AuditEvent.action)
-            ):
+            )
+            for action, count in repository.policy_changes(session):
                 changes.add_metric([action], count)
             yield changes
 

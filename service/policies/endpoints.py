@@ -5,7 +5,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
-from agent.wire import AppliedStateReport, SafeText
+from agent.contract.base import SafeText
+from agent.contract.wire import AppliedStateReport
 from service.deps import API_PREFIX, AnyPrincipal, CurrentNode, OperatorAuth, SessionDep
 from service.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable, responses
 from service.policies import service

@@ -3,7 +3,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.tables import Device, Policy
@@ -38,7 +38,10 @@ def delete(session: Session, policy: Policy) -> None:
     session.flush()
 
 
-def save(session: Session, policy: Policy) -> Policy:
+def save(session: Session, policy: Policy, *, touched: bool = False) -> Policy:
+    """Flushes the policy's changes; `touched` stamps it with the database's time."""
+    if touched:
+        policy.updated_at = func.now()
     session.flush()
     session.refresh(policy)
     return policy

@@ -6,7 +6,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from agent.wire import AppliedStatus, DeviceConfig, InputModel
+from agent.contract.base import InputModel
+from agent.contract.tunables import DeviceConfig
+from agent.contract.wire import AppliedStatus
 
 
 class PolicySet(InputModel):

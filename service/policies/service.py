@@ -8,16 +8,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func
 from sqlalchemy.orm import Session
 
-from agent.wire import (
-    AppliedStateReport,
-    AppliedStatus,
-    CompletionMode,
-    DeviceCapabilities,
-    DeviceConfig,
-)
+from agent.contract.tunables import CompletionMode, DeviceConfig
+from agent.contract.wire import AppliedStateReport, AppliedStatus, DeviceCapabilities
 from service.audit import service as audit
 from service.devices import repository as device_repository
 from service.devices import service as device_service
@@ -120,8 +114,7 @@ def set_policy(
         policy.version += 1
         policy.set_by = operator.name
         policy.reason = reason
-        policy.updated_at = func.now()
-        policy = repository.save(session, policy)
+        policy = repository.save(session, policy, touched=True)
     audit.record(
         session,
         operator,

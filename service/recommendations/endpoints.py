@@ -46,9 +46,13 @@ def list_recommendations(
     configuration, the predicted change per objective with intervals, confidence, evidence
     and a plain-language reason."""
     rows = service.list_recommendations(
-        session, device_id=device_id, status=status, objective=objective, limit=limit,
+        session,
+        device_id=device_id,
+        status=status,
+        objective=objective,
+        limit=limit,
         offset=offset,
-    )  # fmt: skip
+    )
     return [service.to_read(row) for row in rows]
 
 
@@ -117,8 +121,9 @@ def scheduled_canaries(
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> list[ScheduledCanaryRead]:
     """Canaries the nightly job scheduled, most promising first."""
-    rows = service.scheduled_canaries(session, device_id=device_id, status=status, limit=limit,
-                                      offset=offset)  # fmt: skip
+    rows = service.scheduled_canaries(
+        session, device_id=device_id, status=status, limit=limit, offset=offset
+    )
     return [ScheduledCanaryRead.model_validate(row) for row in rows]
 
 

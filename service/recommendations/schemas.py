@@ -6,7 +6,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from agent.wire import CanaryDone, DeviceConfig, InputModel, WorkloadSpec
+from agent.contract.base import InputModel
+from agent.contract.tunables import DeviceConfig
+from agent.contract.wire import CanaryDone
+from agent.contract.workloads import WorkloadSpec
 
 __all__ = ["CanaryDone"]
 

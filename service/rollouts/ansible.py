@@ -18,8 +18,6 @@ from typing import Any, Literal
 
 import yaml
 
-import blkpilot
-
 log = logging.getLogger(__name__)
 
 Result = Literal["pass", "fail", "inconclusive", "restored", "error", "not_run"]
@@ -45,9 +43,8 @@ class RunReport:
 
 
 def default_playbooks_dir() -> Path:
-    """The playbooks in a wheel (blkpilot/playbooks) or in a checkout (./playbooks)."""
-    packaged = Path(blkpilot.__file__).parent / "playbooks"
-    return packaged if packaged.is_dir() else Path(blkpilot.__file__).parent.parent / "playbooks"
+    """The checkout's playbooks (./playbooks); a wheel does not carry them."""
+    return Path(__file__).resolve().parents[2] / "playbooks"
 
 
 def load_host_vars(path: Path | None) -> dict[str, dict[str, Any]]:

@@ -25,10 +25,9 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from agent.wire import DeviceConfig
+from agent.contract.tunables import DeviceConfig
 from service.audit import service as audit
 from service.db import Database
 from service.errors import BlkpilotError
@@ -37,7 +36,8 @@ from service.policies import service as policy_service
 from service.rollouts import repository
 from service.rollouts.ansible import Outcome, RunReport
 from service.security import Principal
-from service.tables import Policy, Rollout, RolloutTarget, TelemetryWindow
+from service.tables import Rollout, RolloutTarget
+from service.telemetry import repository as telemetry_repository
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +112,11 @@ class Engine:
                     )
                 state["cancel"] = status != expected
                 if state["cancel"]:
-                    log.warning("rollout %s: %s; cancelling the playbook", rollout_id,
-                                "lease lost" if not status else f"now {status}")  # fmt: skip
+                    log.warning(
+                        "rollout %s: %s; cancelling the playbook",
+                        rollout_id,
+                        "lease lost" if not status else f"now {status}",
+                    )
             return bool(state["cancel"])
 
         return cancel
@@ -154,11 +157,15 @@ class Engine:
                 rollout = repository.get(session, rollout_id, lock=True)
                 assert rollout is not None
                 audit.record(
-                    session, self._actor(rollout), "rollout.recovered", target_type="rollout",
-                    target_id=rollout.id, after={"devices": len(interrupted)},
+                    session,
+                    self._actor(rollout),
+                    "rollout.recovered",
+                    target_type="rollout",
+                    target_id=rollout.id,
+                    after={"devices": len(interrupted)},
                     detail=f"stage {rollout.stage + 1}: {len(interrupted)} device(s) left"
                     " mid-canary by a stopped worker were put back for a fresh canary",
-                )  # fmt: skip
+                )
                 if failed:
                     self._start_rollback(
                         session, rollout, f"could not put back {', '.join(failed)}"
@@ -230,11 +237,16 @@ class Engine:
             expected = rollout.status
         ident = f"{rollout_id}/{_now():%Y%m%dT%H%M%S}-{what}"
         report = self.runner.run(
-            playbook, _by_host(targets), extravars, ident=ident,
-            cancel=self._watch(rollout_id, expected), on_outcome=on_outcome,
-        )  # fmt: skip
-        log.info("rollout %s: %s %s -> %s (rc %s)", rollout_id, what, playbook, report.status,
-                 report.rc)  # fmt: skip
+            playbook,
+            _by_host(targets),
+            extravars,
+            ident=ident,
+            cancel=self._watch(rollout_id, expected),
+            on_outcome=on_outcome,
+        )
+        log.info(
+            "rollout %s: %s %s -> %s (rc %s)", rollout_id, what, playbook, report.status, report.rc
+        )
         if report.status == "canceled":
             return None
         return report
@@ -245,8 +257,13 @@ class Engine:
         rollout = repository.get(session, rollout_id, lock=True)
         assert rollout is not None
         targets = {(t.hostname, t.device_name): t for t in repository.targets(session, rollout_id)}
-        status_of = {"pass": "passed", "fail": "failed", "inconclusive": "inconclusive",
-                     "error": "failed", "not_run": "pending"}  # fmt: skip
+        status_of = {
+            "pass": "passed",
+            "fail": "failed",
+            "inconclusive": "inconclusive",
+            "error": "failed",
+            "not_run": "pending",
+        }
         for outcome in outcomes:
             target = targets[(outcome.hostname, outcome.device)]
             target.status = status_of[outcome.result]
@@ -254,14 +271,21 @@ class Engine:
             target.detail = outcome.detail
             target.updated_at = _now()
             audit.record(
-                session, self._actor(rollout), "rollout.host", target_type="rollout",
+                session,
+                self._actor(rollout),
+                "rollout.host",
+                target_type="rollout",
                 target_id=rollout.id,
-                after={"host": outcome.hostname, "device": outcome.device,
-                       "device_id": str(target.device_id), "stage": target.stage,
-                       "result": outcome.result},
+                after={
+                    "host": outcome.hostname,
+                    "device": outcome.device,
+                    "device_id": str(target.device_id),
+                    "stage": target.stage,
+                    "result": outcome.result,
+                },
                 detail=f"{outcome.hostname}/{outcome.device}: {outcome.result}"
                 f"{'; ' + outcome.detail.splitlines()[0] if outcome.detail else ''}",
-            )  # fmt: skip
+            )
 
     def _gate(self, session: Session, rollout_id: uuid.UUID) -> None:
         rollout = repository.get(session, rollout_id, lock=True)
@@ -288,9 +312,14 @@ class Engine:
             )
             rollout.updated_at = _now()
             audit.record(
-                session, self._actor(rollout), "rollout.paused", target_type="rollout",
-                target_id=rollout.id, after={"status": "paused"}, detail=rollout.status_detail,
-            )  # fmt: skip
+                session,
+                self._actor(rollout),
+                "rollout.paused",
+                target_type="rollout",
+                target_id=rollout.id,
+                after={"status": "paused"},
+                detail=rollout.status_detail,
+            )
             return
         actor = self._actor(rollout)
         config = DeviceConfig.model_validate(rollout.config)
@@ -302,9 +331,12 @@ class Engine:
                 {"config": policy.config, "version": policy.version} if policy else {"config": None}
             )
             policy_service.set_policy(
-                session, actor, target.device_id, config,
+                session,
+                actor,
+                target.device_id,
+                config,
                 f"rollout {rollout.name!r} stage {rollout.stage + 1}: canary passed",
-            )  # fmt: skip
+            )
         rollout.phase = "soak"
         rollout.soak_until = _now() + timedelta(seconds=rollout.soak_seconds)
         rollout.status_detail = (
@@ -312,9 +344,14 @@ class Engine:
         )
         rollout.updated_at = _now()
         audit.record(
-            session, actor, "rollout.stage_passed", target_type="rollout", target_id=rollout.id,
-            after={"stage": rollout.stage, "nodes": sorted(nodes)}, detail=rollout.status_detail,
-        )  # fmt: skip
+            session,
+            actor,
+            "rollout.stage_passed",
+            target_type="rollout",
+            target_id=rollout.id,
+            after={"stage": rollout.stage, "nodes": sorted(nodes)},
+            detail=rollout.status_detail,
+        )
 
     def _soak(self, rollout_id: uuid.UUID) -> None:
         with self.database.sessionmaker() as session, session.begin():
@@ -341,9 +378,14 @@ class Engine:
                 rollout.status_detail = f"{label} soaked without a breach"
                 action = "rollout.soaked"
             audit.record(
-                session, self._actor(rollout), action, target_type="rollout",
-                target_id=rollout.id, after={"stage": rollout.stage}, detail=rollout.status_detail,
-            )  # fmt: skip
+                session,
+                self._actor(rollout),
+                action,
+                target_type="rollout",
+                target_id=rollout.id,
+                after={"stage": rollout.stage},
+                detail=rollout.status_detail,
+            )
 
     def _guardrail_breach(self, session: Session, rollout: Rollout) -> str:
         """What breached, or ''. Checked on every device changed so far."""
@@ -353,9 +395,7 @@ class Engine:
         assert rollout.soak_until is not None
         soak_start = rollout.soak_until - timedelta(seconds=rollout.soak_seconds)
         for target in changed:
-            policy = session.scalars(
-                select(Policy).where(Policy.device_id == target.device_id)
-            ).one_or_none()
+            policy = policy_repository.for_device(session, target.device_id)
             if (
                 policy is not None
                 and policy.applied_status in ("failed", "drift")
@@ -378,19 +418,15 @@ class Engine:
     def _latency_ratio(
         session: Session, device_id: uuid.UUID, since: datetime, need: int
     ) -> float | None:
-        def mean(*conditions: object) -> tuple[float | None, int]:
-            row = session.execute(
-                select(func.avg(TelemetryWindow.mean_latency_us), func.count())
-                .where(TelemetryWindow.device_id == device_id, *conditions)  # type: ignore[arg-type]
-            ).one()  # fmt: skip
-            return (float(row[0]) if row[0] is not None else None), int(row[1])
-
-        after, n_after = mean(TelemetryWindow.window_start >= since, TelemetryWindow.iops > 0)
+        after, n_after = telemetry_repository.busy_mean_latency(
+            session, device_id, starting_from=since
+        )
         span = _now() - since
-        before, n_before = mean(
-            TelemetryWindow.window_end <= since,
-            TelemetryWindow.window_start >= since - max(span, timedelta(minutes=10)),
-            TelemetryWindow.iops > 0,
+        before, n_before = telemetry_repository.busy_mean_latency(
+            session,
+            device_id,
+            starting_from=since - max(span, timedelta(minutes=10)),
+            ending_by=since,
         )
         if n_after < need or n_before < need or not before or after is None:
             return None
@@ -401,9 +437,14 @@ class Engine:
         rollout.status_detail = why[:4000]
         rollout.updated_at = _now()
         audit.record(
-            session, self._actor(rollout), "rollout.aborted", target_type="rollout",
-            target_id=rollout.id, after={"status": "rolling_back"}, detail=why[:4000],
-        )  # fmt: skip
+            session,
+            self._actor(rollout),
+            "rollout.aborted",
+            target_type="rollout",
+            target_id=rollout.id,
+            after={"status": "rolling_back"},
+            detail=why[:4000],
+        )
 
     def _roll_back(self, rollout_id: uuid.UUID) -> None:
         with self.database.sessionmaker() as session, session.begin():
@@ -429,15 +470,20 @@ class Engine:
             rollout.status = "failed" if failed else "rolled_back"
             rollout.finished_at = rollout.updated_at = _now()
             outcome = (
-                f"could not put back {', '.join(failed)}" if failed
+                f"could not put back {', '.join(failed)}"
+                if failed
                 else f"{len(touched)} device(s) put back as the rollout found them"
-            )  # fmt: skip
+            )
             rollout.status_detail = f"{outcome} (after: {rollout.status_detail})"[:4000]
             audit.record(
-                session, self._actor(rollout), f"rollout.{rollout.status}", target_type="rollout",
-                target_id=rollout.id, after={"devices": len(touched), "failed": failed},
+                session,
+                self._actor(rollout),
+                f"rollout.{rollout.status}",
+                target_type="rollout",
+                target_id=rollout.id,
+                after={"devices": len(touched), "failed": failed},
                 detail=rollout.status_detail,
-            )  # fmt: skip
+            )
 
     def _record_restores(
         self, session: Session, rollout_id: uuid.UUID, report: RunReport, *, then: str
@@ -460,12 +506,18 @@ class Engine:
                 self._restore_policy(session, rollout, target, actor)
             target.updated_at = _now()
             audit.record(
-                session, actor, "rollout.host_restored", target_type="rollout",
+                session,
+                actor,
+                "rollout.host_restored",
+                target_type="rollout",
                 target_id=rollout.id,
-                after={"host": outcome.hostname, "device": outcome.device,
-                       "result": outcome.result},
+                after={
+                    "host": outcome.hostname,
+                    "device": outcome.device,
+                    "result": outcome.result,
+                },
                 detail=f"{name}: {outcome.detail.splitlines()[0] if outcome.detail else ''}",
-            )  # fmt: skip
+            )
         return failed
 
     @staticmethod

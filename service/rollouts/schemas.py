@@ -6,13 +6,21 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent.wire import DeviceClass, DeviceConfig, InputModel, SafeText
+from agent.contract.base import InputModel, SafeText
+from agent.contract.tunables import DeviceConfig
+from agent.contract.wire import DeviceClass
 
 RolloutStatus = Literal["running", "paused", "rolling_back", "succeeded", "rolled_back", "failed"]
 TargetStatus = Literal[
-    "pending", "changing", "passed", "failed", "inconclusive", "rolling_back", "rolled_back",
+    "pending",
+    "changing",
+    "passed",
+    "failed",
+    "inconclusive",
+    "rolling_back",
+    "rolled_back",
     "restore_failed",
-]  # fmt: skip
+]
 StageSpec = Annotated[str, Field(pattern=r"^(100|[1-9][0-9]?)%$|^[1-9][0-9]{0,5}$")]
 Serial = Annotated[str, Field(pattern=r"^(100|[1-9][0-9]?)%$|^[1-9][0-9]{0,5}$")]
 
@@ -54,10 +62,12 @@ class RolloutCreate(InputModel):
     config: DeviceConfig
     target: TargetSelector
     stages: list[StageSpec] = Field(
-        default_factory=lambda: ["1", "10%", "50%", "100%"], min_length=1, max_length=10,
+        default_factory=lambda: ["1", "10%", "50%", "100%"],
+        min_length=1,
+        max_length=10,
         description="cumulative: a node count or a percentage of the target's nodes; the last"
         " must reach every node",
-    )  # fmt: skip
+    )
     serial: Serial = Field(default="100%", description="ansible batch size within a stage")
     max_fail_percentage: Annotated[int, Field(ge=0, le=100)] = 0
     soak_seconds: Annotated[float, Field(ge=0, le=7 * 86_400)] = 300.0

@@ -74,13 +74,16 @@ def create(session: Session, operator: Principal, body: RolloutCreate) -> Rollou
         )
         if unknown:
             raise _refuse(
-                "unknown devices", ["body", "target", "device_ids"],
+                "unknown devices",
+                ["body", "target", "device_ids"],
                 [f"no device {device_id}" for device_id in sorted(map(str, unknown))],
-            )  # fmt: skip
+            )
     rows = repository.devices_with_nodes(
-        session, device_class=selector.device_class, node_labels=dict(selector.node_labels),
+        session,
+        device_class=selector.device_class,
+        node_labels=dict(selector.node_labels),
         device_ids=list(selector.device_ids),
-    )  # fmt: skip
+    )
     if not rows:
         raise Unprocessable(
             "the target matches no devices; nothing was changed",
@@ -99,8 +102,11 @@ def create(session: Session, operator: Principal, body: RolloutCreate) -> Rollou
         name for name, n in repository.hostnames_in_use(session, hostnames).items() if n > 1
     )
     if doubled:
-        raise _refuse("rollouts address nodes by hostname, and these name several nodes",
-                      ["body", "target"], doubled)  # fmt: skip
+        raise _refuse(
+            "rollouts address nodes by hostname, and these name several nodes",
+            ["body", "target"],
+            doubled,
+        )
     busy = repository.busy_devices(session, [device.id for device, _ in rows])
     if busy:
         raise Conflict(
@@ -137,18 +143,33 @@ def create(session: Session, operator: Principal, body: RolloutCreate) -> Rollou
     for device, node in rows:
         session.add(
             RolloutTarget(
-                rollout_id=rollout.id, device_id=device.id, node_id=node.id,
-                hostname=node.hostname, device_name=device.name, stage=stage_of[node.hostname],
-                status="pending", detail="", attempts=0,
+                rollout_id=rollout.id,
+                device_id=device.id,
+                node_id=node.id,
+                hostname=node.hostname,
+                device_name=device.name,
+                stage=stage_of[node.hostname],
+                status="pending",
+                detail="",
+                attempts=0,
             )
-        )  # fmt: skip
+        )
     session.flush()
     audit.record(
-        session, operator, "rollout.created", target_type="rollout", target_id=rollout.id,
-        after={"config": rollout.config, "target": rollout.target, "stages": stages,
-               "devices": len(rows), "nodes": len(hostnames)},
+        session,
+        operator,
+        "rollout.created",
+        target_type="rollout",
+        target_id=rollout.id,
+        after={
+            "config": rollout.config,
+            "target": rollout.target,
+            "stages": stages,
+            "devices": len(rows),
+            "nodes": len(hostnames),
+        },
         detail=body.reason,
-    )  # fmt: skip
+    )
     return to_read(session, rollout)
 
 
@@ -184,23 +205,37 @@ def to_read(session: Session, rollout: Rollout) -> RolloutRead:
         own = [t for t in targets if t.stage == index]
         stages.append(
             StageRead(
-                index=index, spec=spec, hosts=sorted({t.hostname for t in own}),
+                index=index,
+                spec=spec,
+                hosts=sorted({t.hostname for t in own}),
                 status=_stage_status(rollout, index, own),
             )
-        )  # fmt: skip
+        )
     return RolloutRead(
-        id=rollout.id, name=rollout.name, status=rollout.status,
-        status_detail=rollout.status_detail, config=rollout.config,
-        target=rollout.target, workload_name=rollout.workload_name,
+        id=rollout.id,
+        name=rollout.name,
+        status=rollout.status,
+        status_detail=rollout.status_detail,
+        config=rollout.config,
+        target=rollout.target,
+        workload_name=rollout.workload_name,
         canary=CanarySettings.model_validate(rollout.canary),
-        guardrails=Guardrails.model_validate(rollout.guardrails), serial=rollout.serial,
-        max_fail_percentage=rollout.max_fail_percentage, soak_seconds=rollout.soak_seconds,
-        stage=rollout.stage, phase=rollout.phase,
-        soak_until=rollout.soak_until, stages=stages, counts=counts,
-        targets=[RolloutTargetRead.model_validate(t) for t in targets], reason=rollout.reason,
-        created_by=rollout.created_by, created_at=rollout.created_at,
-        updated_at=rollout.updated_at, finished_at=rollout.finished_at,
-    )  # fmt: skip
+        guardrails=Guardrails.model_validate(rollout.guardrails),
+        serial=rollout.serial,
+        max_fail_percentage=rollout.max_fail_percentage,
+        soak_seconds=rollout.soak_seconds,
+        stage=rollout.stage,
+        phase=rollout.phase,
+        soak_until=rollout.soak_until,
+        stages=stages,
+        counts=counts,
+        targets=[RolloutTargetRead.model_validate(t) for t in targets],
+        reason=rollout.reason,
+        created_by=rollout.created_by,
+        created_at=rollout.created_at,
+        updated_at=rollout.updated_at,
+        finished_at=rollout.finished_at,
+    )
 
 
 def list_rollouts(
@@ -211,9 +246,15 @@ def list_rollouts(
 
 
 def _transition(
-    session: Session, operator: Principal, rollout_id: uuid.UUID, action: str, reason: str,
-    allowed: tuple[str, ...], new_status: str, **changes: Any,
-) -> RolloutRead:  # fmt: skip
+    session: Session,
+    operator: Principal,
+    rollout_id: uuid.UUID,
+    action: str,
+    reason: str,
+    allowed: tuple[str, ...],
+    new_status: str,
+    **changes: Any,
+) -> RolloutRead:
     rollout = get(session, rollout_id, lock=True)
     if rollout.status not in allowed:
         raise Conflict(
@@ -227,9 +268,15 @@ def _transition(
     for name, value in changes.items():
         setattr(rollout, name, value)
     audit.record(
-        session, operator, f"rollout.{action}d", target_type="rollout", target_id=rollout.id,
-        before=before, after={"status": new_status}, detail=reason,
-    )  # fmt: skip
+        session,
+        operator,
+        f"rollout.{action}d",
+        target_type="rollout",
+        target_id=rollout.id,
+        before=before,
+        after={"status": new_status},
+        detail=reason,
+    )
     session.flush()
     return to_read(session, rollout)
 
@@ -254,6 +301,12 @@ def resume(
 def abort(session: Session, operator: Principal, rollout_id: uuid.UUID, reason: str) -> RolloutRead:
     """Puts back every device the rollout changed (also after it succeeded: 'roll back')."""
     return _transition(
-        session, operator, rollout_id, "abort", reason, ("running", "paused", "succeeded"),
-        "rolling_back", finished_at=None,
-    )  # fmt: skip
+        session,
+        operator,
+        rollout_id,
+        "abort",
+        reason,
+        ("running", "paused", "succeeded"),
+        "rolling_back",
+        finished_at=None,
+    )

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
-from agent.wire import TelemetryBatch, TelemetryBatchReceipt
+from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt
 from service.deps import API_PREFIX, AnyPrincipal, CurrentNode, SessionDep
 from service.errors import (
     BlkpilotError,

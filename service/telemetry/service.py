@@ -6,14 +6,14 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from agent.wire import TelemetryBatch, TelemetryBatchReceipt
+from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt
 from service.devices import repository as device_repository
 from service.devices import service as device_service
 from service.errors import Conflict, Unprocessable
 from service.ops import metrics
 from service.ops.transactions import on_commit
 from service.security import Principal
-from service.tables import TelemetryWindow
+from service.tables import TelemetryWindowRow
 from service.telemetry import repository
 
 
@@ -93,6 +93,6 @@ def windows_for_device(
     since: datetime | None,
     until: datetime | None,
     limit: int,
-) -> Sequence[TelemetryWindow]:
+) -> Sequence[TelemetryWindowRow]:
     device_service.get_device(session, principal, device_id)
     return repository.windows_for_device(session, device_id, since=since, until=until, limit=limit)

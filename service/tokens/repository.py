@@ -73,3 +73,16 @@ def claim_enrollment_token(session: Session, digest: str, now: datetime) -> Enro
 def set_enrollment_token_node(session: Session, token: EnrollmentToken, node_id: uuid.UUID) -> None:
     token.used_by_node_id = node_id
     session.flush()
+
+
+def revoke_by_prefix(session: Session, prefix: str, now: datetime) -> None:
+    """Revoke every live API token whose name starts with the prefix."""
+    session.execute(
+        update(ApiToken)
+        .where(ApiToken.name.startswith(prefix), ApiToken.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
+
+
+def api_token_name_taken(session: Session, name: str) -> bool:
+    return session.scalar(select(ApiToken.id).where(ApiToken.name == name)) is not None

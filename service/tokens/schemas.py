@@ -6,7 +6,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.wire import InputModel, Labels
+from agent.contract.base import InputModel
+from agent.contract.labels import Labels
 from service.security import Role
 
 TokenName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@-]+$")]

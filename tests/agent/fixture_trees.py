@@ -100,9 +100,14 @@ def optane(root: Path) -> None:
     link(disk / "device", controller)
     write(disk / "wwid", "eui.01000000000000005cd2e4a1b2c3d4e5")
     _queue(
-        disk / "queue", scheduler="[none] mq-deadline kyber bfq", rotational=0, nr_requests=1023,
-        io_poll=1, logical=512, physical=512,
-    )  # fmt: skip
+        disk / "queue",
+        scheduler="[none] mq-deadline kyber bfq",
+        rotational=0,
+        nr_requests=1023,
+        io_poll=1,
+        logical=512,
+        physical=512,
+    )
 
 
 def sata_hdd(root: Path) -> None:
@@ -114,9 +119,13 @@ def sata_hdd(root: Path) -> None:
     disk = _block(root, "sda", scsi / "block" / "sda", dev="8:0", sectors=7814037168, hw_queues=1)
     link(disk / "device", scsi)
     _queue(
-        disk / "queue", scheduler="mq-deadline kyber [bfq] none", rotational=1, nr_requests=64,
-        tunables=BFQ, physical=4096,
-    )  # fmt: skip
+        disk / "queue",
+        scheduler="mq-deadline kyber [bfq] none",
+        rotational=1,
+        nr_requests=64,
+        tunables=BFQ,
+        physical=4096,
+    )
     write(disk / "sda1" / "partition", 1)
     write(disk / "sda1" / "dev", "8:1")
     (disk / "holders").mkdir()

@@ -19,12 +19,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _playbook(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "playbooks" / "ansible.cfg"),
-           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp")}  # fmt: skip
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "playbooks" / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+    }
     return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), *args], env=env,
-        capture_output=True, text=True, check=False, timeout=900, cwd=ROOT / "playbooks",
-    )  # fmt: skip
+        [str(Path(sys.executable).parent / "ansible-playbook"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+        cwd=ROOT / "playbooks",
+    )
 
 
 @pytest.mark.slow
@@ -50,28 +59,50 @@ def test_agent_role_installs_configures_and_enrolls(
     units.mkdir()
     (tmp_path / "vars.json").write_text(json.dumps(variables))
     inventory = "node-role-test,"
-    run = _playbook("-i", inventory, "-c", "local", "-e", f"@{tmp_path / 'vars.json'}",
-                    "-e", f"ansible_python_interpreter={sys.executable}", "agent.yml",
-                    tmp_path=tmp_path)  # fmt: skip
+    run = _playbook(
+        "-i",
+        inventory,
+        "-c",
+        "local",
+        "-e",
+        f"@{tmp_path / 'vars.json'}",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "agent.yml",
+        tmp_path=tmp_path,
+    )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert service.admin not in run.stdout + run.stderr  # no_log on the tokens
 
     cli = prefix / "bin" / "blkpilot"
-    installed = subprocess.run([str(prefix / "bin" / "python"), "-c",
-                                "import importlib.util as u; print(u.find_spec('fastapi'),"
-                                " u.find_spec('httpx') is not None)"],
-                               capture_output=True, text=True, check=True)  # fmt: skip
+    installed = subprocess.run(
+        [
+            str(prefix / "bin" / "python"),
+            "-c",
+            "import importlib.util as u; print(u.find_spec('fastapi'),"
+            " u.find_spec('httpx') is not None)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert installed.stdout.split() == ["None", "True"]  # the agent extra, not the server
-    assert subprocess.run([str(cli), "agent", "--help"], capture_output=True,
-                          check=False).returncode == 0  # fmt: skip
+    assert (
+        subprocess.run([str(cli), "agent", "--help"], capture_output=True, check=False).returncode
+        == 0
+    )
     config = (etc / "agent.toml").read_text()
     assert 'devices = ["nvme0n1", "nvme1n1"]' in config
     unit = (units / "blkpilot-agent.service").read_text()
     assert f"ExecStart={cli} agent run --state-dir {state} --config {etc}/agent.toml" in unit
     analyze = shutil.which("systemd-analyze")
     assert analyze is not None
-    verified = subprocess.run([analyze, "verify", str(units / "blkpilot-agent.service")],
-                              capture_output=True, text=True, check=False)  # fmt: skip
+    verified = subprocess.run(
+        [analyze, "verify", str(units / "blkpilot-agent.service")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert verified.returncode == 0, verified.stderr
 
     node = json.loads((state / "node.json").read_text())
@@ -79,9 +110,18 @@ def test_agent_role_installs_configures_and_enrolls(
     assert listed["id"] == node["node_id"]
     assert listed["labels"] == {"rack": "r7", "role": "db"}
 
-    again = _playbook("-i", inventory, "-c", "local", "-e", f"@{tmp_path / 'vars.json'}",
-                      "-e", f"ansible_python_interpreter={sys.executable}", "agent.yml",
-                      tmp_path=tmp_path)  # fmt: skip
+    again = _playbook(
+        "-i",
+        inventory,
+        "-c",
+        "local",
+        "-e",
+        f"@{tmp_path / 'vars.json'}",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "agent.yml",
+        tmp_path=tmp_path,
+    )
     assert again.returncode == 0, again.stdout[-3000:]
     # idempotent: enrolled once, nothing rewritten; pip reinstalls a source directory (a
     # version from an index would not change either)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from agent.applier import Applier
+from agent.contract.tunables import CompletionMode, DeviceConfig, Scheduler
 from agent.effects import Effects
 from agent.errors import ChangeFailed, ChangeRefused, NoSnapshot
 from agent.host import HostPaths
-from agent.wire import CompletionMode, DeviceConfig, Scheduler
 from tests.agent.conftest import LoopFactory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,7 +157,7 @@ class TestRecovery:
             from agent.applier import Applier
             from agent.effects import Effects
             from agent.host import HostPaths
-            from agent.wire import DeviceConfig, Scheduler
+            from agent.contract.tunables import DeviceConfig, Scheduler
 
             class DiesAfterFirstWrite(Effects):
                 def write_attribute(self, path, value):

@@ -19,9 +19,10 @@ from agent.bench.measure import Measurement, measure
 from agent.bench.sweep import Sweep
 from agent.bench.target import device_target, directory_target
 from agent.collectors.meter import MeterCollector
+from agent.contract.tunables import DeviceConfig, Scheduler
+from agent.contract.workloads import DbBenchSpec, IOEngine, JobSpec, WorkloadSpec
 from agent.errors import BenchmarkRefused
 from agent.host import HostPaths
-from agent.wire import DbBenchSpec, DeviceConfig, IOEngine, JobSpec, Scheduler, WorkloadSpec
 from tests.agent.conftest import LoopFactory
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -65,9 +66,13 @@ class TestLibrary:
         assert "hipri=1" in polled
         assert "lat_percentiles=1" in polled
         split = WorkloadSpec(
-            name="split", jobs=[JobSpec(name="mix", pattern="randrw", read_share=0.7,
-                                        block_sizes={4096: 50, 8192: 50})],
-        )  # fmt: skip
+            name="split",
+            jobs=[
+                JobSpec(
+                    name="mix", pattern="randrw", read_share=0.7, block_sizes={4096: 50, 8192: 50}
+                )
+            ],
+        )
         text = fio.job_file(split, target)
         assert "bssplit=4k/50:8k/50" in text
         assert "rwmixread=70" in text
@@ -194,9 +199,11 @@ class TestRealRuns:
             time.sleep(0.1)
             target = device_target(HostPaths(), loop_device())
             m = measure(
-                short("hs23-single-randread-4k-qd1", 0.5), target, workdir=tmp_path,
+                short("hs23-single-randread-4k-qd1", 0.5),
+                target,
+                workdir=tmp_path,
                 meter=EnergyMeter([MeterCollector(log)]),
-            ).metrics  # fmt: skip
+            ).metrics
         finally:
             stop.set()
             thread.join()
@@ -299,10 +306,12 @@ class TestSweep:
         subprocess.run(["mkfs.ext4", "-q", "-F", f"/dev/{device}"], check=True)
         with pytest.raises(BenchmarkRefused):
             Sweep(
-                Applier(HostPaths(), tmp_path), device_target(HostPaths(), device),
+                Applier(HostPaths(), tmp_path),
+                device_target(HostPaths(), device),
                 [short("hs23-single-randread-4k-qd1"), short("hs23-single-randwrite-4k-qd1")],
-                [DeviceConfig()], state_dir=tmp_path,
-            )  # fmt: skip
+                [DeviceConfig()],
+                state_dir=tmp_path,
+            )
 
 
 def test_engines_map_to_fio() -> None:

@@ -17,10 +17,24 @@ def test_sweep_sends_every_result_as_an_observation(
     enroll_lab_node(service, state_dir, [device])
 
     sweep = [
-        BLKPILOT, "bench", "sweep", "--state-dir", str(state_dir), "--device", device,
-        "--workload", "hs23-single-randread-4k-qd1", "--workload", "fios-1r1w",
-        "--scheduler", "none", "--scheduler", "kyber", "--duration", "0.3",
-    ]  # fmt: skip
+        BLKPILOT,
+        "bench",
+        "sweep",
+        "--state-dir",
+        str(state_dir),
+        "--device",
+        device,
+        "--workload",
+        "hs23-single-randread-4k-qd1",
+        "--workload",
+        "fios-1r1w",
+        "--scheduler",
+        "none",
+        "--scheduler",
+        "kyber",
+        "--duration",
+        "0.3",
+    ]
     first = subprocess.run(
         sweep, env=clean_env(tmp_path), capture_output=True, text=True, timeout=300, check=False
     )
@@ -29,9 +43,11 @@ def test_sweep_sends_every_result_as_an_observation(
     observations = service.api("GET", "/observations", params={"kind": "benchmark"}).json()
     cells = sorted((o["workload"]["name"], o["configuration"]["scheduler"]) for o in observations)
     assert cells == [
-        ("fios-1r1w", "kyber"), ("fios-1r1w", "none"),
-        ("hs23-single-randread-4k-qd1", "kyber"), ("hs23-single-randread-4k-qd1", "none"),
-    ]  # fmt: skip
+        ("fios-1r1w", "kyber"),
+        ("fios-1r1w", "none"),
+        ("hs23-single-randread-4k-qd1", "kyber"),
+        ("hs23-single-randread-4k-qd1", "none"),
+    ]
     fairness = next(o for o in observations if o["workload"]["name"] == "fios-1r1w")["metrics"]
     assert {"worst_slowdown", "concurrent_efficiency", "proportional_slowdown"} <= set(fairness)
     assert "[none]" in Path(f"/sys/block/{device}/queue/scheduler").read_text()
@@ -49,10 +65,24 @@ def test_write_sweep_on_a_data_device_is_refused(loop_device: LoopFactory, tmp_p
     device = loop_device(on="disk")
     subprocess.run(["mkfs.ext4", "-q", "-F", f"/dev/{device}"], check=True)
     result = subprocess.run(
-        [BLKPILOT, "bench", "sweep", "--state-dir", str(tmp_path / "agent"), "--device", device,
-         "--workload", "hs23-single-randwrite-4k-qd1", "--no-report"],
-        env=clean_env(tmp_path), capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            BLKPILOT,
+            "bench",
+            "sweep",
+            "--state-dir",
+            str(tmp_path / "agent"),
+            "--device",
+            device,
+            "--workload",
+            "hs23-single-randwrite-4k-qd1",
+            "--no-report",
+        ],
+        env=clean_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 1
     assert "holds data" in result.stderr
     assert "filesystem signature ext4" in result.stderr

@@ -11,9 +11,10 @@ import pytest
 from agent import calibrate
 from agent.applier import plan
 from agent.bench.target import device_target
+from agent.contract.tunables import DeviceConfig, Scheduler
+from agent.contract.workloads import IOPattern
 from agent.discovery import KernelFacts
 from agent.host import HostPaths
-from agent.wire import DeviceConfig, IOPattern, Scheduler
 from tests.agent.conftest import LoopFactory
 
 

@@ -9,8 +9,9 @@ import pytest
 from agent.applier import Applier
 from agent.bench.library import library
 from agent.canary import MetricRule, compare, evaluate, run_canary, schedule
+from agent.contract.tunables import DeviceConfig, Scheduler
+from agent.contract.wire import CanaryVerdict
 from agent.host import HostPaths
-from agent.wire import CanaryVerdict, DeviceConfig, Scheduler
 from tests.agent.conftest import LoopFactory, enroll_lab_node
 from tests.proc import BLKPILOT, ServiceProcess, clean_env
 
@@ -80,9 +81,14 @@ def test_a_to_a_canary_does_not_fail(loop_device: LoopFactory, tmp_path: Path) -
     device = loop_device(on="tmpfs")
     applier = Applier(HostPaths(), tmp_path / "agent")
     result = run_canary(
-        applier, device, WORKLOAD, DeviceConfig(scheduler=Scheduler.NONE),
-        workdir=tmp_path, rounds=6, round_seconds=0.5,
-    )  # fmt: skip
+        applier,
+        device,
+        WORKLOAD,
+        DeviceConfig(scheduler=Scheduler.NONE),
+        workdir=tmp_path,
+        rounds=6,
+        round_seconds=0.5,
+    )
     assert result.verdict is not CanaryVerdict.FAIL, result.statistics()
     assert len(result.samples["A"]["iops"]) == len(result.samples["B"]["iops"]) == 6
     assert "[none]" in Path(f"/sys/block/{device}/queue/scheduler").read_text()
@@ -96,10 +102,28 @@ def test_bfq_canary_fails_is_rolled_back_and_reported(
     enroll_lab_node(service, state_dir, [device])  # the service knows the device
 
     result = subprocess.run(
-        [BLKPILOT, "agent", "canary", device, "--state-dir", str(state_dir), "--scheduler", "bfq",
-         "--workload", WORKLOAD.name, "--rounds", "8", "--round-seconds", "0.5"],
-        env=clean_env(tmp_path), capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [
+            BLKPILOT,
+            "agent",
+            "canary",
+            device,
+            "--state-dir",
+            str(state_dir),
+            "--scheduler",
+            "bfq",
+            "--workload",
+            WORKLOAD.name,
+            "--rounds",
+            "8",
+            "--round-seconds",
+            "0.5",
+        ],
+        env=clean_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 1, result.stdout + result.stderr  # 1 = fail
     assert "verdict: fail" in result.stdout
     assert "baseline restored" in result.stdout

@@ -17,10 +17,10 @@ from agent.collectors.ipmi import IpmiCollector, parse_dcmi_power
 from agent.collectors.meter import MeterCollector
 from agent.collectors.rapl import RaplCollector, unwrap
 from agent.collectors.redfish import RedfishCollector
+from agent.contract.wire import PowerScope
 from agent.host import HostPaths
 from agent.power import PowerSample
 from agent.telemetry import Collection, windows
-from agent.wire import PowerScope
 
 # Real output of `ipmitool dcmi power reading` (ipmitool 1.8.19, Dell iDRAC9).
 DCMI_OUTPUT = """

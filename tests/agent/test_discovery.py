@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from agent.contract.tunables import Scheduler
+from agent.contract.wire import DeviceClass, Transport
 from agent.discovery import discover, parse_scheduler
 from agent.host import HostPaths
-from agent.wire import DeviceClass, Scheduler, Transport
 from tests.agent.conftest import LoopFactory
 
 
@@ -24,8 +25,11 @@ class TestOnThisMachine:
         assert device.backing_file.startswith("/dev/shm/")
         capabilities = inventory.capabilities
         assert set(capabilities.available_schedulers) == {
-            Scheduler.NONE, Scheduler.MQ_DEADLINE, Scheduler.KYBER, Scheduler.BFQ,
-        }  # fmt: skip
+            Scheduler.NONE,
+            Scheduler.MQ_DEADLINE,
+            Scheduler.KYBER,
+            Scheduler.BFQ,
+        }
         assert capabilities.current_scheduler is Scheduler.NONE
         assert capabilities.nr_hw_queues == 1
         assert capabilities.poll.io_poll is False

@@ -3,9 +3,9 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt, TelemetryWindow
 from agent.errors import ServiceRejected, ServiceUnreachable
 from agent.spool import Spool
-from agent.wire import TelemetryBatch, TelemetryBatchReceipt, TelemetryWindow
 from tests.factories import telemetry_window
 
 

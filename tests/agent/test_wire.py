@@ -3,14 +3,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from agent.wire import (
-    QUEUE_LIMITS,
-    SCHEDULER_TUNABLES,
-    DeviceConfig,
-    Scheduler,
-    TelemetryWindow,
-    parse_kernel_version,
-)
+from agent.contract.tunables import QUEUE_LIMITS, SCHEDULER_TUNABLES, DeviceConfig, Scheduler
+from agent.contract.wire import TelemetryWindow, parse_kernel_version
 from tests.factories import telemetry_window
 
 

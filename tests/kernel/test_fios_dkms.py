@@ -31,11 +31,20 @@ SOURCE = Path(f"/usr/src/fios-{VERSION}")
 def _forget() -> None:
     """No FIOS in DKMS's tree or /usr/src: the role starts from a node that never had it."""
     if shutil.which("dkms") is not None:
-        known = subprocess.run(["dkms", "status", f"fios/{VERSION}"], capture_output=True,
-                               text=True, check=True, timeout=60)  # fmt: skip
+        known = subprocess.run(
+            ["dkms", "status", f"fios/{VERSION}"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
         if known.stdout.strip():
-            subprocess.run(["dkms", "remove", f"fios/{VERSION}", "--all"], capture_output=True,
-                           check=True, timeout=300)  # fmt: skip
+            subprocess.run(
+                ["dkms", "remove", f"fios/{VERSION}", "--all"],
+                capture_output=True,
+                check=True,
+                timeout=300,
+            )
     shutil.rmtree(SOURCE, ignore_errors=True)
 
 
@@ -49,10 +58,24 @@ def trio() -> Iterator[packages.KernelTrio]:
 def _playbook(*extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         "-e", f"ansible_python_interpreter={sys.executable}", *extra, "fios.yml"],
-        cwd=PLAYBOOKS, env=env, capture_output=True, text=True, check=False, timeout=900,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            *extra,
+            "fios.yml",
+        ],
+        cwd=PLAYBOOKS,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
 
 
 def _recap(run: subprocess.CompletedProcess[str]) -> dict[str, int]:
@@ -62,9 +85,14 @@ def _recap(run: subprocess.CompletedProcess[str]) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def installed(trio: packages.KernelTrio) -> Path:
-    run = _playbook("-e", f"blkpilot_fios_kernel={trio.abi}",
-                    "-e", f"blkpilot_fios_kernel_version={trio.version}",
-                    "-e", "blkpilot_fios_load=false")  # fmt: skip
+    run = _playbook(
+        "-e",
+        f"blkpilot_fios_kernel={trio.abi}",
+        "-e",
+        f"blkpilot_fios_kernel_version={trio.version}",
+        "-e",
+        "blkpilot_fios_load=false",
+    )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr
     assert _recap(run)["changed"] >= 3  # source copied, added, built and installed
     (module,) = Path(f"/lib/modules/{trio.abi}/updates/dkms").glob("fios.ko*")
@@ -85,22 +113,36 @@ def test_a_kernel_that_is_not_debian_6_1_is_refused_before_anything_changes(
 def test_dkms_builds_and_installs_it_for_the_kernel(
     trio: packages.KernelTrio, installed: Path
 ) -> None:
-    status = subprocess.run(["dkms", "status", f"fios/{VERSION}", "-k", trio.abi],
-                            capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    status = subprocess.run(
+        ["dkms", "status", f"fios/{VERSION}", "-k", trio.abi],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     assert f"fios/{VERSION}, {trio.abi}, x86_64: installed" in status.stdout
     assert vermagic(installed).startswith(trio.abi + " ")
     # headers and source at one Debian version: block-headers.sh refuses a mismatch
     for package in (f"linux-headers-{trio.abi}", "linux-source-6.1"):
-        version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package],
-                                 capture_output=True, text=True, check=True)  # fmt: skip
+        version = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Version}", package],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert version.stdout == trio.version, package
 
 
 def test_a_second_run_changes_nothing(trio: packages.KernelTrio, installed: Path) -> None:
     before = installed.stat().st_mtime_ns
-    run = _playbook("-e", f"blkpilot_fios_kernel={trio.abi}",
-                    "-e", f"blkpilot_fios_kernel_version={trio.version}",
-                    "-e", "blkpilot_fios_load=false")  # fmt: skip
+    run = _playbook(
+        "-e",
+        f"blkpilot_fios_kernel={trio.abi}",
+        "-e",
+        f"blkpilot_fios_kernel_version={trio.version}",
+        "-e",
+        "blkpilot_fios_load=false",
+    )
     assert run.returncode == 0, run.stdout[-4000:]
     assert _recap(run)["changed"] == 0
     assert installed.stat().st_mtime_ns == before
@@ -123,8 +165,9 @@ def test_the_module_dkms_built_serves_io_in_that_kernel(
     script = script.replace(
         select, select + "echo SELECTED $(cat /sys/block/nullb0/queue/scheduler)\n"
     )
-    initrd = initramfs.build(tmp_path / "dkms.initrd.gz", modules=[*stock, guest_module],
-                             scenario=script)  # fmt: skip
+    initrd = initramfs.build(
+        tmp_path / "dkms.initrd.gz", modules=[*stock, guest_module], scenario=script
+    )
     booted = qemu.boot(packages.vmlinuz(root, trio), initrd, timeout=300)
     assert booted.kernel_problems() == []  # includes: fios unloaded again
     served = {}

@@ -132,8 +132,9 @@ def test_fios_is_fair_and_efficient(
 def test_fios_anticipates_for_readers(flash_fairness: LabResult) -> None:
     """Read preference needs anticipation: after a read completes fios idles briefly for the
     reader's next read rather than issuing a write; most of those waits are rewarded."""
-    stats = {k: int(v) for k, v in flash_fairness.stats["fios-1r1w/fios/together"].items()
-             if v.isdigit()}  # fmt: skip
+    stats = {
+        k: int(v) for k, v in flash_fairness.stats["fios-1r1w/fios/together"].items() if v.isdigit()
+    }
     assert stats["epochs"] >= 2
     assert stats["anticipations"] > 100
     assert stats["anticipation_hits"] >= 0.8 * stats["anticipations"]
@@ -181,12 +182,14 @@ def test_lab_runs_are_stored_as_observations(
     assert lab_report.report(polling, node) == len(polling.runs)
     assert lab_report.report(overhead, node) == len(overhead.runs)
 
-    devices = {d["name"]: d for d in service.api(
-        "GET", "/devices", params={"node_id": str(node.node_id)}
-    ).json()}  # fmt: skip
+    devices = {
+        d["name"]: d
+        for d in service.api("GET", "/devices", params={"node_id": str(node.node_id)}).json()
+    }
     # the second report added null_blk without dropping the polling devices
-    assert {lab_report.ULL_DEVICE, lab_report.NULL_DEVICE} <= {n for n, d in devices.items()
-                                                              if d["present"]}  # fmt: skip
+    assert {lab_report.ULL_DEVICE, lab_report.NULL_DEVICE} <= {
+        n for n, d in devices.items() if d["present"]
+    }
     assert devices[lab_report.ULL_DEVICE]["device_class"] == "ull"
     assert devices[lab_report.ULL_DEVICE]["capabilities"]["kernel_version"] == polling.kernel
 
@@ -206,16 +209,18 @@ def test_lab_runs_are_stored_as_observations(
     assert {o["configuration"]["scheduler"] for o in null} == set(SCHEDULERS)
 
     # the nightly job, on a local Ray, learns from these lab observations
-    done = run_cli("nightly", "--json", "--objective", "p50_latency", env=service.env,
-                   timeout=600)  # fmt: skip
+    done = run_cli("nightly", "--json", "--objective", "p50_latency", env=service.env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert "local Ray" in report["where"]
     assert report["samples"] >= len(polling.runs) + len(overhead.runs)
 
     def proposed(device: str) -> dict[str, Any]:
-        found = service.api("GET", "/recommendations", params={
-            "device_id": devices[device]["id"], "status": "proposed"}).json()  # fmt: skip
+        found = service.api(
+            "GET",
+            "/recommendations",
+            params={"device_id": devices[device]["id"], "status": "proposed"},
+        ).json()
         (only,) = found
         result: dict[str, Any] = only
         return result

@@ -3,7 +3,8 @@ scheduler at its kernel defaults (named as the candidate grid names them)."""
 
 from __future__ import annotations
 
-from agent.wire import DeviceConfig, IOEngine, IOPattern, JobSpec, Scheduler, WorkloadSpec
+from agent.contract.tunables import DeviceConfig, Scheduler
+from agent.contract.workloads import IOEngine, IOPattern, JobSpec, WorkloadSpec
 
 STOCK_DEFAULTS = {
     Scheduler.NONE: DeviceConfig(scheduler=Scheduler.NONE),

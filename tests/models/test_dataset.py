@@ -11,18 +11,24 @@ from sqlalchemy.orm import Session
 from agent.bench.measure import measure
 from agent.bench.report import benchmark_observation
 from agent.bench.target import device_target
+from agent.contract.tunables import DeviceConfig, Scheduler
+from agent.contract.workloads import IOEngine, IOPattern, JobSpec, WorkloadSpec
 from agent.host import HostPaths
-from agent.wire import DeviceConfig, IOEngine, IOPattern, JobSpec, Scheduler, WorkloadSpec
 from models import dataset
 from models.features import row
 from models.priors import Objective
+from service.recommendations.nightly import load_samples
 from tests.agent.conftest import LoopFactory
 from tests.factories import bearer, create_node, device_inventory, report_inventory
 
 
 def _spec(name: str, pattern: IOPattern, depth: int) -> WorkloadSpec:
-    job = JobSpec(name="j", pattern=pattern, read_share=1.0 if pattern is IOPattern.RANDREAD
-                  else 0.0, queue_depth=depth)  # fmt: skip
+    job = JobSpec(
+        name="j",
+        pattern=pattern,
+        read_share=1.0 if pattern is IOPattern.RANDREAD else 0.0,
+        queue_depth=depth,
+    )
     engine = IOEngine.PSYNC if depth == 1 else IOEngine.IO_URING
     return WorkloadSpec(name=name, engine=engine, jobs=[job], duration_s=0.5)
 
@@ -47,7 +53,7 @@ def test_samples_and_measured_facts_from_real_runs(
             client.post("/api/v1/observations", json=body, headers=bearer(token)).status_code == 201
         )
 
-    samples = dataset.load(session)
+    samples = load_samples(session)
     mine = [s for s in samples if s.device_id == device.id]
     assert [s.workload.name for s in mine] == ["r-qd1", "w-qd1", "r-qd16", "r-qd1"]
     assert all(s.value(Objective.P50) and s.value(Objective.IOPS) for s in mine)

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.wire import DeviceConfig, Scheduler
+from agent.contract.tunables import DeviceConfig, Scheduler
+from bench.grid.host import measure_host_grid
 from models import evaluate
 from models.distributed import ray_map, ray_session
 from models.features import config_key
 from models.grid import Grid
-from models.measure_grid import measure_host_grid
 from models.priors import Objective
 from tests.agent.conftest import LoopFactory
 from tests.models.runs import STOCK_DEFAULTS, WORKLOADS
@@ -38,8 +38,9 @@ def test_held_out_cells_with_canaries_and_baselines(
         "tmpfs": (loop_device(on="tmpfs", size_mb=64), "loop on tmpfs"),
         "disk": (loop_device(on="disk", size_mb=64), "loop on disk"),
     }
-    grid = measure_host_grid(devices, WORKLOADS, repeats=2, work=tmp_path,
-                             configs=lambda device: CONFIGS)  # fmt: skip
+    grid = measure_host_grid(
+        devices, WORKLOADS, repeats=2, work=tmp_path, configs=lambda device: CONFIGS
+    )
     assert len(grid.runs) == 2 * 3 * 4 * 2
     assert grid.devices["tmpfs"].default == DeviceConfig(scheduler=Scheduler.NONE)
     grid.save(tmp_path / "grid.json")
@@ -55,8 +56,9 @@ def test_held_out_cells_with_canaries_and_baselines(
         assert cell.oracle_value == min(truth.values())
         assert len(cell.canaries) <= 2
         assert len(cell.regrets) == len(cell.canaries) + 1
-        assert cell.regrets[-1] == evaluate.regret(truth[cell.chosen[-1]], cell.oracle_value,
-                                                   higher_is_better=False)  # fmt: skip
+        assert cell.regrets[-1] == evaluate.regret(
+            truth[cell.chosen[-1]], cell.oracle_value, higher_is_better=False
+        )
         none = truth["none[]/interrupt"]
         assert cell.baselines["always-none"] == pytest.approx(none / cell.oracle_value - 1)
         # the kernel gives a new loop device none
@@ -75,9 +77,20 @@ def test_held_out_cells_with_canaries_and_baselines(
     assert [c.chosen for c in on_ray["p50_latency"].cells] == [c.chosen for c in report.cells]
 
     # the command does the same from the stored grid
-    done = run_cli("eval", "--grid", str(tmp_path / "grid.json"), "--objective", "p50_latency",
-                   "--max-canaries", "2", "--local", "--output", str(tmp_path / "cells.json"),
-                   env=clean_env(tmp_path), timeout=600)  # fmt: skip
+    done = run_cli(
+        "eval",
+        "--grid",
+        str(tmp_path / "grid.json"),
+        "--objective",
+        "p50_latency",
+        "--max-canaries",
+        "2",
+        "--local",
+        "--output",
+        str(tmp_path / "cells.json"),
+        env=clean_env(tmp_path),
+        timeout=600,
+    )
     summary_cli = json.loads(done.stdout)["p50_latency"]
     assert done.returncode == (0 if summary_cli["beats_every_baseline"] else 1), done.stderr
     assert summary_cli["median_regret"] == summary["median_regret"]

@@ -18,10 +18,20 @@ def _window_during(device: str, fio_args: list[str], tmp_path: Path) -> dict[str
     agent.discover_and_report()  # no service: discovery only
     agent.collect()
     subprocess.run(
-        ["fio", "--name=m", f"--filename=/dev/{device}", "--direct=1", "--time_based",
-         "--runtime=2", "--size=32m", "--output=/dev/null", *fio_args],
-        check=True, timeout=60,
-    )  # fmt: skip
+        [
+            "fio",
+            "--name=m",
+            f"--filename=/dev/{device}",
+            "--direct=1",
+            "--time_based",
+            "--runtime=2",
+            "--size=32m",
+            "--output=/dev/null",
+            *fio_args,
+        ],
+        check=True,
+        timeout=60,
+    )
     agent.collect()
     return agent.view.latest[device].model_dump()
 

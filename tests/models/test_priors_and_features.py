@@ -4,7 +4,8 @@ say and nowhere else."""
 from __future__ import annotations
 
 from agent.bench.library import library
-from agent.wire import CompletionMode, DeviceClass, DeviceConfig, Scheduler
+from agent.contract.tunables import CompletionMode, DeviceConfig, Scheduler
+from agent.contract.wire import DeviceClass
 from models.features import DeviceFacts, config_features, row, workload_features
 from models.priors import Objective, priors_for
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from agent.bench.library import library
-from agent.wire import CompletionMode, DeviceClass, DeviceConfig, Scheduler
+from agent.contract.tunables import CompletionMode, DeviceConfig, Scheduler
+from agent.contract.wire import DeviceClass
 from models import search
 from models.dataset import Sample
 from models.features import DeviceFacts, config_key
@@ -19,8 +20,12 @@ from models.priors import Objective
 
 ALL = list(Scheduler)
 WORKLOAD = library()["hs23-single-randread-4k-qd1"]
-ULL_ROW = {"name": "nvme0n1", "device_class": "ull", "rotational": False,
-           "capabilities": {"poll": {"poll_queues": 1}}}  # fmt: skip
+ULL_ROW = {
+    "name": "nvme0n1",
+    "device_class": "ull",
+    "rotational": False,
+    "capabilities": {"poll": {"poll_queues": 1}},
+}
 ULL = DeviceFacts(DeviceClass.ULL, poll_queues=1)
 DEVICE_ID = uuid.UUID(int=1)
 
@@ -39,10 +44,17 @@ def _samples(configs: list[DeviceConfig], repeats: int, seed: int = 0) -> list[S
     rng = np.random.default_rng(seed)
     now = datetime.now(UTC)
     return [
-        Sample(DEVICE_ID, ULL_ROW, WORKLOAD, config,
-               {"lat_p50_us": (lat := _latency(config, rng)), "iops": 1e6 / lat}, now)
-        for config in configs for _ in range(repeats)
-    ]  # fmt: skip
+        Sample(
+            DEVICE_ID,
+            ULL_ROW,
+            WORKLOAD,
+            config,
+            {"lat_p50_us": (lat := _latency(config, rng)), "iops": 1e6 / lat},
+            now,
+        )
+        for config in configs
+        for _ in range(repeats)
+    ]
 
 
 def test_finds_the_best_and_proposes_a_canary() -> None:
@@ -51,8 +63,9 @@ def test_finds_the_best_and_proposes_a_canary() -> None:
     # classic polling, the true best, has never been measured; hybrid polling has
     tried = [c for c in grid if c.completion is not CompletionMode.CLASSIC_POLL]
     model = search.fit(_samples(tried, repeats=3), Objective.P50)
-    current = DeviceConfig(scheduler=Scheduler.MQ_DEADLINE,
-                           scheduler_tunables={"read_expire": 100, "fifo_batch": 1})  # fmt: skip
+    current = DeviceConfig(
+        scheduler=Scheduler.MQ_DEADLINE, scheduler_tunables={"read_expire": 100, "fifo_batch": 1}
+    )
     rec = search.recommend(model, str(DEVICE_ID), ULL, WORKLOAD, ALL, current=current)
     # measured, hybrid polling is the best; the HotStorage '22 prior for classic polling on
     # small reads, with no evidence against it yet, lifts the untried classic polling next to
@@ -85,8 +98,9 @@ def test_a_guardrail_removes_what_might_hurt_the_guarded_metric() -> None:
     iops = search.fit(samples, Objective.IOPS)
     current = DeviceConfig(scheduler=Scheduler.NONE)
     # optimising IOPS while p50 (lower is better) may not get worse at all: bfq is out
-    rec = search.recommend(iops, str(DEVICE_ID), ULL, WORKLOAD, ALL, current=current,
-                           guard=(p50, 0.0))  # fmt: skip
+    rec = search.recommend(
+        iops, str(DEVICE_ID), ULL, WORKLOAD, ALL, current=current, guard=(p50, 0.0)
+    )
     assert all(s.config.scheduler is not Scheduler.BFQ for s in rec.ranked)
     assert rec.best.config.completion is CompletionMode.CLASSIC_POLL
 
@@ -94,18 +108,31 @@ def test_a_guardrail_removes_what_might_hurt_the_guarded_metric() -> None:
 def test_priors_lead_without_evidence_and_give_way_to_it() -> None:
     """none-on-ull (HotStorage '23) favours none while the cell has no observations of its
     own; with plenty of observations showing kyber ahead, the evidence wins."""
-    grid = [DeviceConfig(scheduler=Scheduler.NONE), DeviceConfig(scheduler=Scheduler.KYBER,
-            scheduler_tunables={"read_lat_nsec": 250_000})]  # fmt: skip
+    grid = [
+        DeviceConfig(scheduler=Scheduler.NONE),
+        DeviceConfig(scheduler=Scheduler.KYBER, scheduler_tunables={"read_lat_nsec": 250_000}),
+    ]
     other = uuid.UUID(int=2)
     rng = np.random.default_rng(5)
     now = datetime.now(UTC)
 
     def runs(device: uuid.UUID, n: int) -> list[Sample]:
         # on this device kyber is 3 % faster than none
-        return [Sample(device, ULL_ROW, WORKLOAD, c,
-                       {"lat_p50_us": (9.7 if c.scheduler is Scheduler.KYBER else 10.0)
-                        * float(rng.lognormal(0, 0.005))}, now)
-                for c in grid for _ in range(n)]  # fmt: skip
+        return [
+            Sample(
+                device,
+                ULL_ROW,
+                WORKLOAD,
+                c,
+                {
+                    "lat_p50_us": (9.7 if c.scheduler is Scheduler.KYBER else 10.0)
+                    * float(rng.lognormal(0, 0.005))
+                },
+                now,
+            )
+            for c in grid
+            for _ in range(n)
+        ]
 
     only = [Scheduler.NONE, Scheduler.KYBER]
     no_poll = DeviceFacts(DeviceClass.ULL)  # no untried poll modes to tempt the priors
@@ -123,10 +150,11 @@ def test_priors_lead_without_evidence_and_give_way_to_it() -> None:
 def test_a_weighted_mix_trades_one_objective_against_another() -> None:
     """Polling cuts latency by 30 % and costs 60 % more energy per I/O (the HotStorage '22
     trade-off): a mix that weighs latency picks polling, one that weighs energy does not."""
-    configs = [DeviceConfig(scheduler=Scheduler.NONE),
-               DeviceConfig(scheduler=Scheduler.NONE, completion=CompletionMode.CLASSIC_POLL),
-               DeviceConfig(scheduler=Scheduler.KYBER,
-                            scheduler_tunables={"read_lat_nsec": 250_000})]  # fmt: skip
+    configs = [
+        DeviceConfig(scheduler=Scheduler.NONE),
+        DeviceConfig(scheduler=Scheduler.NONE, completion=CompletionMode.CLASSIC_POLL),
+        DeviceConfig(scheduler=Scheduler.KYBER, scheduler_tunables={"read_lat_nsec": 250_000}),
+    ]
     rng = np.random.default_rng(3)
     now = datetime.now(UTC)
     samples = []
@@ -134,17 +162,27 @@ def test_a_weighted_mix_trades_one_objective_against_another() -> None:
         polled = config.completion is CompletionMode.CLASSIC_POLL
         kyber = config.scheduler is Scheduler.KYBER
         noise = float(rng.lognormal(0, 0.01))
-        samples.append(Sample(DEVICE_ID, ULL_ROW, WORKLOAD, config, {
-            "lat_p50_us": (7.0 if polled else 11.0 if kyber else 10.0) * noise,
-            "joules_per_mio": (16.0 if polled else 10.5 if kyber else 10.0) * noise,
-        }, now))  # fmt: skip
+        samples.append(
+            Sample(
+                DEVICE_ID,
+                ULL_ROW,
+                WORKLOAD,
+                config,
+                {
+                    "lat_p50_us": (7.0 if polled else 11.0 if kyber else 10.0) * noise,
+                    "joules_per_mio": (16.0 if polled else 10.5 if kyber else 10.0) * noise,
+                },
+                now,
+            )
+        )
     models = {o: search.fit(samples, o) for o in (Objective.P50, Objective.ENERGY)}
     ull = DeviceFacts(DeviceClass.ULL, poll_queues=1)
 
     def best(weights: dict[Objective, float]) -> DeviceConfig:
         mix = search.MixModel.of(models, weights)
-        rec = search.recommend(mix, str(DEVICE_ID), ull, WORKLOAD,
-                               [Scheduler.NONE, Scheduler.KYBER])  # fmt: skip
+        rec = search.recommend(
+            mix, str(DEVICE_ID), ull, WORKLOAD, [Scheduler.NONE, Scheduler.KYBER]
+        )
         assert rec.objective.startswith("mix(")
         return rec.best.config
 
@@ -167,22 +205,35 @@ def test_a_cold_device_keeps_what_it_runs_and_asks_for_a_canary() -> None:
     guardrail strike every alternative for an uncertainty they all share with the current
     configuration: it keeps `none` and asks for a canary (the nightly test caught both)."""
     virtual_row = {"name": "loop0", "device_class": "virtual", "rotational": False}
-    names = ["hs23-single-randread-4k-qd1", "hs23-single-randread-4k-qd16",
-             "hs23-single-randwrite-4k-qd1", "hs23-single-randrw50-4k-qd1"]  # fmt: skip
+    names = [
+        "hs23-single-randread-4k-qd1",
+        "hs23-single-randread-4k-qd16",
+        "hs23-single-randwrite-4k-qd1",
+        "hs23-single-randrw50-4k-qd1",
+    ]
     p50s = [22.0, 180.0, 30.0, 26.0]
     now = datetime.now(UTC)
     none = DeviceConfig(scheduler=Scheduler.NONE)
-    samples = [Sample(DEVICE_ID, virtual_row, library()[name], none,
-                      {"lat_p50_us": p50, "lat_p99_us": 3 * p50}, now)
-               for name, p50 in zip(names, p50s, strict=True)]  # fmt: skip
+    samples = [
+        Sample(
+            DEVICE_ID,
+            virtual_row,
+            library()[name],
+            none,
+            {"lat_p50_us": p50, "lat_p99_us": 3 * p50},
+            now,
+        )
+        for name, p50 in zip(names, p50s, strict=True)
+    ]
     p50 = search.fit(samples, Objective.P50)
     p99 = search.fit(samples, Objective.P99)
     virtual = DeviceFacts(DeviceClass.VIRTUAL)
     stock = [Scheduler.NONE, Scheduler.MQ_DEADLINE, Scheduler.KYBER, Scheduler.BFQ]
     # the fastest workload (the model overestimates it) and the slowest (it underestimates)
     for workload in (names[0], names[1]):
-        rec = search.recommend(p50, str(DEVICE_ID), virtual, library()[workload], stock,
-                               current=none, guard=(p99, 0.1))  # fmt: skip
+        rec = search.recommend(
+            p50, str(DEVICE_ID), virtual, library()[workload], stock, current=none, guard=(p99, 0.1)
+        )
         assert rec.best.config == none, workload
         assert len(rec.ranked) == len(search.candidates(virtual, stock))  # none struck
         assert rec.next_canary is not None

@@ -10,7 +10,9 @@ from datetime import UTC, datetime, timedelta
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from agent.wire import CanaryVerdict, IOPattern, ObservationCreate, ObservationKind, Scheduler
+from agent.contract.tunables import Scheduler
+from agent.contract.wire import CanaryVerdict, ObservationCreate, ObservationKind
+from agent.contract.workloads import IOPattern
 from service.observations import service as observations
 from service.rollouts import service as rollouts
 from service.rollouts.schemas import RolloutCreate
@@ -31,10 +33,14 @@ def _rollout(session: Session) -> uuid.UUID:
     label = uuid.uuid4().hex[:8]
     node, _ = create_node(session, hostname=f"ui-{label}", labels={"fleet": label})
     report_inventory(session, node, device_inventory("loop0"))
-    body = RolloutCreate.model_validate({
-        "name": f"ui-{label}", "reason": "dashboard test", "config": {"scheduler": "none"},
-        "target": {"node_labels": {"fleet": label}},
-    })  # fmt: skip
+    body = RolloutCreate.model_validate(
+        {
+            "name": f"ui-{label}",
+            "reason": "dashboard test",
+            "config": {"scheduler": "none"},
+            "target": {"node_labels": {"fleet": label}},
+        }
+    )
     return rollouts.create(session, Principal(name="op", role=Role.OPERATOR), body).id
 
 
@@ -81,8 +87,9 @@ def test_a_viewer_cannot_abort(client: TestClient, session: Session) -> None:
     _sign_in(client, viewer)
     page = client.get(f"/ui/rollouts/{rollout_id}")
     assert 'title="needs the operator role"' in page.text
-    refused = client.post(f"/ui/rollouts/{rollout_id}/abort",
-                          data={"csrf": client.cookies.get("blkpilot_csrf") or ""})  # fmt: skip
+    refused = client.post(
+        f"/ui/rollouts/{rollout_id}/abort", data={"csrf": client.cookies.get("blkpilot_csrf") or ""}
+    )
     assert refused.status_code == 403
     assert "needs the operator role" in refused.text
     session.expire_all()
@@ -92,11 +99,17 @@ def test_a_viewer_cannot_abort(client: TestClient, session: Session) -> None:
 
 
 def test_models_page_shows_versions_and_scores(client: TestClient, session: Session) -> None:
-    session.add(ModelVersion(
-        run_id=uuid.uuid4(), device_class="nvme", objective="p99_latency", rows=120, cells=24,
-        scores={"typical_error": 0.0731, "r2_log": 0.912, "interval_80_coverage": 0.79},
-        parameters={},
-    ))  # fmt: skip
+    session.add(
+        ModelVersion(
+            run_id=uuid.uuid4(),
+            device_class="nvme",
+            objective="p99_latency",
+            rows=120,
+            cells=24,
+            scores={"typical_error": 0.0731, "r2_log": 0.912, "interval_80_coverage": 0.79},
+            parameters={},
+        )
+    )
     viewer = create_api_token(session, role=Role.VIEWER)
     session.commit()
     _sign_in(client, viewer)
@@ -119,24 +132,56 @@ def test_device_page_plots_every_measured_metric_and_the_canary_history(
     workload = fio_workload("mixed", IOPattern.RANDRW, 4)
     started = datetime.now(UTC) - timedelta(minutes=5)
     measured = {
-        Scheduler.NONE: {"lat_p50_us": 80.0, "lat_p99_us": 900.0, "iops": 41_000.0,
-                         "bytes_per_joule": 2.1e7, "worst_slowdown_over_proportional": 4.2},
-        Scheduler.BFQ: {"lat_p50_us": 95.0, "lat_p99_us": 400.0, "iops": 30_000.0,
-                        "bytes_per_joule": 1.6e7, "worst_slowdown_over_proportional": 1.3},
-    }  # fmt: skip
+        Scheduler.NONE: {
+            "lat_p50_us": 80.0,
+            "lat_p99_us": 900.0,
+            "iops": 41_000.0,
+            "bytes_per_joule": 2.1e7,
+            "worst_slowdown_over_proportional": 4.2,
+        },
+        Scheduler.BFQ: {
+            "lat_p50_us": 95.0,
+            "lat_p99_us": 400.0,
+            "iops": 30_000.0,
+            "bytes_per_joule": 1.6e7,
+            "worst_slowdown_over_proportional": 1.3,
+        },
+    }
     for scheduler, metrics in measured.items():
-        observations.record(session, operator, ObservationCreate(
-            device_id=device.id, kind=ObservationKind.BENCHMARK, tool="fio", workload=workload,
-            configuration=CONFIGS[scheduler], metrics=metrics, started_at=started,
-            finished_at=started + timedelta(seconds=30),
-        ))  # fmt: skip
-    observations.record(session, operator, ObservationCreate(
-        device_id=device.id, kind=ObservationKind.CANARY, tool="fio", workload=workload,
-        configuration=CONFIGS[Scheduler.BFQ], metrics=measured[Scheduler.BFQ],
-        started_at=started, finished_at=started + timedelta(minutes=2),
-        verdict=CanaryVerdict.PASS,
-        statistics={"rounds": 8, "lat_p99_us.relative_shift": -0.55, "lat_p99_us.p_value": 0.004},
-    ))  # fmt: skip
+        observations.record(
+            session,
+            operator,
+            ObservationCreate(
+                device_id=device.id,
+                kind=ObservationKind.BENCHMARK,
+                tool="fio",
+                workload=workload,
+                configuration=CONFIGS[scheduler],
+                metrics=metrics,
+                started_at=started,
+                finished_at=started + timedelta(seconds=30),
+            ),
+        )
+    observations.record(
+        session,
+        operator,
+        ObservationCreate(
+            device_id=device.id,
+            kind=ObservationKind.CANARY,
+            tool="fio",
+            workload=workload,
+            configuration=CONFIGS[Scheduler.BFQ],
+            metrics=measured[Scheduler.BFQ],
+            started_at=started,
+            finished_at=started + timedelta(minutes=2),
+            verdict=CanaryVerdict.PASS,
+            statistics={
+                "rounds": 8,
+                "lat_p99_us.relative_shift": -0.55,
+                "lat_p99_us.p_value": 0.004,
+            },
+        ),
+    )
     viewer = create_api_token(session, role=Role.VIEWER)
     session.commit()
     _sign_in(client, viewer)
@@ -145,9 +190,12 @@ def test_device_page_plots_every_measured_metric_and_the_canary_history(
     charts = page.text.split('data-testid="benchmark-charts"')[1].split("</div>\n<table>")[0]
     titles = re.findall(r'<figure class="chart" role="img" aria-label="([^"]+)"', charts)
     assert [t.split(" — ")[0] for t in titles] == [
-        "p50 latency", "p99 latency", "IOPS", "bytes per joule",
+        "p50 latency",
+        "p99 latency",
+        "IOPS",
+        "bytes per joule",
         "fairness: worst slowdown over proportional",
-    ]  # fmt: skip
+    ]
     assert "2.1e+07" in page.text  # bytes per joule in the table, per configuration
     assert "bfq (low_latency=1, slice_idle_us=8000)" in page.text
     history = page.text.split('data-testid="canaries"')[1].split("</table>")[0]

@@ -5,7 +5,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from agent.wire import Scheduler
+from agent.contract.tunables import Scheduler
 from service.security import Role
 from tests.factories import bearer, create_api_token, create_node, device_inventory
 
@@ -128,7 +128,7 @@ class TestPutInventory:
 
 class TestListDevices:
     def test_filters_by_class(self, client: TestClient, session: Session) -> None:
-        from agent.wire import DeviceClass
+        from agent.contract.wire import DeviceClass
         from tests.factories import report_inventory
 
         node, _ = create_node(session)

@@ -9,8 +9,15 @@ from service.recommendations.schemas import Prediction
 
 
 def _prediction(change: float, low: float, high: float, *, higher: bool) -> Prediction:
-    return Prediction(metric="m", current=1.0, recommended=1.0 + change, change=change,
-                      change_low=low, change_high=high, higher_is_better=higher)  # fmt: skip
+    return Prediction(
+        metric="m",
+        current=1.0,
+        recommended=1.0 + change,
+        change=change,
+        change_low=low,
+        change_high=high,
+        higher_is_better=higher,
+    )
 
 
 def test_lower_latency_is_a_positive_gain_with_its_interval_turned_round() -> None:

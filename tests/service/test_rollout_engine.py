@@ -24,7 +24,7 @@ from service.rollouts.ansible import Outcome, Result, RunReport
 from service.rollouts.engine import Engine
 from service.rollouts.schemas import RolloutCreate
 from service.security import Principal, Role
-from service.tables import AuditEvent, Policy, Rollout, TelemetryBatch, TelemetryWindow
+from service.tables import AuditEvent, Policy, Rollout, TelemetryBatchRow, TelemetryWindowRow
 from tests.conftest import create_database, drop_database
 from tests.factories import create_node, device_inventory, report_inventory
 
@@ -85,10 +85,16 @@ def _fleet(database: Database, hosts: int) -> str:
 
 
 def _start(database: Database, label: str, **body: object) -> uuid.UUID:
-    request = RolloutCreate.model_validate({
-        "name": f"r-{label}", "reason": "engine test", "config": {"scheduler": "none"},
-        "target": {"node_labels": {"fleet": label}}, "soak_seconds": 0, **body,
-    })  # fmt: skip
+    request = RolloutCreate.model_validate(
+        {
+            "name": f"r-{label}",
+            "reason": "engine test",
+            "config": {"scheduler": "none"},
+            "target": {"node_labels": {"fleet": label}},
+            "soak_seconds": 0,
+            **body,
+        }
+    )
     with database.sessionmaker() as session, session.begin():
         return rollouts.create(session, OPERATOR, request).id
 
@@ -190,30 +196,45 @@ def test_a_cancelled_run_is_recovered_before_its_canaries_run_again(database: Da
 def test_latency_growing_beyond_the_ratio_in_the_soak_rolls_back(database: Database) -> None:
     label = _fleet(database, 2)
     engine = Engine(database, ScriptedRunner())
-    rollout_id = _start(database, label, stages=["1", "100%"], soak_seconds=3600,
-                        guardrails={"max_latency_ratio": 1.5, "min_windows": 2})  # fmt: skip
+    rollout_id = _start(
+        database,
+        label,
+        stages=["1", "100%"],
+        soak_seconds=3600,
+        guardrails={"max_latency_ratio": 1.5, "min_windows": 2},
+    )
     assert engine.claim() == rollout_id
     engine.step(rollout_id)
     with database.sessionmaker() as session, session.begin():
         rollout = session.get(Rollout, rollout_id)
         assert rollout is not None
         assert (rollout.status, rollout.phase) == ("running", "soak")
-        (changed,) = [t for t in repository.targets(session, rollout_id)
-                      if t.status == "passed"]  # fmt: skip
+        (changed,) = [t for t in repository.targets(session, rollout_id) if t.status == "passed"]
         assert rollout.soak_until is not None
         soak_start = rollout.soak_until - timedelta(seconds=rollout.soak_seconds)
         batch = uuid.uuid4()
-        session.add(TelemetryBatch(batch_id=batch, node_id=changed.node_id, windows=4))
+        session.add(TelemetryBatchRow(batch_id=batch, node_id=changed.node_id, windows=4))
         session.flush()
         for start, latency in ((-120, 80.0), (-60, 90.0), (1, 200.0), (2, 210.0)):
             at = soak_start + timedelta(seconds=start)
-            session.add(TelemetryWindow(
-                device_id=changed.device_id, batch_id=batch, window_start=at,
-                window_end=at + timedelta(seconds=1 if start > 0 else 50), read_ios=100,
-                write_ios=0, read_bytes=409600, write_bytes=0, iops=100.0, read_share=1.0,
-                mean_request_bytes=4096.0, mean_latency_us=latency, queue_depth=1.0,
-                utilisation=0.5,
-            ))  # fmt: skip
+            session.add(
+                TelemetryWindowRow(
+                    device_id=changed.device_id,
+                    batch_id=batch,
+                    window_start=at,
+                    window_end=at + timedelta(seconds=1 if start > 0 else 50),
+                    read_ios=100,
+                    write_ios=0,
+                    read_bytes=409600,
+                    write_bytes=0,
+                    iops=100.0,
+                    read_share=1.0,
+                    mean_request_bytes=4096.0,
+                    mean_latency_us=latency,
+                    queue_depth=1.0,
+                    utilisation=0.5,
+                )
+            )
     still = _drive(engine, rollout_id)
     assert still.status == "rolled_back", still.status_detail
     assert "mean latency 2.41x" in still.status_detail

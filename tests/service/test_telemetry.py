@@ -9,10 +9,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from agent.wire import MAX_WINDOWS_PER_BATCH
+from agent.contract.base import MAX_WINDOWS_PER_BATCH
 from service.ops import metrics
 from service.security import Role
-from service.tables import Node, TelemetryBatch, TelemetryWindow
+from service.tables import Node, TelemetryBatchRow, TelemetryWindowRow
 from tests.factories import (
     bearer,
     create_api_token,
@@ -37,7 +37,7 @@ def _batch(*windows: dict[str, Any], batch_id: uuid.UUID | None = None) -> dict[
 
 
 def _stored(session: Session) -> int:
-    return session.scalar(select(func.count()).select_from(TelemetryWindow)) or 0
+    return session.scalar(select(func.count()).select_from(TelemetryWindowRow)) or 0
 
 
 def _counter(counter: Any, **labels: str) -> float:
@@ -64,7 +64,7 @@ class TestIngestBatch:
         assert _stored(session) == 4
         assert _counter(metrics.TELEMETRY_WINDOWS) - accepted_before == 4
         powered = session.scalars(
-            select(TelemetryWindow).where(TelemetryWindow.power_watts.is_not(None))
+            select(TelemetryWindowRow).where(TelemetryWindowRow.power_watts.is_not(None))
         ).one()
         assert (powered.energy_joules, powered.power_scope) == (125.0, "cpu_package")
 
@@ -217,7 +217,7 @@ class TestIngestBatch:
         )
         assert response.status_code == 409
         assert _stored(session) == 1
-        assert session.scalar(select(func.count()).select_from(TelemetryBatch)) == 1
+        assert session.scalar(select(func.count()).select_from(TelemetryBatchRow)) == 1
 
     def test_batch_id_of_another_node_is_409(
         self, client: TestClient, session: Session, node: tuple[Node, str]

@@ -1,5 +1,6 @@
-"""Lab block devices: loop devices with direct I/O on a tmpfs file (memory speed, ULL-like)
-or on a file on disk (SSD-like). They are created empty; nothing else ever lives on them."""
+"""Lab block devices on this host: loop devices with direct I/O on a tmpfs file (memory speed,
+ULL-like) or on a file on disk (SSD-like). They are created empty; nothing else ever lives on
+them. The scheduler reset goes through the agent's `Effects`, like every sysfs write."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from agent.effects import Effects
 
 TMPFS = Path("/dev/shm")  # noqa: S108 (a tmpfs, by design)
 DEFAULT_SCHEDULER = "none"  # what the kernel gives a new loop device
@@ -42,7 +45,7 @@ def attach(backing: Path, size_bytes: int, *, direct_io: bool = True) -> str:
         raise
     name = os.path.basename(path)
     # Loop devices are reused and keep their queue settings across attachments: start clean.
-    Path(f"/sys/block/{name}/queue/scheduler").write_text(DEFAULT_SCHEDULER)
+    Effects().write_attribute(Path(f"/sys/block/{name}/queue/scheduler"), DEFAULT_SCHEDULER)
     return name
 
 

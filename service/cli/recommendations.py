@@ -1,4 +1,5 @@
-"""`blkpilot nightly` and `blkpilot eval`. Loaded lazily, like the other server commands."""
+"""`blkpilot nightly`, `blkpilot eval` and `blkpilot recommendations`: the learning side for
+operators. Heavy imports happen when a command runs, like the other server commands."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from blkpilot.apiclient import DEFAULT_URL, Reason, Token, Url, api
+from service.cli.apiclient import DEFAULT_URL, Reason, Token, Url, api
 
 if TYPE_CHECKING:
-    from models.nightly import NightlyReport
     from models.priors import Objective
+    from service.recommendations.nightly import NightlyReport
 
-DEFAULT_GRID = Path(__file__).resolve().parent.parent / "bench/results/policy_grid_runs.json.gz"
+DEFAULT_GRID = Path(__file__).resolve().parents[2] / "bench/results/policy_grid_runs.json.gz"
 
 
 def nightly(
@@ -39,40 +40,39 @@ def nightly(
 ) -> None:
     """Retrain on every observation, re-score every device's recommendations and schedule
     canaries for the most promising or most uncertain cells — on Ray."""
-    from sqlalchemy.orm import Session
-
-    from models import nightly as job
     from models.priors import Objective
-    from service import db
-    from service.cli import _settings
-    from service.runtime import database_url
+    from service.cli.server import load_settings
+    from service.recommendations import nightly as job
 
-    settings = _settings()
+    settings = load_settings()
     try:
         objectives = [Objective(o) for o in objective] if objective else list(Objective)
     except ValueError as error:
         known = ", ".join(o.value for o in Objective)
         raise typer.BadParameter(f"{error}; objectives are {known}") from error
     weights = _mix(mix) if mix else None
-    with database_url(settings) as url:
-        engine = db.create_db_engine(url, pool_size=2, max_overflow=0)
-        try:
-            with Session(engine) as session, session.begin():
-                report = job.run(session, objectives=objectives, ray_address=ray_address,
-                                 window=timedelta(hours=window_hours),
-                                 max_canaries=max_canaries, mix=weights)  # fmt: skip
-        finally:
-            engine.dispose()
+    report = job.run_in_database(
+        settings,
+        objectives=objectives,
+        ray_address=ray_address,
+        window=timedelta(hours=window_hours),
+        max_canaries=max_canaries,
+        mix=weights,
+    )
     if as_json:
         typer.echo(json.dumps(_report_json(report), indent=2, default=str))
         return
     typer.echo(f"nightly run {report.run_id} on {report.where}: {report.samples} observations")
     for model in report.models:
-        typer.echo(f"  model {model['device_class']}/{model['objective']}: {model['rows']} rows,"
-                   f" typical error {model.get('typical_error', '-')},"
-                   f" 80 % interval coverage {model.get('interval_80_coverage', '-')}")  # fmt: skip
-    typer.echo(f"  {report.recommendations} recommendations ({report.changes} would change"
-               f" something), {len(report.canaries)} canaries scheduled")  # fmt: skip
+        typer.echo(
+            f"  model {model['device_class']}/{model['objective']}: {model['rows']} rows,"
+            f" typical error {model.get('typical_error', '-')},"
+            f" 80 % interval coverage {model.get('interval_80_coverage', '-')}"
+        )
+    typer.echo(
+        f"  {report.recommendations} recommendations ({report.changes} would change"
+        f" something), {len(report.canaries)} canaries scheduled"
+    )
     for name, why in sorted(report.skipped.items()):
         typer.echo(f"  skipped {name}: {why}")
 
@@ -120,7 +120,7 @@ def evaluate(
     from models.priors import Objective
 
     if not grid.exists():
-        raise typer.BadParameter(f"{grid} does not exist; measure one: python bench/policy_grid.py")
+        raise typer.BadParameter(f"{grid} does not exist; measure one: python -m bench.policy_grid")
     opener = gzip.open if grid.suffix == ".gz" else open
     with opener(grid, "rt") as handle:
         measured = Grid.from_json(json.load(handle))
@@ -149,7 +149,7 @@ recommendations_app = typer.Typer(
 
 
 def _key(config: dict[str, object] | None) -> str:
-    from agent.wire import DeviceConfig
+    from agent.contract.tunables import DeviceConfig
     from models.features import config_label
 
     return config_label(DeviceConfig.model_validate(config)) if config else "-"
@@ -173,16 +173,38 @@ def recommendations_list(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table("id", "device", "objective", "workload", "current", "recommended", "change",
-                  "confidence", "status")  # fmt: skip
+    table = Table(
+        "id",
+        "device",
+        "objective",
+        "workload",
+        "current",
+        "recommended",
+        "change",
+        "confidence",
+        "status",
+    )
     for row in rows:
         prediction = row["predictions"].get(row["objective"], {})
-        change = (f"{prediction['change']:+.1%} ({prediction['change_low']:+.1%}"
-                  f"…{prediction['change_high']:+.1%})") if prediction else "-"  # fmt: skip
-        table.add_row(row["id"][:8], row["device_id"][:8], row["objective"],
-                      row["workload_name"], _key(row["current_config"]),
-                      _key(row["recommended_config"]), change, f"{row['confidence']:.0%}",
-                      row["status"])  # fmt: skip
+        change = (
+            (
+                f"{prediction['change']:+.1%} ({prediction['change_low']:+.1%}"
+                f"…{prediction['change_high']:+.1%})"
+            )
+            if prediction
+            else "-"
+        )
+        table.add_row(
+            row["id"][:8],
+            row["device_id"][:8],
+            row["objective"],
+            row["workload_name"],
+            _key(row["current_config"]),
+            _key(row["recommended_config"]),
+            change,
+            f"{row['confidence']:.0%}",
+            row["status"],
+        )
     Console().print(table)
 
 
@@ -198,8 +220,9 @@ def recommendations_accept(
     recommendation_id: str, reason: Reason, url: Url = DEFAULT_URL, token: Token = ""
 ) -> None:
     """Make the recommended configuration the device's policy (audited)."""
-    row = api(url, token, "POST", f"/recommendations/{recommendation_id}/accept",
-               json={"reason": reason})  # fmt: skip
+    row = api(
+        url, token, "POST", f"/recommendations/{recommendation_id}/accept", json={"reason": reason}
+    )
     assert isinstance(row, dict)
     typer.echo(f"accepted: {_key(row['recommended_config'])} is now the device's policy")
 
@@ -208,8 +231,7 @@ def recommendations_accept(
 def recommendations_reject(
     recommendation_id: str, reason: Reason, url: Url = DEFAULT_URL, token: Token = ""
 ) -> None:
-    api(url, token, "POST", f"/recommendations/{recommendation_id}/reject",
-         json={"reason": reason})  # fmt: skip
+    api(url, token, "POST", f"/recommendations/{recommendation_id}/reject", json={"reason": reason})
     typer.echo("rejected")
 
 

@@ -21,7 +21,7 @@ token_app = typer.Typer(help="Operator API tokens.", no_args_is_help=True)
 enrollment_app = typer.Typer(help="One-time node enrollment tokens.", no_args_is_help=True)
 
 
-def _settings() -> Settings:
+def load_settings() -> Settings:
     if (
         importlib.util.find_spec("fastapi") is None
         or importlib.util.find_spec("sqlalchemy") is None
@@ -51,7 +51,7 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port [default: 8000].")] = None,
 ) -> None:
     """Run the API: upgrades the schema first; starts the embedded PostgreSQL if no URL is set."""
-    settings = _settings()
+    settings = load_settings()
     import uvicorn
 
     from service.app import create_app
@@ -81,7 +81,7 @@ def serve(
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
     """Apply migrations up to REVISION."""
-    settings = _settings()
+    settings = load_settings()
     from service import db
     from service.runtime import database_url
 
@@ -93,7 +93,7 @@ def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
 @db_app.command("downgrade")
 def db_downgrade(revision: Annotated[str, typer.Argument()]) -> None:
     """Revert migrations down to REVISION ('base' drops everything)."""
-    settings = _settings()
+    settings = load_settings()
     from service import db
     from service.runtime import database_url
 
@@ -105,7 +105,7 @@ def db_downgrade(revision: Annotated[str, typer.Argument()]) -> None:
 @db_app.command("current")
 def db_current() -> None:
     """Show the schema's revision and the migrations' head."""
-    settings = _settings()
+    settings = load_settings()
     from service import db
     from service.runtime import database_url
 
@@ -123,7 +123,7 @@ def token_create(
     role: Annotated[str, typer.Option(help="viewer, operator or admin.")] = "viewer",
 ) -> None:
     """Create an API token directly in the database (how the first admin token is made)."""
-    settings = _settings()
+    settings = load_settings()
     from service.errors import BlkpilotError
     from service.runtime import open_database
     from service.security import Role
@@ -148,14 +148,14 @@ def enrollment_create(
     ttl_hours: Annotated[float, typer.Option(min=0.01, max=720)] = 24.0,
 ) -> None:
     """Create a one-time enrollment token for a new node."""
-    settings = _settings()
+    settings = load_settings()
     from datetime import timedelta
 
-    from agent.cli import parse_labels
+    from service.cli.apiclient import labels_option
     from service.runtime import open_database
     from service.tokens import service
 
-    labels = parse_labels(label)
+    labels = labels_option(label)
     with open_database(settings) as database, database.sessionmaker.begin() as session:
         _, secret = service.create_enrollment_token(
             session, "cli", labels=labels, ttl=timedelta(hours=ttl_hours)
@@ -175,7 +175,7 @@ def demo(
     """The whole loop on one machine: embedded PostgreSQL, the service, two lab loop devices
     and the local agent on them; then the stock schedulers benchmarked on them and the nightly
     job's recommendations, all on the dashboard."""
-    settings = _settings()
+    settings = load_settings()
     from service.demo import run_demo
 
     run_demo(

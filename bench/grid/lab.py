@@ -11,18 +11,13 @@ from pathlib import Path
 from agent.bench import fio as fio_jobs
 from agent.bench.fairness import Alone, fairness
 from agent.bench.target import Target
-from agent.wire import (
-    CompletionMode,
-    DeviceCapabilities,
-    DeviceConfig,
-    IOEngine,
-    PollCapabilities,
-    Scheduler,
-    WorkloadSpec,
-)
+from agent.contract.tunables import CompletionMode, DeviceConfig, Scheduler
+from agent.contract.wire import DeviceCapabilities, PollCapabilities
+from agent.contract.workloads import IOEngine, WorkloadSpec
+from bench.grid import grid_workloads
 from kernel.lab import build, packages, scenarios
 from models.features import DeviceFacts
-from models.grid import Grid, GridDevice, default_config, grid_workloads
+from models.grid import Grid, GridDevice, default_config
 from models.search import candidates
 
 # flashsim settings: ULL-like reads (5 µs; writes three times that) and the fairness
@@ -37,8 +32,7 @@ LAB_DEVICES = {
 }
 QUEUE = "/sys/block/flashsim0/queue"
 TARGET = Target(Path("/dev/flashsim0"), "flashsim0", False, False)
-AVAILABLE = (Scheduler.NONE, Scheduler.MQ_DEADLINE, Scheduler.KYBER, Scheduler.BFQ,
-             Scheduler.FIOS)  # fmt: skip
+AVAILABLE = (Scheduler.NONE, Scheduler.MQ_DEADLINE, Scheduler.KYBER, Scheduler.BFQ, Scheduler.FIOS)
 
 
 def _facts_row(name: str, device_class: str, hw_queues: int) -> dict[str, object]:
@@ -47,8 +41,12 @@ def _facts_row(name: str, device_class: str, hw_queues: int) -> dict[str, object
         nr_hw_queues=hw_queues,
         poll=PollCapabilities(io_poll=True, poll_queues=1, hybrid_supported=True),
     )
-    return {"name": name, "device_class": device_class, "rotational": False,
-            "capabilities": capabilities.model_dump(mode="json", exclude_none=True)}  # fmt: skip
+    return {
+        "name": name,
+        "device_class": device_class,
+        "rotational": False,
+        "capabilities": capabilities.model_dump(mode="json", exclude_none=True),
+    }
 
 
 def _polled(workload: WorkloadSpec, completion: CompletionMode | None) -> WorkloadSpec:
@@ -107,33 +105,47 @@ def metrics_of(
 
 
 def run_grid(
-    *, repeats: int = 2, seconds: float = 1.0, seed: int = 1, cache: Path = packages.DEFAULT_CACHE,
-    devices: dict[str, tuple[str, str]] | None = None, limit_configs: int | None = None,
+    *,
+    repeats: int = 2,
+    seconds: float = 1.0,
+    seed: int = 1,
+    cache: Path = packages.DEFAULT_CACHE,
+    devices: dict[str, tuple[str, str]] | None = None,
+    limit_configs: int | None = None,
     workload_names: tuple[str, ...] | None = None,
-) -> Grid:  # fmt: skip
+) -> Grid:
     trio = packages.select_trio()
     root = packages.fetch(trio, cache, with_build=True)
     modules = scenarios._modules(root, trio, ["kyber-iosched", "bfq"])
-    modules += [build.build_module(m, root, trio, cache / trio.version / "build")
-                for m in ("flashsim", "fios")]  # fmt: skip
+    modules += [
+        build.build_module(m, root, trio, cache / trio.version / "build")
+        for m in ("flashsim", "fios")
+    ]
     workloads = grid_workloads(seconds, warmup_s=0.2)
     if workload_names is not None:
         workloads = [w for w in workloads if w.name in workload_names]
     grid = Grid(meta={"lab_kernel": trio.abi})
     grid.workloads = {w.name: w for w in workloads}
-    rng = random.Random(seed)  # noqa: S311 (an order, not a secret)
+    rng = random.Random(seed)
     for label, (device_class, params) in (devices or LAB_DEVICES).items():
         # the candidates depend only on the schedulers and the poll queue, known beforehand
-        configs = candidates(DeviceFacts.from_inventory(_facts_row(label, device_class, 1), {}),
-                             AVAILABLE)[:limit_configs]  # fmt: skip
+        configs = candidates(
+            DeviceFacts.from_inventory(_facts_row(label, device_class, 1), {}), AVAILABLE
+        )[:limit_configs]
         for repeat in range(repeats):
             plan = list(enumerate(configs))
             rng.shuffle(plan)
             script, files = script_for(params, plan, workloads)
             booted, parsed = scenarios._boot(
-                f"grid-{label}-{repeat}", trio, root, modules, script, files,
-                seconds + 0.2 + 2.0, cache,
-            )  # fmt: skip
+                f"grid-{label}-{repeat}",
+                trio,
+                root,
+                modules,
+                script,
+                files,
+                seconds + 0.2 + 2.0,
+                cache,
+            )
             if booted.kernel_problems():
                 raise RuntimeError(f"{label}: kernel problems: {booted.kernel_problems()}")
             if label not in grid.devices:  # what the kernel gave the device, seen in the guest
@@ -147,12 +159,19 @@ def run_grid(
                 }
                 row = _facts_row(label, device_class, int(inventory.get("hw_queues", "1")))
                 grid.devices[label] = GridDevice(
-                    label, row, AVAILABLE,
+                    label,
+                    row,
+                    AVAILABLE,
                     default_config(Scheduler(current) if current else None, tunables),
                     f"lab flashsim ({params}, poll_queues=1) under {trio.abi} in QEMU TCG",
-                )  # fmt: skip
+                )
             for index, config in enumerate(configs):
                 for workload in workloads:
-                    grid.add_run(label, workload.name, config, repeat,
-                                 metrics_of(parsed, index, workload.name))  # fmt: skip
+                    grid.add_run(
+                        label,
+                        workload.name,
+                        config,
+                        repeat,
+                        metrics_of(parsed, index, workload.name),
+                    )
     return grid

@@ -13,11 +13,12 @@ from pathlib import Path
 from agent.applier import Applier
 from agent.bench.measure import measure
 from agent.bench.target import device_target
+from agent.contract.tunables import DeviceConfig
+from agent.contract.workloads import WorkloadSpec
 from agent.discovery import KernelFacts, describe
 from agent.effects import Effects
 from agent.errors import ChangeRefused
 from agent.host import HostPaths
-from agent.wire import DeviceConfig, WorkloadSpec
 from models.features import DeviceFacts, config_key
 from models.grid import Grid, GridDevice, default_config
 from models.search import candidates
@@ -29,12 +30,16 @@ def describe_device(paths: HostPaths, label: str, name: str, source: str) -> Gri
     caps = found.capabilities
     return GridDevice(
         label,
-        {"name": label, "device_class": found.device_class.value, "rotational": found.rotational,
-         "capabilities": caps.model_dump(mode="json", exclude_none=True)},
+        {
+            "name": label,
+            "device_class": found.device_class.value,
+            "rotational": found.rotational,
+            "capabilities": caps.model_dump(mode="json", exclude_none=True),
+        },
         tuple(caps.available_schedulers),
         default_config(caps.current_scheduler, caps.scheduler_tunables),
         f"{source} ({kernel.release})",
-    )  # fmt: skip
+    )
 
 
 def all_candidates(device: GridDevice) -> list[DeviceConfig]:
@@ -59,7 +64,7 @@ def measure_host_grid(
     for label, (name, source) in devices.items():
         grid.devices[label] = describe_device(paths, label, name, source)
         plans[label] = configs(grid.devices[label])
-    rng = random.Random(seed)  # noqa: S311 (an order, not a secret)
+    rng = random.Random(seed)
     total = sum(len(p) for p in plans.values()) * repeats
     done, started = 0, time.monotonic()
     for repeat in range(repeats):
@@ -75,14 +80,17 @@ def measure_host_grid(
                     changed = False
                 try:
                     for workload in workloads:
-                        result = measure(workload, target, workdir=work / "bench",
-                                         effects=applier.effects)  # fmt: skip
+                        result = measure(
+                            workload, target, workdir=work / "bench", effects=applier.effects
+                        )
                         grid.add_run(label, workload.name, config, repeat, result.metrics)
                 finally:
                     if changed:
                         applier.rollback(name)
                 done += 1
                 left = (time.monotonic() - started) / done * (total - done)
-                progress(f"[{done}/{total}] {label} r{repeat} {config_key(config)}"
-                         f" (~{left / 60:.0f} min left)")  # fmt: skip
+                progress(
+                    f"[{done}/{total}] {label} r{repeat} {config_key(config)}"
+                    f" (~{left / 60:.0f} min left)"
+                )
     return grid

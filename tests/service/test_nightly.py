@@ -18,14 +18,14 @@ from agent.applier import Applier
 from agent.bench.measure import measure
 from agent.bench.report import benchmark_observation
 from agent.bench.target import device_target
+from agent.contract.tunables import Scheduler
 from agent.discovery import KernelFacts, describe
 from agent.effects import Effects
 from agent.host import HostPaths
-from agent.wire import Scheduler
-from models import nightly
 from models.priors import Objective
+from service.recommendations import nightly
 from service.security import Role
-from service.tables import AuditEvent, ModelVersion, Recommendation, ScheduledCanary
+from service.tables import AuditEvent, ModelVersion, RecommendationRow, ScheduledCanary
 from tests.agent.conftest import LoopFactory
 from tests.factories import bearer, create_api_token, create_node, report_inventory
 from tests.models.runs import STOCK_DEFAULTS, WORKLOADS
@@ -54,8 +54,9 @@ def test_nightly_trains_recommends_schedules_and_an_operator_decides(
             for workload in WORKLOADS:
                 measured = measure(workload, target, workdir=tmp_path / "bench")
                 body = benchmark_observation(device.id, measured, config).model_dump(mode="json")
-                response = client.post("/api/v1/observations", json=body,
-                                       headers=bearer(node_token))  # fmt: skip
+                response = client.post(
+                    "/api/v1/observations", json=body, headers=bearer(node_token)
+                )
                 assert response.status_code == 201, response.text
             if changed:
                 applier.rollback(name)
@@ -77,7 +78,9 @@ def test_nightly_trains_recommends_schedules_and_an_operator_decides(
     assert p50.scores["folds"] == 3
     assert 0 <= p50.scores["interval_80_coverage"] <= 1
 
-    recs = session.scalars(select(Recommendation).where(Recommendation.status == "proposed")).all()
+    recs = session.scalars(
+        select(RecommendationRow).where(RecommendationRow.status == "proposed")
+    ).all()
     assert {(r.device_id, r.objective) for r in recs} == {
         (d.id, o) for d in devices for o in ("p50_latency", "p99_latency", "iops")
     }
@@ -98,62 +101,99 @@ def test_nightly_trains_recommends_schedules_and_an_operator_decides(
     # the API: an operator reads and decides
     operator = bearer(create_api_token(session, role=Role.OPERATOR))
     viewer = bearer(create_api_token(session, role=Role.VIEWER))
-    listed = client.get("/api/v1/recommendations", params={"device_id": str(devices[0].id),
-                        "status": "proposed"}, headers=viewer).json()  # fmt: skip
+    listed = client.get(
+        "/api/v1/recommendations",
+        params={"device_id": str(devices[0].id), "status": "proposed"},
+        headers=viewer,
+    ).json()
     assert len(listed) == 3
     chosen = next(r for r in listed if r["objective"] == "p50_latency")
     assert chosen["evidence"]["device_facts"]["qd1_read_us"] > 0
-    assert client.post(f"/api/v1/recommendations/{chosen['id']}/accept",
-                       json={"reason": "ok"}, headers=viewer).status_code == 403  # fmt: skip
-    assert client.post(f"/api/v1/recommendations/{chosen['id']}/accept",
-                       json={"reason": ""}, headers=operator).status_code == 422  # fmt: skip
-    accepted = client.post(f"/api/v1/recommendations/{chosen['id']}/accept",
-                           json={"reason": "night shift agrees"}, headers=operator)  # fmt: skip
+    assert (
+        client.post(
+            f"/api/v1/recommendations/{chosen['id']}/accept", json={"reason": "ok"}, headers=viewer
+        ).status_code
+        == 403
+    )
+    assert (
+        client.post(
+            f"/api/v1/recommendations/{chosen['id']}/accept", json={"reason": ""}, headers=operator
+        ).status_code
+        == 422
+    )
+    accepted = client.post(
+        f"/api/v1/recommendations/{chosen['id']}/accept",
+        json={"reason": "night shift agrees"},
+        headers=operator,
+    )
     assert accepted.status_code == 200, accepted.text
     assert accepted.json()["status"] == "accepted"
     policy = client.get(f"/api/v1/devices/{devices[0].id}/policy", headers=viewer).json()
     assert policy["config"]["scheduler"] == chosen["recommended_config"]["scheduler"]
     assert chosen["id"] in policy["reason"]
     # the device's other proposals were made against a configuration it no longer has
-    others = client.get("/api/v1/recommendations", params={"device_id": str(devices[0].id)},
-                        headers=viewer).json()  # fmt: skip
+    others = client.get(
+        "/api/v1/recommendations", params={"device_id": str(devices[0].id)}, headers=viewer
+    ).json()
     assert {r["status"] for r in others if r["id"] != chosen["id"]} == {"superseded"}
-    again = client.post(f"/api/v1/recommendations/{chosen['id']}/accept",
-                        json={"reason": "twice"}, headers=operator)  # fmt: skip
+    again = client.post(
+        f"/api/v1/recommendations/{chosen['id']}/accept", json={"reason": "twice"}, headers=operator
+    )
     assert again.status_code == 409
 
-    other = client.get("/api/v1/recommendations", params={"device_id": str(devices[1].id),
-                       "objective": "iops"}, headers=viewer).json()[0]  # fmt: skip
-    rejected = client.post(f"/api/v1/recommendations/{other['id']}/reject",
-                           json={"reason": "not on this box"}, headers=operator)  # fmt: skip
+    other = client.get(
+        "/api/v1/recommendations",
+        params={"device_id": str(devices[1].id), "objective": "iops"},
+        headers=viewer,
+    ).json()[0]
+    rejected = client.post(
+        f"/api/v1/recommendations/{other['id']}/reject",
+        json={"reason": "not on this box"},
+        headers=operator,
+    )
     assert rejected.json()["status"] == "rejected"
     actions = session.scalars(select(AuditEvent.action)).all()
-    assert {"nightly.run", "policy.set", "recommendation.accepted",
-            "recommendation.rejected"} <= set(actions)  # fmt: skip
-    versions_api = client.get("/api/v1/model-versions", params={"run_id": str(report.run_id)},
-                              headers=viewer).json()  # fmt: skip
+    assert {
+        "nightly.run",
+        "policy.set",
+        "recommendation.accepted",
+        "recommendation.rejected",
+    } <= set(actions)
+    versions_api = client.get(
+        "/api/v1/model-versions", params={"run_id": str(report.run_id)}, headers=viewer
+    ).json()
     assert {v["objective"] for v in versions_api} == {"p50_latency", "p99_latency", "iops"}
 
     # a second run: the device with a policy is scored from it; proposals are superseded
     second = nightly.run(
-        session, objectives=[Objective.P50, Objective.IOPS], window=timedelta(hours=1),
+        session,
+        objectives=[Objective.P50, Objective.IOPS],
+        window=timedelta(hours=1),
         mix={Objective.P50: 3, Objective.IOPS: 1},
-    )  # fmt: skip
-    mixed = session.scalars(select(Recommendation).where(
-        Recommendation.objective == "mix", Recommendation.status == "proposed")).all()  # fmt: skip
+    )
+    mixed = session.scalars(
+        select(RecommendationRow).where(
+            RecommendationRow.objective == "mix", RecommendationRow.status == "proposed"
+        )
+    ).all()
     assert {r.device_id for r in mixed} == {d.id for d in devices}
     assert all(r.evidence["mix"] == "mix(iops=0.25,p50_latency=0.75)" for r in mixed)
     assert second.run_id != report.run_id
     statuses = {
-        r.status for r in session.scalars(select(Recommendation).where(
-            Recommendation.device_id == devices[1].id, Recommendation.objective == "p50_latency"))
-    }  # fmt: skip
+        r.status
+        for r in session.scalars(
+            select(RecommendationRow).where(
+                RecommendationRow.device_id == devices[1].id,
+                RecommendationRow.objective == "p50_latency",
+            )
+        )
+    }
     assert statuses == {"superseded", "proposed"}
     fresh = session.scalars(
-        select(Recommendation).where(
-            Recommendation.device_id == devices[0].id,
-            Recommendation.status == "proposed",
-            Recommendation.objective == "p50_latency",
+        select(RecommendationRow).where(
+            RecommendationRow.device_id == devices[0].id,
+            RecommendationRow.status == "proposed",
+            RecommendationRow.objective == "p50_latency",
         )
     ).one()
     assert fresh.current_config is not None

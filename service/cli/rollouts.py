@@ -9,19 +9,21 @@ from typing import Annotated, Any
 
 import typer
 
-from agent.cli import parse_labels
-from blkpilot.apiclient import DEFAULT_URL, Reason, Token, Url, api
+from service.cli.apiclient import DEFAULT_URL, Reason, Token, Url, api, labels_option
 
-app = typer.Typer(help="Roll a configuration out to the fleet in stages, and back.",
-                  no_args_is_help=True)  # fmt: skip
+app = typer.Typer(
+    help="Roll a configuration out to the fleet in stages, and back.", no_args_is_help=True
+)
 FINAL = ("succeeded", "rolled_back", "failed")
 
 
 def _summary(row: dict[str, Any]) -> str:
     stages = " → ".join(f"{s['spec']}:{s['status']}" for s in row["stages"])
     counts = ", ".join(f"{n} {status}" for status, n in sorted(row["counts"].items()))
-    return (f"{row['id']}  {row['name']}  {row['status']}  [{stages}]  ({counts})\n"
-            f"  {row['status_detail']}")  # fmt: skip
+    return (
+        f"{row['id']}  {row['name']}  {row['status']}  [{stages}]  ({counts})\n"
+        f"  {row['status_detail']}"
+    )
 
 
 @app.command()
@@ -59,15 +61,20 @@ def start(
     if device_class:
         target["device_class"] = device_class
     if label:
-        target["node_labels"] = parse_labels(label)
+        target["node_labels"] = labels_option(label)
     if device:
         target["device_ids"] = device
     body = {
-        "name": name, "reason": reason, "config": config, "target": target,
-        "stages": [s.strip() for s in stages.split(",") if s.strip()], "serial": serial,
-        "max_fail_percentage": max_fail_percentage, "soak_seconds": soak,
+        "name": name,
+        "reason": reason,
+        "config": config,
+        "target": target,
+        "stages": [s.strip() for s in stages.split(",") if s.strip()],
+        "serial": serial,
+        "max_fail_percentage": max_fail_percentage,
+        "soak_seconds": soak,
         "canary": {"workload": workload, "rounds": rounds, "round_seconds": round_seconds},
-    }  # fmt: skip
+    }
     row = api(url, token, "POST", "/rollouts", json=body)
     assert isinstance(row, dict)
     typer.echo(_summary(row))
@@ -116,8 +123,10 @@ def show(rollout_id: str, url: Url = DEFAULT_URL, token: Token = "") -> None:
     typer.echo(_summary(row))
     for target in row["targets"]:
         first = target["detail"].splitlines()[0] if target["detail"] else ""
-        typer.echo(f"  stage {target['stage'] + 1}  {target['hostname']}/{target['device_name']}"
-                   f"  {target['status']}  {first}")  # fmt: skip
+        typer.echo(
+            f"  stage {target['stage'] + 1}  {target['hostname']}/{target['device_name']}"
+            f"  {target['status']}  {first}"
+        )
 
 
 @app.command()

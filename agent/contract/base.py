@@ -1,0 +1,61 @@
+"""The protocol's base: strict input models and the bounds every message shares."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    model_validator,
+)
+
+MAX_WINDOWS_PER_BATCH = 5_000
+MAX_WINDOW_SPAN = timedelta(hours=1)
+MAX_DEVICES_PER_NODE = 1_024
+INT64_MAX = 2**63 - 1
+
+# A counter: what the kernel counts in 64 bits, and what PostgreSQL's BIGINT holds.
+Counter = Annotated[int, Field(ge=0, le=INT64_MAX)]
+
+
+def reject_nul(value: object) -> None:
+    """NUL characters cannot be stored in PostgreSQL text and mean nothing in a device's world."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("text must not contain NUL (\\u0000) characters")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            reject_nul(key)
+            reject_nul(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            reject_nul(item)
+
+
+def _no_nul(value: str) -> str:
+    reject_nul(value)
+    return value
+
+
+# Free text from outside (query strings, names): bounded and storable.
+SafeText = Annotated[str, AfterValidator(_no_nul), Field(max_length=255)]
+
+
+class InputModel(BaseModel):
+    """What comes in from the network: unknown fields, NaN, infinities and NUL are errors."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul_anywhere(cls, data: Any) -> Any:
+        reject_nul(data)
+        return data
+
+
+class WireModel(InputModel):
+    """Strict base of the protocol's messages."""

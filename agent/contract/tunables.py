@@ -1,0 +1,114 @@
+"""The allow-list: every sysfs attribute blkpilot may write, with the inclusive range of values
+it may write, and the device configuration built from it — so that a policy the service accepts
+is exactly a change the agent may make."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Self
+
+from pydantic import Field, model_validator
+
+from agent.contract.base import WireModel
+
+
+class Scheduler(StrEnum):
+    NONE = "none"
+    MQ_DEADLINE = "mq-deadline"
+    KYBER = "kyber"
+    BFQ = "bfq"
+    FIOS = "fios"
+
+
+class CompletionMode(StrEnum):
+    INTERRUPT = "interrupt"
+    CLASSIC_POLL = "classic_poll"
+    HYBRID_POLL = "hybrid_poll"
+
+
+# --- The allow-list -----------------------------------------------------------------------
+# Every attribute blkpilot may write, with the inclusive range of values it may write.
+# Units are the kernel's own (the attribute's name says them where the kernel's does).
+
+SCHEDULER_TUNABLES: dict[Scheduler, dict[str, tuple[int, int]]] = {
+    Scheduler.NONE: {},
+    Scheduler.MQ_DEADLINE: {
+        "read_expire": (1, 60_000),  # ms
+        "write_expire": (1, 60_000),  # ms
+        "fifo_batch": (1, 1_024),
+        "writes_starved": (0, 64),
+        "front_merges": (0, 1),
+        "async_depth": (1, 65_536),
+        "prio_aging_expire": (0, 600_000),  # ms
+    },
+    Scheduler.KYBER: {
+        "read_lat_nsec": (1_000, 1_000_000_000),
+        "write_lat_nsec": (1_000, 1_000_000_000),
+    },
+    Scheduler.BFQ: {
+        "slice_idle": (0, 1_000),  # ms
+        "slice_idle_us": (0, 1_000_000),
+        "low_latency": (0, 1),
+        "timeout_sync": (1, 1_000),  # ms
+        "strict_guarantees": (0, 1),
+        "back_seek_max": (0, 1_048_576),  # KiB
+        "back_seek_penalty": (1, 1_000),
+        "fifo_expire_sync": (1, 10_000),  # ms
+        "fifo_expire_async": (1, 10_000),  # ms
+        "max_budget": (0, 1_048_576),  # sectors; 0 = auto-tuned
+    },
+    Scheduler.FIOS: {
+        "alpha_permille": (0, 990),  # anticipation bound T_service * alpha / (1 - alpha)
+        "timeslice_us": (100, 1_000_000),
+        "read_preference": (0, 1),
+        "max_depth": (1, 256),
+        "cost_read_4k_ns": (0, 100_000_000),
+        "cost_read_128k_ns": (0, 100_000_000),
+        "cost_write_4k_ns": (0, 100_000_000),
+        "cost_write_128k_ns": (0, 100_000_000),
+    },
+}
+
+QUEUE_LIMITS: dict[str, tuple[int, int]] = {
+    "nr_requests": (4, 65_536),
+    "read_ahead_kb": (0, 65_536),
+    "io_poll_delay": (-1, 1_000_000),  # -1 classic, 0 adaptive hybrid, >0 fixed sleep (µs)
+}
+
+
+def _in_range(name: str, value: int, limits: tuple[int, int]) -> None:
+    low, high = limits
+    if not low <= value <= high:
+        raise ValueError(f"{name}={value} is outside the allowed range [{low}, {high}]")
+
+
+def _queue_limit(name: str) -> Any:
+    low, high = QUEUE_LIMITS[name]
+    return Field(default=None, ge=low, le=high)
+
+
+class DeviceConfig(WireModel):
+    """A configuration of one device: what a policy asks for and what an agent reports."""
+
+    scheduler: Scheduler | None = None
+    scheduler_tunables: dict[str, int] = Field(default_factory=dict)
+    nr_requests: int | None = _queue_limit("nr_requests")
+    read_ahead_kb: int | None = _queue_limit("read_ahead_kb")
+    completion: CompletionMode | None = None
+
+    @model_validator(mode="after")
+    def _tunables_on_allow_list(self) -> Self:
+        if self.scheduler_tunables and self.scheduler is None:
+            raise ValueError("scheduler_tunables need a scheduler to belong to")
+        if self.scheduler is None:
+            return self
+        allowed = SCHEDULER_TUNABLES[self.scheduler]
+        for name, value in self.scheduler_tunables.items():
+            if name not in allowed:
+                known = ", ".join(sorted(allowed)) or "none"
+                raise ValueError(
+                    f"{self.scheduler.value} has no tunable {name!r} on the allow-list"
+                    f" (allowed: {known})"
+                )
+            _in_range(name, value, allowed[name])
+        return self

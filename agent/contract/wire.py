@@ -1,0 +1,308 @@
+"""Wire schemas: what agents and the service say to each other — enrollment, inventory,
+telemetry, observations, policies and applied state."""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from datetime import timedelta
+from enum import StrEnum
+from typing import Annotated, Literal, Self
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    model_validator,
+)
+
+from agent.contract.base import (
+    MAX_DEVICES_PER_NODE,
+    MAX_WINDOW_SPAN,
+    MAX_WINDOWS_PER_BATCH,
+    Counter,
+    InputModel,
+    WireModel,
+)
+from agent.contract.labels import Labels
+from agent.contract.tunables import DeviceConfig, Scheduler
+from agent.contract.workloads import WorkloadSpec
+
+
+class DeviceClass(StrEnum):
+    HDD = "hdd"
+    SATA_SSD = "sata_ssd"
+    NVME_FLASH = "nvme_flash"
+    ULL = "ull"  # QD1 4 KB random-read median under 10 µs (HotStorage '23 definition)
+    VIRTUAL = "virtual"
+    UNKNOWN = "unknown"
+
+
+class Transport(StrEnum):
+    NVME = "nvme"
+    SATA = "sata"
+    SCSI = "scsi"
+    VIRTIO = "virtio"
+    LOOP = "loop"
+    MMC = "mmc"
+    NULL_BLK = "null_blk"
+    OTHER = "other"
+
+
+# --- Enrollment and inventory ------------------------------------------------------------
+
+_DEVICE_NAME = re.compile(r"^[a-z][a-z0-9_.:!-]{0,63}$")
+
+DeviceName = Annotated[
+    str, Field(pattern=_DEVICE_NAME.pattern, description="kernel name: sda, nvme0n1, loop0, dm-0")
+]
+Hostname = Annotated[
+    str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
+]
+ShortText = Annotated[str, Field(max_length=255)]
+
+
+class EnrollRequest(WireModel):
+    enrollment_token: Annotated[str, Field(min_length=8, max_length=200)]
+    hostname: Hostname
+    labels: Labels = Field(default_factory=dict)
+    agent_version: ShortText = ""
+    kernel_version: ShortText = ""
+
+
+class EnrollResponse(WireModel):
+    node_id: uuid.UUID
+    node_token: str
+
+
+class Heartbeat(WireModel):
+    agent_version: ShortText | None = None
+    kernel_version: ShortText | None = None
+
+
+class PollCapabilities(WireModel):
+    io_poll: bool | None = None  # queue/io_poll as read; writes are ignored since 5.16
+    io_poll_delay: int | None = None
+    poll_queues: NonNegativeInt | None = None  # driver poll queues (nvme.poll_queues, null_blk)
+    hybrid_supported: bool = False  # only before 6.4
+    io_poll_writes_honoured: bool = False  # only before 5.16; later, poll queues decide
+
+
+class DeviceCapabilities(WireModel):
+    available_schedulers: list[Scheduler] = Field(default_factory=list, max_length=16)
+    current_scheduler: Scheduler | None = None
+    scheduler_tunables: dict[str, int] = Field(default_factory=dict)
+    nr_requests: NonNegativeInt | None = None
+    read_ahead_kb: NonNegativeInt | None = None
+    nr_hw_queues: NonNegativeInt | None = None
+    logical_block_size: NonNegativeInt | None = None
+    physical_block_size: NonNegativeInt | None = None
+    wbt_lat_usec: int | None = None
+    poll: PollCapabilities = Field(default_factory=PollCapabilities)
+    kernel_version: ShortText = ""
+
+    @model_validator(mode="after")
+    def _current_is_available(self) -> Self:
+        if (
+            self.current_scheduler is not None
+            and self.available_schedulers
+            and self.current_scheduler not in self.available_schedulers
+        ):
+            raise ValueError(
+                f"current_scheduler {self.current_scheduler.value} is not among"
+                " available_schedulers"
+            )
+        return self
+
+
+class DeviceInventory(WireModel):
+    name: DeviceName
+    model: ShortText = ""
+    serial: ShortText = ""
+    wwid: ShortText = ""
+    transport: Transport = Transport.OTHER
+    device_class: DeviceClass = DeviceClass.UNKNOWN
+    class_evidence: list[ShortText] = Field(default_factory=list, max_length=32)
+    rotational: bool = False
+    size_bytes: Counter = 0
+    holds_data: bool = True  # the safe default: unknown means "do not write"
+    holds_data_reasons: list[ShortText] = Field(default_factory=list, max_length=32)
+    capabilities: DeviceCapabilities = Field(default_factory=DeviceCapabilities)
+
+
+class InventoryReport(WireModel):
+    kernel_version: ShortText = ""
+    devices: list[DeviceInventory] = Field(max_length=MAX_DEVICES_PER_NODE)
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> Self:
+        names = [device.name for device in self.devices]
+        duplicated = sorted({name for name in names if names.count(name) > 1})
+        if duplicated:
+            raise ValueError(f"device names reported twice: {', '.join(duplicated)}")
+        return self
+
+
+# --- Telemetry --------------------------------------------------------------------------
+
+
+class PowerScope(StrEnum):
+    CPU_PACKAGE = "cpu_package"
+    DRAM = "dram"
+    SYSTEM = "system"
+
+
+class PowerSource(StrEnum):
+    RAPL = "rapl"
+    HWMON = "hwmon"
+    IPMI = "ipmi"
+    REDFISH = "redfish"
+    METER = "meter"
+
+
+class PowerReading(WireModel):
+    """One power source over the window."""
+
+    source: PowerSource
+    zone: Annotated[str, Field(max_length=128)]
+    scope: PowerScope
+    watts: NonNegativeFloat
+    energy_joules: NonNegativeFloat
+
+
+class TelemetryWindow(WireModel):
+    """One device over one interval, from /proc/diskstats deltas, /proc/stat and the node's
+    power sources. power_* is the reading that speaks for the node (the widest scope);
+    power_readings has every source. Power is absent, never invented, without a source."""
+
+    device: DeviceName
+    start: AwareDatetime
+    end: AwareDatetime
+    read_ios: Counter
+    write_ios: Counter
+    read_bytes: Counter
+    write_bytes: Counter
+    iops: NonNegativeFloat
+    read_share: Annotated[float, Field(ge=0.0, le=1.0)]
+    mean_request_bytes: NonNegativeFloat
+    mean_latency_us: NonNegativeFloat
+    queue_depth: NonNegativeFloat
+    utilisation: Annotated[float, Field(ge=0.0, le=1.0)]
+    cpu_utilisation: Annotated[float | None, Field(ge=0.0, le=1.0)] = None  # the node's
+    context_switches_per_s: NonNegativeFloat | None = None  # the node's
+    power_watts: NonNegativeFloat | None = None
+    energy_joules: NonNegativeFloat | None = None
+    power_scope: PowerScope | None = None
+    power_source: PowerSource | None = None
+    power_readings: list[PowerReading] = Field(default_factory=list, max_length=32)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        span = self.end - self.start
+        if span <= timedelta(0):
+            raise ValueError("end must be after start")
+        if span > MAX_WINDOW_SPAN:
+            raise ValueError(f"a window spans at most {MAX_WINDOW_SPAN}")
+        has_power = self.power_watts is not None or self.energy_joules is not None
+        if has_power and self.power_scope is None:
+            raise ValueError("power readings need a power_scope (what they measure)")
+        if not has_power and self.power_scope is not None:
+            raise ValueError("power_scope given without a power reading")
+        return self
+
+
+class TelemetryBatch(WireModel):
+    batch_id: uuid.UUID
+    windows: list[TelemetryWindow] = Field(min_length=1, max_length=MAX_WINDOWS_PER_BATCH)
+
+
+class TelemetryBatchReceipt(WireModel):
+    batch_id: uuid.UUID
+    accepted: bool  # False: this batch id was ingested before; nothing was stored again
+    windows: int
+
+
+# --- Observations, policies, applied state ------------------------------------------------
+
+
+class CanaryDone(InputModel):
+    """A node ran a scheduled canary; its canary observation closes it."""
+
+    observation_id: uuid.UUID
+
+
+class ObservationKind(StrEnum):
+    BENCHMARK = "benchmark"
+    CANARY = "canary"
+
+
+class CanaryVerdict(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+
+
+_METRIC_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+def _metrics(value: dict[str, float]) -> dict[str, float]:
+    if not value:
+        raise ValueError("at least one metric")
+    if len(value) > 256:
+        raise ValueError("at most 256 metrics")
+    for name, number in value.items():
+        if not _METRIC_NAME.match(name):
+            raise ValueError(f"metric name {name!r} must match {_METRIC_NAME.pattern}")
+        if not math.isfinite(number):
+            raise ValueError(f"metric {name} is not a finite number")
+    return value
+
+
+Metrics = Annotated[dict[str, float], AfterValidator(_metrics)]
+
+
+class ObservationCreate(WireModel):
+    device_id: uuid.UUID
+    kind: ObservationKind
+    tool: Literal["fio", "db_bench", "probe"]
+    workload: WorkloadSpec
+    configuration: DeviceConfig
+    metrics: Metrics
+    started_at: AwareDatetime
+    finished_at: AwareDatetime
+    verdict: CanaryVerdict | None = None
+    statistics: dict[str, float] = Field(default_factory=dict, max_length=512)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.finished_at < self.started_at:
+            raise ValueError("finished_at is before started_at")
+        if (self.kind is ObservationKind.CANARY) != (self.verdict is not None):
+            raise ValueError("a canary observation has a verdict, a benchmark has none")
+        bad = [name for name, number in self.statistics.items() if not math.isfinite(number)]
+        if bad:
+            raise ValueError(f"statistics not finite: {', '.join(bad)}")
+        return self
+
+
+class AppliedStatus(StrEnum):
+    APPLIED = "applied"
+    FAILED = "failed"
+    ROLLED_BACK = "rolled_back"
+    DRIFT = "drift"
+
+
+class AppliedStateReport(WireModel):
+    policy_version: NonNegativeInt
+    status: AppliedStatus
+    config: DeviceConfig
+    detail: Annotated[str, Field(max_length=2_000)] = ""
+
+
+def parse_kernel_version(release: str) -> tuple[int, int]:
+    """'6.1.0-18-amd64' -> (6, 1); unknown strings -> (0, 0)."""
+    match = re.match(r"^(\d+)\.(\d+)", release)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)

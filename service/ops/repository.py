@@ -1,0 +1,79 @@
+"""What the control plane's own metrics and readiness probe read: fleet counts from what is
+stored (so they survive restarts), and whether the database answers."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, func, select, text
+from sqlalchemy.orm import Session
+
+from service.tables import (
+    AuditEvent,
+    Device,
+    Observation,
+    RecommendationRow,
+    Rollout,
+    RolloutTarget,
+)
+
+ACTIVE_ROLLOUT = ("running", "paused", "rolling_back")
+POLICY_ACTIONS = ("policy.set", "policy.cleared")
+
+
+def ping(engine: Engine) -> None:
+    """Raises if the database does not answer."""
+    with engine.connect() as connection:
+        connection.execute(text("SELECT 1"))
+
+
+def devices_by_class_and_scheduler(session: Session) -> list[tuple[str, str | None, int]]:
+    query = (
+        select(Device.device_class, Device.current_scheduler, func.count())
+        .where(Device.present.is_(True))
+        .group_by(Device.device_class, Device.current_scheduler)
+    )
+    return list(session.execute(query).tuples())
+
+
+def recommendations_by_status(session: Session) -> list[tuple[str, int]]:
+    query = select(RecommendationRow.status, func.count()).group_by(RecommendationRow.status)
+    return list(session.execute(query).tuples())
+
+
+def rollouts_by_status(session: Session) -> list[tuple[str, int]]:
+    query = select(Rollout.status, func.count()).group_by(Rollout.status)
+    return list(session.execute(query).tuples())
+
+
+def active_rollout_targets(session: Session) -> list[tuple[str, str, int]]:
+    """Unfinished rollouts' devices by status."""
+    query = (
+        select(Rollout.name, RolloutTarget.status, func.count())
+        .join(RolloutTarget, RolloutTarget.rollout_id == Rollout.id)
+        .where(Rollout.status.in_(ACTIVE_ROLLOUT))
+        .group_by(Rollout.name, RolloutTarget.status)
+    )
+    return list(session.execute(query).tuples())
+
+
+def active_rollout_stages(session: Session) -> list[tuple[str, int]]:
+    """Unfinished rollouts' current stage (0-based)."""
+    query = select(Rollout.name, Rollout.stage).where(Rollout.status.in_(ACTIVE_ROLLOUT))
+    return list(session.execute(query).tuples())
+
+
+def canary_verdicts(session: Session) -> list[tuple[str | None, int]]:
+    query = (
+        select(Observation.verdict, func.count())
+        .where(Observation.kind == "canary")
+        .group_by(Observation.verdict)
+    )
+    return list(session.execute(query).tuples())
+
+
+def policy_changes(session: Session) -> list[tuple[str, int]]:
+    query = (
+        select(AuditEvent.action, func.count())
+        .where(AuditEvent.action.in_(POLICY_ACTIONS))
+        .group_by(AuditEvent.action)
+    )
+    return list(session.execute(query).tuples())

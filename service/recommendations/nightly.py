@@ -1,0 +1,359 @@
+"""`blkpilot nightly`: retrain, re-score every device's recommendations, schedule canaries.
+
+The service loads the data (every observation as a training sample, the present devices with
+what they run), and `models.training` does the learning on Ray, in two rounds of tasks, one
+task per device class and objective:
+1. train: the objective's model on every observation (the classes learn from one another
+   through the device features), with a cross-validation by held-out cells for its scores;
+2. score: for each present device of the class, the workload it runs (its telemetry matched
+   to the nearest benchmarked workload, else its most observed one), its current
+   configuration, the search's recommendation under the p99 guardrail, the predicted change
+   of every objective, and the configuration most worth a canary.
+Then, in the caller's transaction: the model versions (with their data range and scores), the
+new recommendations (superseding the device's earlier proposals for that objective), and the
+canaries, ranked by expected gain (which the upper confidence bound makes grow with
+uncertainty) — at most one per device.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from agent.contract.tunables import DeviceConfig
+from agent.contract.wire import DeviceCapabilities
+from models.dataset import OBJECTIVE_METRIC, Sample, sample_from
+from models.features import DeviceFacts, config_key
+from models.grid import default_config
+from models.priors import Objective
+from models.search import Comparison, MixModel, ObjectiveModel, SearchResult
+from models.training import (
+    ScoredDevice,
+    TrainedModel,
+    TuningTarget,
+    objectives_with_data,
+    score_task,
+    train_task,
+    workload_of,
+    workloads_in,
+)
+from service.audit import service as audit
+from service.recommendations import repository
+from service.settings import Settings
+from service.tables import Device, ModelVersion, Policy, RecommendationRow, ScheduledCanary
+
+ACTOR = "blkpilot-nightly"
+
+
+@dataclass
+class NightlyReport:
+    run_id: uuid.UUID
+    where: str
+    samples: int
+    models: list[dict[str, Any]] = field(default_factory=list)
+    recommendations: int = 0
+    changes: int = 0  # recommendations that differ from the current configuration
+    canaries: list[dict[str, Any]] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # device -> why
+
+
+# --- what the job works on ------------------------------------------------------------------
+
+
+def _device_row(device: Device) -> dict[str, Any]:
+    return {
+        "name": device.name,
+        "device_class": device.device_class,
+        "rotational": device.rotational,
+        "capabilities": device.capabilities,
+    }
+
+
+def load_samples(
+    session: Session, *, since: datetime | None = None, until: datetime | None = None
+) -> list[Sample]:
+    """Every observation (of present and past devices) in the time range, oldest first.
+    Observations whose workload or configuration no longer validates are skipped."""
+    samples = []
+    for observation, device in repository.observations_with_devices(
+        session, since=since, until=until
+    ):
+        sample = sample_from(
+            observation.device_id,
+            _device_row(device),
+            observation.workload,
+            observation.configuration,
+            observation.metrics,
+            observation.finished_at,
+        )
+        if sample is not None:
+            samples.append(sample)
+    return samples
+
+
+def _current(device: Device, policy: Policy | None) -> DeviceConfig:
+    if policy is not None:
+        return DeviceConfig.model_validate(policy.config)
+    capabilities = DeviceCapabilities.model_validate(device.capabilities)
+    return default_config(capabilities.current_scheduler, capabilities.scheduler_tunables)
+
+
+def targets(
+    session: Session, samples: Sequence[Sample], now: datetime, window: timedelta
+) -> tuple[list[TuningTarget], dict[str, str]]:
+    """Present devices with a workload to recommend for; the others, with the reason."""
+    workloads = workloads_in(samples)
+    observed: dict[uuid.UUID, Counter[str]] = defaultdict(Counter)
+    for sample in samples:
+        observed[sample.device_id][sample.workload.name] += 1
+    found, skipped = [], {}
+    for device, policy in repository.present_devices_with_policies(session):
+        windows = repository.window_shapes(session, device.id, now - window)
+        what = workload_of(windows, workloads, observed.get(device.id, Counter()), window)
+        if what is None:
+            skipped[device.name] = "no telemetry and no observations to say what it runs"
+            continue
+        workload, basis = what
+        capabilities = DeviceCapabilities.model_validate(device.capabilities)
+        found.append(
+            TuningTarget(
+                device.id,
+                device.name,
+                device.device_class,
+                _device_row(device),
+                tuple(capabilities.available_schedulers),
+                _current(device, policy),
+                workload,
+                basis,
+            )
+        )
+    return found, skipped
+
+
+# --- the job --------------------------------------------------------------------------------
+
+
+def run(
+    session: Session,
+    *,
+    objectives: Sequence[Objective] = tuple(Objective),
+    ray_address: str | None = None,
+    window: timedelta = timedelta(hours=24),
+    max_canaries: int = 10,
+    now: datetime | None = None,
+    mix: dict[Objective, float] | None = None,
+) -> NightlyReport:
+    """The whole job; writes in the session's transaction (the caller commits). With `mix`
+    (objective -> weight), each class also gets recommendations for that weighted mix."""
+    from models.distributed import ray_map, ray_session
+
+    now = now or datetime.now(UTC)
+    samples = load_samples(session)
+    chosen, skipped = targets(session, samples, now, window)
+    wanted = objectives_with_data(samples, objectives)
+    classes = sorted({t.device_class for t in chosen})
+    run_id = uuid.uuid4()
+    report = NightlyReport(run_id, "", len(samples), skipped=skipped)
+    if not wanted or not classes:
+        report.where = "nowhere: nothing to train on" if not wanted else "nowhere: no devices"
+        return report
+    with ray_session(ray_address) as where:
+        report.where = where
+        import ray
+
+        shared = ray.put(samples)
+
+        def train(job: tuple[str, Objective]) -> TrainedModel:
+            return train_task((ray.get(shared), job[0], job[1]))
+
+        jobs = [(c, o) for c in classes for o in wanted]
+        trained = ray_map(train, jobs)
+        by_class: dict[str, dict[Objective, ObjectiveModel]] = defaultdict(dict)
+        for t in trained:
+            by_class[t.device_class][t.objective] = t.model
+
+        scoring: list[tuple[str, str, ObjectiveModel | MixModel]] = [
+            (t.device_class, t.objective.value, t.model) for t in trained
+        ]
+        for device_class, models in by_class.items():
+            if mix and all(o in models for o in mix):
+                scoring.append((device_class, "mix", MixModel.of(models, mix)))
+
+        def score(job: tuple[str, str, ObjectiveModel | MixModel]) -> list[ScoredDevice]:
+            device_class, label, model = job
+            mine = [x for x in chosen if x.device_class == device_class]
+            return score_task((ray.get(shared), label, model, by_class[device_class], mine))
+
+        scored = [s for batch in ray_map(score, scoring) for s in batch]
+    _store(session, report, trained, scored, max_canaries)
+    return report
+
+
+def _store(
+    session: Session,
+    report: NightlyReport,
+    trained: list[TrainedModel],
+    scored: list[ScoredDevice],
+    max_canaries: int,
+) -> None:
+    versions: dict[tuple[str, str], ModelVersion] = {}
+    for t in trained:
+        version = ModelVersion(
+            run_id=report.run_id,
+            device_class=t.device_class,
+            objective=t.objective.value,
+            rows=t.model.rows,
+            cells=len({c[:2] for c in t.model.cells}),
+            data_from=t.data_from,
+            data_until=t.data_until,
+            scores=t.scores,
+            parameters={
+                "estimator": "BootstrapRegressor(HistGradientBoostingRegressor)",
+                "members": t.model.regressor.n_estimators,
+                "metric": OBJECTIVE_METRIC[t.objective][0],
+                "log_scale": True,
+            },
+        )
+        repository.add(session, version)
+        versions[(t.device_class, t.objective.value)] = version
+        report.models.append(
+            {
+                "device_class": t.device_class,
+                "objective": t.objective.value,
+                "rows": t.model.rows,
+                **t.scores,
+            }
+        )
+    repository.flush(session)
+    for item in scored:
+        target, rec = item.target, item.recommendation
+        repository.supersede_proposals(session, target.device_id, objective=item.objective)
+        row = RecommendationRow(
+            device_id=target.device_id,
+            model_version_id=versions[(target.device_class, item.model_objective)].id,
+            objective=item.objective,
+            workload_name=target.workload.name,
+            workload_basis=target.basis,
+            current_config=target.current.model_dump(mode="json", exclude_none=True),
+            recommended_config=rec.best.config.model_dump(mode="json", exclude_none=True),
+            predictions={c.objective.value: _comparison(c) for c in item.comparisons},
+            confidence=rec.confidence,
+            evidence={
+                "observations_of_cell": rec.best.observations,
+                "model_rows": rec_rows(rec),
+                "priors": [
+                    {"name": p.name, "reason": p.reason, "citation": p.citation, "avoid": p.avoid}
+                    for p in rec.best.priors
+                ],
+                "device_facts": _facts(item.facts),
+                **({"mix": item.recommendation.objective} if item.objective == "mix" else {}),
+            },
+            reason=rec.reason,
+            next_canary=rec.next_canary.config.model_dump(mode="json", exclude_none=True)
+            if rec.next_canary
+            else None,
+            expected_gain=rec.expected_gain,
+            status="proposed",
+        )
+        repository.add(session, row)
+        report.recommendations += 1
+        report.changes += int(config_key(rec.best.config) != config_key(target.current))
+    # canaries: the most promising first, one per device, replacing the last run's
+    repository.cancel_scheduled_canaries(session)
+    wanting = sorted(
+        (s for s in scored if s.recommendation.next_canary is not None),
+        key=lambda s: -s.recommendation.expected_gain,
+    )
+    taken: set[uuid.UUID] = set()
+    for item in wanting:
+        if len(taken) >= max_canaries:
+            break
+        if item.target.device_id in taken:
+            continue
+        taken.add(item.target.device_id)
+        canary = item.recommendation.next_canary
+        assert canary is not None
+        repository.add(
+            session,
+            ScheduledCanary(
+                run_id=report.run_id,
+                device_id=item.target.device_id,
+                objective=item.objective,
+                workload_name=item.target.workload.name,
+                workload=item.target.workload.model_dump(mode="json"),
+                config=canary.config.model_dump(mode="json", exclude_none=True),
+                expected_gain=item.recommendation.expected_gain,
+                uncertainty=canary.std,
+                rank=len(taken),
+                status="scheduled",
+            ),
+        )
+        gain = round(item.recommendation.expected_gain, 4)
+        report.canaries.append(
+            {
+                "device": item.target.name,
+                "objective": item.objective,
+                "config": config_key(canary.config),
+                "expected_gain": gain,
+            }
+        )
+    audit.record(
+        session,
+        ACTOR,
+        "nightly.run",
+        target_type="nightly_run",
+        target_id=report.run_id,
+        after={
+            "models": len(trained),
+            "recommendations": report.recommendations,
+            "canaries": len(report.canaries),
+            "samples": report.samples,
+        },
+        detail=f"ran on {report.where}",
+    )
+
+
+def run_in_database(settings: Settings, **options: Any) -> NightlyReport:
+    """The job in one transaction of the configured database (embedded if none is set)."""
+    from service import db
+    from service.runtime import database_url
+
+    with database_url(settings) as url:
+        engine = db.create_db_engine(url, pool_size=2, max_overflow=0)
+        try:
+            with Session(engine) as session, session.begin():
+                return run(session, **options)
+        finally:
+            engine.dispose()
+
+
+def rec_rows(rec: SearchResult) -> int:
+    return sum(s.observations for s in rec.ranked)
+
+
+def _comparison(c: Comparison) -> dict[str, Any]:
+    return {
+        "current": round(c.current, 4),
+        "recommended": round(c.recommended, 4),
+        "change": round(c.change, 4),
+        "change_low": round(c.change_low, 4),
+        "change_high": round(c.change_high, 4),
+        "higher_is_better": c.higher_is_better,
+        "metric": OBJECTIVE_METRIC[c.objective][0],
+    }
+
+
+def _facts(facts: DeviceFacts) -> dict[str, Any]:
+    return {
+        "device_class": facts.device_class.value,
+        "qd1_read_us": facts.qd1_read_us,
+        "write_over_read": facts.write_over_read,
+        "parallel_speedup": facts.parallel_speedup,
+        "poll_queues": facts.poll_queues,
+    }
