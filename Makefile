@@ -58,7 +58,7 @@ contracts:
 
 # the documentation site, strictly: a broken link or a page left out of the nav fails
 docs:
-	mkdocs build --strict --site-dir .site
+	NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir .site
 
 typecheck:
 	mypy

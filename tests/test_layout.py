@@ -4,6 +4,8 @@ a copy of the tree with a deliberate violation added), and SQL only in repositor
 from __future__ import annotations
 
 import ast
+import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -150,3 +152,42 @@ def test_no_learning_module_imports_the_service() -> None:
         if module.split(".")[0] == "service"
     ]
     assert named == []
+
+
+def _mkdocs(site: Path, root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [shutil.which("mkdocs") or "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+
+
+def test_the_docs_build_strictly_and_a_broken_link_fails(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    assert _mkdocs(tmp_path / "site", tmp_path).returncode == 0
+    page = tmp_path / "docs" / "agent.md"
+    page.write_text(page.read_text() + "\nSee [the missing page](missing.md).\n")
+    result = _mkdocs(tmp_path / "site2", tmp_path)
+    assert result.returncode != 0
+    assert "missing.md" in result.stdout + result.stderr
+
+
+def test_every_docs_page_is_in_the_nav() -> None:
+    import yaml
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    listed = {next(iter(entry.values())) for entry in config["nav"]}
+    assert listed == {p.name for p in (ROOT / "docs").glob("*.md")}
+
+
+def test_the_readme_is_short_and_links_only_existing_pages() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) < 200
+    links = re.findall(r"\]\((docs/[^)#]+)", text)
+    assert links
+    assert [link for link in links if not (ROOT / link).exists()] == []
