@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from agent.bench import fio
-from agent.bench.target import Target
+from agent.bench.target import BenchTarget
 from agent.contract.tunables import SCHEDULER_TUNABLES, DeviceConfig, Scheduler
 from agent.contract.workloads import IOEngine, IOPattern, JobSpec, WorkloadSpec
 from agent.effects import Effects
@@ -128,7 +128,7 @@ def costs_from(
 
 
 def measure(
-    target: Target,
+    target: BenchTarget,
     *,
     workdir: Path,
     paths: HostPaths | None = None,

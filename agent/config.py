@@ -53,6 +53,7 @@ class AgentConfig(BaseModel):
     proc_root: Path = Path("/proc")
     dev_root: Path = Path("/dev")
     power: PowerConfig = Field(default_factory=PowerConfig)
+    disabled_collectors: list[str] = Field(default_factory=list)  # e.g. ["ipmi"]
 
     @property
     def paths(self) -> HostPaths:

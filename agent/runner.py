@@ -16,9 +16,8 @@ from agent import calibrate
 from agent.applier import Applier, Drift
 from agent.bench.target import device_target
 from agent.client import ServiceClient
-from agent.collectors import CollectorSet
-from agent.collectors.cpu import CpuCollector
-from agent.collectors.diskstats import DiskStats, DiskstatsCollector
+from agent.collectors import CollectorSet, collectors_for
+from agent.collectors.diskstats import DiskStats
 from agent.config import AgentConfig
 from agent.contract import __version__
 from agent.contract.base import MAX_WINDOWS_PER_BATCH
@@ -36,7 +35,6 @@ from agent.effects import Effects
 from agent.errors import AgentError, ChangeFailed, ChangeRefused, ServiceError
 from agent.fsutil import read_json, write_json_atomic
 from agent.power import PowerSample
-from agent.power_sources import power_collectors
 from agent.spool import DrainResult, Spool
 from agent.state import NodeState
 from agent.telemetry import Collection, NodeWindow, windows
@@ -92,9 +90,7 @@ class Agent:
             max_batches=config.spool_max_batches,
             max_bytes=config.spool_max_bytes,
         )
-        self.collectors = CollectorSet(
-            [DiskstatsCollector(self.paths), CpuCollector(self.paths), *power_collectors(config)]
-        )
+        self.collectors = CollectorSet(collectors_for(config))
         self.client = ServiceClient(state.server_url, state.node_token) if state else None
         self.view = AgentView()
         self.counters = Counters()

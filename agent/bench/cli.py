@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from agent.cli import ConfigFile, StateDir, _fail, _load_config, workload_option
+from agent.cli.options import ConfigFile, StateDir, fail, load_config, workload_option
 from agent.errors import AgentError
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def sweep(
     from agent.contract.tunables import DeviceConfig, Scheduler
     from agent.power_sources import power_collectors
 
-    cfg = _load_config(config)
+    cfg = load_config(config)
     state = cfg.state_dir or state_dir
     if (device is None) == (directory is None):
         raise typer.BadParameter("give exactly one of --device and --directory")
@@ -107,7 +107,7 @@ def sweep(
 
             measured = runner.run(progress)
     except AgentError as error:
-        raise _fail(error) from error
+        raise fail(error) from error
     typer.echo(
         f"{measured} measured now, {len(runner.cells)} in all; results in {runner.state_file}"
     )

@@ -9,7 +9,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.bench.target import SCRATCH_PREFIX, Target
+from agent.bench.target import SCRATCH_PREFIX, BenchTarget
 from agent.contract.workloads import DbBenchSpec
 from agent.effects import Effects
 from agent.errors import BenchmarkFailed
@@ -48,12 +48,12 @@ def parse(text: str, value_size: int) -> dict[str, float]:
 
 
 @dataclass(frozen=True)
-class Database:
+class DbBenchDatabase:
     path: Path
     keys: int
 
 
-def _common(spec: DbBenchSpec, db: Database) -> list[str]:
+def _common(spec: DbBenchSpec, db: DbBenchDatabase) -> list[str]:
     return [
         f"--db={db.path}",
         f"--num={db.keys}",
@@ -63,12 +63,12 @@ def _common(spec: DbBenchSpec, db: Database) -> list[str]:
     ]
 
 
-def prepare(spec: DbBenchSpec, target: Target, effects: Effects) -> Database:
+def prepare(spec: DbBenchSpec, target: BenchTarget, effects: Effects) -> DbBenchDatabase:
     """Fill the database once; reuse it while the spec that made it is the same."""
     keys = max(
         1_000, min(spec.max_keys, int(target.size_bytes * spec.fill_fraction) // spec.value_size)
     )
-    db = Database(target.path / f"{SCRATCH_PREFIX}-rocksdb", keys)
+    db = DbBenchDatabase(target.path / f"{SCRATCH_PREFIX}-rocksdb", keys)
     marker = target.path / f"{SCRATCH_PREFIX}-rocksdb.json"
     made_by = {**spec.model_dump(exclude={"threads"}), "keys": keys}
     if marker.exists() and json.loads(marker.read_text()) == made_by and db.path.is_dir():
@@ -95,7 +95,7 @@ def _binary() -> str:
 
 
 def run(
-    spec: DbBenchSpec, target: Target, duration_s: float, effects: Effects | None = None
+    spec: DbBenchSpec, target: BenchTarget, duration_s: float, effects: Effects | None = None
 ) -> dict[str, float]:
     effects = effects or Effects()
     db = prepare(spec, target, effects)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.bench.target import SCRATCH_PREFIX, Target
+from agent.bench.target import SCRATCH_PREFIX, BenchTarget
 from agent.contract.workloads import Arrival, IOEngine, IOPattern, JobSpec, WorkloadSpec
 from agent.effects import Effects
 from agent.errors import BenchmarkFailed
@@ -52,7 +52,7 @@ def job_section(job: JobSpec) -> dict[str, str]:
     return options
 
 
-def job_file(workload: WorkloadSpec, target: Target, *, file_bytes: int = 256 << 20) -> str:
+def job_file(workload: WorkloadSpec, target: BenchTarget, *, file_bytes: int = 256 << 20) -> str:
     engine, engine_options = ENGINES[workload.engine]
     common = {
         "direct": "1",
@@ -184,7 +184,7 @@ def parse(document: dict[str, Any]) -> FioResult:
 
 
 def run(
-    workload: WorkloadSpec, target: Target, *, effects: Effects | None = None, workdir: Path
+    workload: WorkloadSpec, target: BenchTarget, *, effects: Effects | None = None, workdir: Path
 ) -> FioResult:
     fio = shutil.which("fio")
     if fio is None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from agent.bench import dbbench, fio
 from agent.bench.energy import EnergyMeter, energy_metrics
 from agent.bench.fairness import Alone, fairness
-from agent.bench.target import Target, check_allowed
+from agent.bench.target import BenchTarget, check_allowed
 from agent.contract.workloads import WorkloadSpec
 from agent.effects import Effects
 
@@ -26,7 +26,7 @@ class Measurement:
 
 def measure(
     workload: WorkloadSpec,
-    target: Target,
+    target: BenchTarget,
     *,
     workdir: Path,
     meter: EnergyMeter | None = None,

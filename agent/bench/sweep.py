@@ -17,7 +17,7 @@ from typing import Any
 from agent.applier import Applier
 from agent.bench.energy import EnergyMeter
 from agent.bench.measure import Measurement, measure
-from agent.bench.target import Target, check_allowed
+from agent.bench.target import BenchTarget, check_allowed
 from agent.contract.tunables import DeviceConfig
 from agent.contract.workloads import WorkloadSpec
 from agent.errors import AgentError
@@ -40,7 +40,7 @@ class Cell:
         return f"{self.workload.name} @ {scheduler}"
 
 
-def sweep_id(target: Target, cells: list[Cell]) -> str:
+def sweep_id(target: BenchTarget, cells: list[Cell]) -> str:
     text = target.label + "|" + ",".join(cell.key for cell in cells)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -49,7 +49,7 @@ class Sweep:
     def __init__(
         self,
         applier: Applier,
-        target: Target,
+        target: BenchTarget,
         workloads: list[WorkloadSpec],
         configs: list[DeviceConfig],
         *,

@@ -22,7 +22,7 @@ SCRATCH_PREFIX = "blkpilot-bench"
 
 
 @dataclass(frozen=True)
-class Target:
+class BenchTarget:
     path: Path  # /dev/NAME, or a directory
     device: str | None  # the block device whose queue is tuned (for a directory: its fs's)
     is_directory: bool
@@ -35,12 +35,12 @@ class Target:
         return str(self.path)
 
 
-def device_target(paths: HostPaths, name: str, effects: Effects | None = None) -> Target:
+def device_target(paths: HostPaths, name: str, effects: Effects | None = None) -> BenchTarget:
     if not (paths.block / name / "queue").is_dir():
         raise BenchmarkRefused(f"{name} is not a block device with a request queue")
     check = holders.check(paths, name, effects or Effects())
     size = (read_int(paths.block / name / "size") or 0) * 512
-    return Target(paths.dev / name, name, False, check.holds_data, check.reasons, size)
+    return BenchTarget(paths.dev / name, name, False, check.holds_data, check.reasons, size)
 
 
 def _device_of(directory: Path, paths: HostPaths) -> str | None:
@@ -55,17 +55,17 @@ def _device_of(directory: Path, paths: HostPaths) -> str | None:
     return real.name if read_text(real / "dev") else None
 
 
-def directory_target(directory: Path, paths: HostPaths | None = None) -> Target:
+def directory_target(directory: Path, paths: HostPaths | None = None) -> BenchTarget:
     if not directory.is_dir():
         raise BenchmarkRefused(f"{directory} is not a directory")
     usage = shutil.disk_usage(directory)
     # blkpilot writes only its own files here: the directory is scratch for them
-    return Target(
+    return BenchTarget(
         directory, _device_of(directory, paths or HostPaths()), True, False, [], usage.free
     )
 
 
-def check_allowed(target: Target, workload: WorkloadSpec) -> None:
+def check_allowed(target: BenchTarget, workload: WorkloadSpec) -> None:
     if workload.tool == "db_bench" and not target.is_directory:
         raise BenchmarkRefused(
             f"db_bench needs a directory on a filesystem, not the raw device {target.path}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.collectors import register
+from agent.config import AgentConfig
 from agent.host import HostPaths, read_text
 
 
@@ -29,7 +30,6 @@ def parse_stat(text: str) -> CpuStat:
     return CpuStat(busy, total, switches)
 
 
-@register("cpu")
 class CpuCollector:
     name = "cpu"
 
@@ -41,3 +41,8 @@ class CpuCollector:
         if text is None:
             raise OSError(f"cannot read {self.path}")
         return parse_stat(text)
+
+
+@register("cpu")
+def _from_config(config: AgentConfig) -> CpuCollector:
+    return CpuCollector(config.paths)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.collectors import register
+from agent.config import AgentConfig
 from agent.host import HostPaths, read_text
 
 SECTOR = 512
@@ -44,7 +45,6 @@ def parse_diskstats(text: str) -> dict[str, DiskStats]:
     return stats
 
 
-@register("diskstats")
 class DiskstatsCollector:
     name = "diskstats"
 
@@ -56,3 +56,8 @@ class DiskstatsCollector:
         if text is None:
             raise OSError(f"cannot read {self.path}")
         return parse_diskstats(text)
+
+
+@register("diskstats")
+def _from_config(config: AgentConfig) -> DiskstatsCollector:
+    return DiskstatsCollector(config.paths)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.collectors import register
+from agent.config import AgentConfig
 from agent.contract.wire import PowerScope
 from agent.host import HostPaths, read_int, read_text
 from agent.power import PowerSample
@@ -12,7 +13,6 @@ from agent.power import PowerSample
 SYSTEM_METERS = {"power_meter"}  # ACPI000D: the platform's own meter of the whole system
 
 
-@register("hwmon")
 class HwmonCollector:
     name = "hwmon"
 
@@ -34,3 +34,11 @@ class HwmonCollector:
                     PowerSample("hwmon", zone, PowerScope.SYSTEM, now, watts=microwatts / 1e6)
                 )
         return samples
+
+
+@register("hwmon", power=True)
+def _from_config(config: AgentConfig) -> HwmonCollector | None:
+    if not config.power.hwmon:
+        return None
+    hwmon = HwmonCollector(config.paths)
+    return hwmon if hwmon.sensors else None

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 from agent.collectors import register
+from agent.config import AgentConfig
 from agent.contract.wire import PowerScope
 from agent.effects import Effects
 from agent.power import PowerSample
@@ -30,7 +31,6 @@ def available(dev: Path) -> bool:
     return shutil.which("ipmitool") is not None and any(dev.glob("ipmi*"))
 
 
-@register("ipmi")
 class IpmiCollector:
     name = "ipmi"
 
@@ -57,3 +57,11 @@ class IpmiCollector:
             return []
         self._last = PowerSample("ipmi", "dcmi", PowerScope.SYSTEM, now, watts=watts)
         return [self._last]
+
+
+@register("ipmi", power=True)
+def _from_config(config: AgentConfig) -> IpmiCollector | None:
+    power = config.power
+    if power.ipmi is True or (power.ipmi == "auto" and available(config.dev_root)):
+        return IpmiCollector(power.ipmi_command, min_interval=power.ipmi_interval_s)
+    return None

@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from agent.collectors import register
+from agent.config import AgentConfig
 from agent.contract.wire import PowerScope
 from agent.power import PowerSample
 
@@ -39,7 +40,6 @@ def parse_rows(lines: list[str]) -> list[tuple[float, float]]:
     return rows
 
 
-@register("meter")
 class MeterCollector:
     name = "meter"
 
@@ -75,3 +75,8 @@ class MeterCollector:
                 watts=self.last[1],
             )
         ]
+
+
+@register("meter", power=True)
+def _from_config(config: AgentConfig) -> MeterCollector | None:
+    return MeterCollector(config.power.meter_csv) if config.power.meter_csv else None

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.collectors import register
+from agent.config import AgentConfig
 from agent.contract.wire import PowerScope
 from agent.host import HostPaths, read_int, read_text
 from agent.power import PowerSample
@@ -38,7 +39,6 @@ class _Zone:
     total_uj: int = 0
 
 
-@register("rapl")
 class RaplCollector:
     name = "rapl"
 
@@ -71,3 +71,11 @@ class RaplCollector:
                 )
             )
         return samples
+
+
+@register("rapl", power=True)
+def _from_config(config: AgentConfig) -> RaplCollector | None:
+    if not config.power.rapl:
+        return None
+    rapl = RaplCollector(config.paths)
+    return rapl if rapl.zones else None

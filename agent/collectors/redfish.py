@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 
 from agent.collectors import register
+from agent.config import AgentConfig
 from agent.contract.wire import PowerScope
 from agent.power import PowerSample
 
@@ -21,7 +22,6 @@ def parse_chassis_power(document: dict[str, Any]) -> float | None:
     return sum(numbers) if numbers else None
 
 
-@register("redfish")
 class RedfishCollector:
     name = "redfish"
 
@@ -51,3 +51,15 @@ class RedfishCollector:
             "redfish", self.url.rsplit("/Chassis/", 1)[-1], PowerScope.SYSTEM, now, watts=watts
         )
         return [self._last]
+
+
+@register("redfish", power=True)
+def _from_config(config: AgentConfig) -> RedfishCollector | None:
+    power = config.power
+    if not power.redfish_url:
+        return None
+    auth = None
+    if power.redfish_username and power.redfish_password_file:
+        secret = power.redfish_password_file.read_text().strip()
+        auth = (power.redfish_username, secret)
+    return RedfishCollector(power.redfish_url, auth=auth, verify=power.redfish_verify_tls)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from agent.bench import fio as fio_jobs
 from agent.bench.fairness import Alone, fairness
-from agent.bench.target import Target
+from agent.bench.target import BenchTarget
 from agent.contract.tunables import CompletionMode, DeviceConfig, Scheduler
 from agent.contract.wire import DeviceCapabilities, PollCapabilities
 from agent.contract.workloads import IOEngine, WorkloadSpec
@@ -31,7 +31,7 @@ LAB_DEVICES = {
     "lab-flashsim-flash": ("nvme_flash", scenarios.FLASH_LIKE),
 }
 QUEUE = "/sys/block/flashsim0/queue"
-TARGET = Target(Path("/dev/flashsim0"), "flashsim0", False, False)
+TARGET = BenchTarget(Path("/dev/flashsim0"), "flashsim0", False, False)
 AVAILABLE = (Scheduler.NONE, Scheduler.MQ_DEADLINE, Scheduler.KYBER, Scheduler.BFQ, Scheduler.FIOS)
 
 

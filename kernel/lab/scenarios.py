@@ -18,7 +18,7 @@ from agent import calibrate
 from agent.bench import fio as fio_jobs
 from agent.bench.fairness import Alone, fairness
 from agent.bench.library import fios
-from agent.bench.target import Target
+from agent.bench.target import BenchTarget
 from agent.contract.workloads import WorkloadSpec
 from kernel.lab import build, initramfs, packages, qemu
 
@@ -83,7 +83,7 @@ FLASH_LIKE = (
 
 
 def fio_runs(
-    prefix: str, spec: WorkloadSpec, target: Target, files: dict[str, str]
+    prefix: str, spec: WorkloadSpec, target: BenchTarget, files: dict[str, str]
 ) -> dict[str, str]:
     """The workload with all its tasks, then — where tasks share the device — each job alone
     (FIOS's method, for slowdowns): the job files go into `files`; returns, per result label
@@ -115,7 +115,7 @@ def fairness_files(
     """For each workload and scheduler: each job alone, then all together (FIOS's method).
     `tunables` are written under queue/iosched/ after selecting each scheduler; fios' own
     counters are printed after each run."""
-    target = Target(Path("/dev/flashsim0"), "flashsim0", False, False)
+    target = BenchTarget(Path("/dev/flashsim0"), "flashsim0", False, False)
     queue = "/sys/block/flashsim0/queue"
     files: dict[str, str] = {}
     script = ""
@@ -359,7 +359,7 @@ def _fairness(
 
 def calibration_files(seconds: float) -> tuple[str, dict[str, str]]:
     """The agent's calibration runs (agent.calibrate) on flashsim under fios."""
-    target = Target(Path("/dev/flashsim0"), "flashsim0", False, False)
+    target = BenchTarget(Path("/dev/flashsim0"), "flashsim0", False, False)
     script = FLASHSIM.format(params=FLASH_LIKE) + "insmod /lib/modules/fios.ko\n"
     script += "echo fios > /sys/block/flashsim0/queue/scheduler\n"
     files = {}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.collectors import CollectorSet
+from agent.collectors import CollectorSet, collectors_for, register
 from agent.collectors.cpu import CpuCollector, CpuStat, parse_stat
 from agent.collectors.diskstats import DiskStats, DiskstatsCollector, parse_diskstats
 from agent.collectors.hwmon import HwmonCollector
@@ -17,6 +17,7 @@ from agent.collectors.ipmi import IpmiCollector, parse_dcmi_power
 from agent.collectors.meter import MeterCollector
 from agent.collectors.rapl import RaplCollector, unwrap
 from agent.collectors.redfish import RedfishCollector
+from agent.config import AgentConfig, PowerConfig
 from agent.contract.wire import PowerScope
 from agent.host import HostPaths
 from agent.power import PowerSample
@@ -269,3 +270,34 @@ class TestIsolation:
         assert collectors.status["broken"].ok is False
         assert "sensor vanished" in collectors.status["broken"].error
         assert collectors.status["diskstats"].ok is True
+
+
+class TestRegistry:
+    """The registry drives collection: what is present and not disabled, in a fixed order."""
+
+    def config(self, host: Path, **options: object) -> AgentConfig:
+        return AgentConfig(
+            sys_root=host / "sys", proc_root=host / "proc", dev_root=host / "dev", **options
+        )
+
+    def test_every_present_collector_in_order(self, fixture_host: Path) -> None:
+        names = [c.name for c in collectors_for(self.config(fixture_host))]
+        # the fixture host has RAPL zones and an ACPI power meter, no IPMI device, no Redfish
+        assert names == ["diskstats", "cpu", "rapl", "hwmon"]
+        power = [c.name for c in collectors_for(self.config(fixture_host), power_only=True)]
+        assert power == ["rapl", "hwmon"]
+
+    def test_disabled_and_switched_off_collectors_are_left_out(self, fixture_host: Path) -> None:
+        config = self.config(
+            fixture_host, disabled_collectors=["cpu"], power=PowerConfig(rapl=False, ipmi=False)
+        )
+        assert [c.name for c in collectors_for(config)] == ["diskstats", "hwmon"]
+
+    def test_an_unknown_disabled_collector_is_a_clear_error(self, fixture_host: Path) -> None:
+        config = self.config(fixture_host, disabled_collectors=["diskstat"])
+        with pytest.raises(ValueError, match="unknown collectors: diskstat"):
+            collectors_for(config)
+
+    def test_a_name_registers_once(self) -> None:
+        with pytest.raises(ValueError, match="registered already"):
+            register("diskstats")(lambda config: None)

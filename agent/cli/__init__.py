@@ -1,0 +1,351 @@
+"""`blkpilot agent …`: what runs on every node. Commands parse their options and call the
+agent's modules; the heavier of those (the HTTP client, the runner, the canary's statistics)
+are imported when a command runs, so `blkpilot --help` stays quick on a node."""
+
+from __future__ import annotations
+
+import json
+import platform
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent.applier import Applier
+from agent.cli.options import (
+    ConfigFile,
+    Devices,
+    StateDir,
+    candidate_option,
+    fail,
+    labels_option,
+    load_config,
+    workload_option,
+)
+from agent.contract import __version__
+from agent.effects import Effects
+from agent.errors import AgentError
+from agent.fsutil import write_json_atomic
+
+app = typer.Typer(
+    help="The node agent: discovery, telemetry with power, safe sysfs changes, reporting.",
+    no_args_is_help=True,
+)
+
+
+@app.command()
+def enroll(
+    server: Annotated[str, typer.Option(envvar="BLKPILOT_SERVER_URL", help="The service's URL.")],
+    token: Annotated[
+        str, typer.Option(envvar="BLKPILOT_ENROLLMENT_TOKEN", help="One-time enrollment token.")
+    ],
+    state_dir: StateDir,
+    label: Annotated[list[str], typer.Option(help="key=value; repeatable.")] = [],  # noqa: B006
+    hostname: Annotated[str, typer.Option(help="Name to enroll under.")] = socket.gethostname(),
+) -> None:
+    """Trade a one-time enrollment token for this node's own token, kept in the state dir."""
+    from agent.enrollment import enroll_node
+
+    try:
+        state = enroll_node(
+            server, token, state_dir, hostname=hostname, labels=labels_option(label)
+        )
+    except AgentError as error:
+        raise fail(error) from error
+    typer.echo(f"enrolled {state.hostname} as node {state.node_id}; state in {state_dir}")
+
+
+@app.command()
+def heartbeat(state_dir: StateDir) -> None:
+    """Tell the service this node is alive."""
+    from agent.client import ServiceClient
+    from agent.contract.wire import Heartbeat
+    from agent.state import NodeState
+
+    try:
+        state = NodeState.load(state_dir)
+        with ServiceClient(state.server_url, state.node_token) as client:
+            client.heartbeat(
+                state.node_id,
+                Heartbeat(agent_version=__version__, kernel_version=platform.release()),
+            )
+    except AgentError as error:
+        raise fail(error) from error
+    typer.echo(f"node {state.node_id}: heartbeat accepted by {state.server_url}")
+
+
+@app.command()
+def discover(
+    config: ConfigFile = None,
+    device: Devices = [],  # noqa: B006
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    probe: Annotated[
+        bool, typer.Option(help="Also measure 4 KB QD1 random-read latency (read-only).")
+    ] = False,
+) -> None:
+    """List block devices: identity, class and why, queue settings, whether they hold data."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from agent.discovery import discover as run_discovery
+
+    cfg = load_config(config)
+    found = run_discovery(cfg.paths, with_probe=probe, only=set(device) or None)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "kernel": found.kernel.release,
+                    "devices": [d.inventory.model_dump(mode="json") for d in found.devices],
+                    "skipped": found.skipped,
+                },
+                indent=2,
+            )
+        )
+        return
+    table = Table(title=f"block devices (kernel {found.kernel.release})")
+    for column in ("device", "class", "transport", "model", "scheduler", "holds data", "evidence"):
+        table.add_column(column)
+    for d in found.devices:
+        inv = d.inventory
+        current = inv.capabilities.current_scheduler
+        table.add_row(
+            inv.name,
+            inv.device_class.value,
+            inv.transport.value,
+            inv.model or "-",
+            current.value if current else "-",
+            "yes: " + "; ".join(inv.holds_data_reasons) if inv.holds_data else "no",
+            "; ".join(inv.class_evidence),
+        )
+    Console().print(table)
+    for name, why in sorted(found.skipped.items()):
+        typer.echo(f"skipped {name}: {why}")
+
+
+@app.command()
+def run(
+    state_dir: StateDir,
+    config: ConfigFile = None,
+    device: Devices = [],  # noqa: B006
+    interval: Annotated[float | None, typer.Option(help="Seconds per telemetry window.")] = None,
+    push_interval: Annotated[float | None, typer.Option(help="Seconds between sends.")] = None,
+    policy_interval: Annotated[
+        float | None, typer.Option(help="Seconds between fetching policies and checking drift.")
+    ] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="0 turns the exporter off.")] = None,
+    offline: Annotated[bool, typer.Option(help="Collect and spool without a service.")] = False,
+) -> None:
+    """Run the agent: telemetry, inventory, policies and drift, and /metrics on a local port."""
+    from agent.daemon import run_until_signalled
+    from agent.state import NodeState
+
+    cfg = load_config(config)
+    overrides = {
+        "interval_s": interval,
+        "push_interval_s": push_interval,
+        "policy_interval_s": policy_interval,
+        "metrics_port": metrics_port,
+        "devices": list(device) or None,
+    }
+    cfg = cfg.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    directory = cfg.state_dir or state_dir
+    try:
+        state = None if offline else NodeState.load(directory)
+    except AgentError as error:
+        raise fail(error) from error
+    run_until_signalled(cfg, state, directory, typer.echo)
+
+
+@app.command()
+def apply(
+    device: Annotated[str, typer.Argument(help="e.g. nvme0n1")],
+    state_dir: StateDir,
+    scheduler: Annotated[
+        str | None, typer.Option(help="none, mq-deadline, kyber, bfq, fios")
+    ] = None,
+    tunable: Annotated[
+        list[str], typer.Option(help="name=value under queue/iosched; repeatable")
+    ] = [],  # noqa: B006
+    nr_requests: Annotated[int | None, typer.Option()] = None,
+    read_ahead_kb: Annotated[int | None, typer.Option()] = None,
+    completion: Annotated[
+        str | None, typer.Option(help="interrupt, classic_poll, hybrid_poll")
+    ] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option(help="A whole configuration as JSON (e.g. from `agent current --out`)."),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option(help="Show the writes; make none.")] = False,
+    config: ConfigFile = None,
+) -> None:
+    """Change a device's configuration now: checked, snapshotted, journaled, read back."""
+    cfg = load_config(config)
+    wanted = candidate_option(
+        config_file, scheduler, tunable, nr_requests, read_ahead_kb, completion
+    )
+    applier = Applier(cfg.paths, cfg.state_dir or state_dir, Effects(dry_run=dry_run))
+    try:
+        with applier.device_lock(device):  # never in the middle of a canary on the device
+            result = applier.apply(device, wanted)
+    except AgentError as error:
+        raise fail(error) from error
+    for path, value in applier.effects.writes:
+        typer.echo(f"{'would write' if dry_run else 'wrote'} {value!r} to {path}")
+    if not dry_run:
+        typer.echo(f"applied to {device}; before: {result.before}")
+        typer.echo(f"undo with: blkpilot agent rollback {device}")
+
+
+@app.command()
+def current(
+    device: Annotated[str, typer.Argument(help="e.g. nvme0n1")],
+    state_dir: StateDir,
+    out: Annotated[
+        Path | None, typer.Option(help="Write it here (atomically) instead of printing it.")
+    ] = None,
+    keep_existing: Annotated[
+        bool, typer.Option(help="If --out exists already, leave it: the first capture counts.")
+    ] = False,
+    config: ConfigFile = None,
+) -> None:
+    """The device's configuration now, as JSON that `agent apply --config-file` takes back.
+
+    A rollout captures it before it changes a device (with --keep-existing, so a retried
+    step keeps what the device had before the rollout, not what the first try left)."""
+    cfg = load_config(config)
+    try:
+        found = Applier(cfg.paths, cfg.state_dir or state_dir).current(device)
+    except AgentError as error:
+        raise fail(error) from error
+    document = found.model_dump(mode="json", exclude_none=True)
+    if out is None:
+        typer.echo(json.dumps(document, sort_keys=True))
+    elif keep_existing and out.exists():
+        typer.echo(f"kept the earlier capture in {out}")
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out, document)
+        typer.echo(f"captured {device} in {out}")
+
+
+@app.command()
+def canary(
+    device: Annotated[str, typer.Argument(help="e.g. nvme0n1")],
+    state_dir: StateDir,
+    workload: Annotated[
+        str | None, typer.Option(help="A named workload.")
+    ] = "hs23-single-randread-4k-qd1",
+    workload_file: Annotated[Path | None, typer.Option(help="A workload spec as JSON.")] = None,
+    scheduler: Annotated[str | None, typer.Option(help="The candidate's scheduler.")] = None,
+    tunable: Annotated[list[str], typer.Option(help="name=value; repeatable")] = [],  # noqa: B006
+    nr_requests: Annotated[int | None, typer.Option()] = None,
+    read_ahead_kb: Annotated[int | None, typer.Option()] = None,
+    config_file: Annotated[
+        Path | None, typer.Option(help="The candidate as a whole configuration (JSON).")
+    ] = None,
+    rounds: Annotated[int, typer.Option(min=3, max=100, help="Samples per arm.")] = 8,
+    round_seconds: Annotated[float, typer.Option(min=0.1, max=600)] = 1.0,
+    alpha: Annotated[float, typer.Option(min=0.001, max=0.5)] = 0.05,
+    report: Annotated[bool, typer.Option(help="Send the verdict to the service.")] = True,
+    config: ConfigFile = None,
+) -> None:
+    """Candidate against the current configuration, interleaved; keep it only on pass.
+
+    Exit status: 0 pass (candidate kept), 1 fail, 3 inconclusive (baseline restored)."""
+    from agent.bench.energy import EnergyMeter
+    from agent.canary import describe, run_canary
+    from agent.canary_runs import report_canary
+    from agent.power_sources import power_collectors
+
+    cfg = load_config(config)
+    directory = cfg.state_dir or state_dir
+    spec = workload_option(workload, workload_file)
+    candidate = candidate_option(config_file, scheduler, tunable, nr_requests, read_ahead_kb)
+    try:
+        result = run_canary(
+            Applier(cfg.paths, directory),
+            device,
+            spec,
+            candidate,
+            workdir=directory / "bench",
+            rounds=rounds,
+            round_seconds=round_seconds,
+            alpha=alpha,
+            meter=EnergyMeter(power_collectors(cfg)),
+        )
+    except AgentError as error:
+        raise fail(error) from error
+    for row in describe(result):
+        typer.echo(json.dumps(row))
+    typer.echo(
+        f"verdict: {result.verdict.value} after {result.rounds} rounds in {result.seconds:.1f} s;"
+        f" {'candidate kept' if result.kept_candidate else 'baseline restored'}"
+    )
+    if report:
+        try:
+            typer.echo(report_canary(directory, device, spec, candidate, result))
+        except AgentError as error:
+            typer.secho(
+                f"verdict not sent to the service: {error}", err=True, fg=typer.colors.YELLOW
+            )
+    raise typer.Exit(code={"pass": 0, "fail": 1, "inconclusive": 3}[result.verdict.value])
+
+
+@app.command()
+def canaries(
+    state_dir: StateDir,
+    run: Annotated[bool, typer.Option("--run", help="Run them (else only list).")] = False,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many, best first.")] = 1,
+    rounds: Annotated[int, typer.Option(min=3, max=100, help="Samples per arm.")] = 8,
+    round_seconds: Annotated[float, typer.Option(min=0.1, max=600)] = 1.0,
+    config: ConfigFile = None,
+) -> None:
+    """The canaries the nightly job scheduled on this node's devices. With --run, each is a
+    measurement: candidate against the device's configuration, interleaved, the verdict and
+    statistics recorded; the device then returns to its configuration whatever the verdict
+    (the operator decides through the recommendations), and the canary is closed."""
+    from agent.canary_runs import scheduled_canaries
+
+    cfg = load_config(config)
+    directory = cfg.state_dir or state_dir
+    try:
+        found = scheduled_canaries(
+            cfg,
+            directory,
+            typer.echo,
+            run=run,
+            limit=limit,
+            rounds=rounds,
+            round_seconds=round_seconds,
+        )
+    except AgentError as error:
+        raise fail(error) from error
+    if not found:
+        typer.echo("no canaries scheduled for this node")
+
+
+@app.command()
+def rollback(
+    device: Annotated[str, typer.Argument()], state_dir: StateDir, config: ConfigFile = None
+) -> None:
+    """Restore the snapshot taken before blkpilot last changed the device."""
+    cfg = load_config(config)
+    applier = Applier(cfg.paths, cfg.state_dir or state_dir)
+    try:
+        with applier.device_lock(device):
+            restored = applier.rollback(device)
+    except AgentError as error:
+        raise fail(error) from error
+    typer.echo(f"restored {device}: {restored}")
+
+
+@app.command()
+def status(state_dir: StateDir, config: ConfigFile = None) -> None:
+    """Enrollment, changes blkpilot made and whether they still hold, and the spool."""
+    from agent.status import node_status
+
+    cfg = load_config(config)
+    for line in node_status(cfg, cfg.state_dir or state_dir):
+        typer.echo(line)

@@ -1,0 +1,38 @@
+"""The agent as a daemon: the runner, and its /metrics server, until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client import start_http_server
+
+from agent.config import AgentConfig
+from agent.exporter import registry_for
+from agent.runner import Agent
+from agent.state import NodeState
+
+
+def run_until_signalled(
+    cfg: AgentConfig, state: NodeState | None, directory: Path, echo: Callable[[str], None]
+) -> None:
+    """Runs the agent (offline when `state` is None: it collects and spools) until a signal."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    agent = Agent(cfg, state, directory)
+    server = None
+    if cfg.metrics_port:
+        server, _ = start_http_server(cfg.metrics_port, cfg.metrics_address, registry_for(agent))
+        echo(f"metrics on http://{cfg.metrics_address}:{cfg.metrics_port}/metrics")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        agent.run(stop)
+    finally:
+        if server is not None:
+            server.shutdown()

@@ -1,0 +1,40 @@
+"""What `blkpilot agent status` reports: enrollment, the changes blkpilot made and whether they
+still hold, an interrupted change, and the spool."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.applier import Applier
+from agent.config import AgentConfig
+from agent.errors import AgentError
+from agent.spool import Spool
+from agent.state import NodeState
+
+
+def node_status(cfg: AgentConfig, directory: Path) -> list[str]:
+    lines = []
+    try:
+        node = NodeState.load(directory)
+        lines.append(f"node {node.node_id} ({node.hostname}) enrolled with {node.server_url}")
+    except AgentError as error:
+        lines.append(str(error))
+    applier = Applier(cfg.paths, directory)
+    if (directory / "journal.json").exists():
+        lines.append("an interrupted change is in the journal: it is undone when the agent starts")
+    for applied in sorted((directory / "applied").glob("*.json")):
+        name = applied.stem
+        drift = applier.drift(name)
+        state = (
+            "holds"
+            if not drift
+            else "DRIFTED: "
+            + "; ".join(f"{d.attribute} is {d.actual!r}, not {d.expected!r}" for d in drift)
+        )
+        lines.append(f"{name}: {applier.applied(name)} — {state}")
+    spool = Spool(directory / "spool")
+    rejected = len(list(spool.rejected_dir.glob("*.json"))) if spool.rejected_dir.exists() else 0
+    lines.append(
+        f"spool: {len(spool.pending())} batches ({spool.size_bytes()} bytes), {rejected} rejected"
+    )
+    return lines
