@@ -7,8 +7,9 @@ UV_VERSION := 0.13.8
 TOOLS := $(CURDIR)/.tools
 UV := $(TOOLS)/bin/uv
 VENV := $(CURDIR)/.venv
-# prometheus: for promtool (its daemon is not started); chromium: the dashboard's browser tests
-DEBIAN_PACKAGES := python3 python3-venv ca-certificates git util-linux e2fsprogs fio rocksdb-tools systemd qemu-system-x86 busybox-static cpio prometheus chromium
+# prometheus: for promtool (its daemon is not started); chromium: the dashboard's browser tests;
+# clang and libbpf-dev build the agent's eBPF object, libbpf1 loads it
+DEBIAN_PACKAGES := python3 python3-venv ca-certificates git util-linux e2fsprogs fio rocksdb-tools systemd qemu-system-x86 busybox-static cpio prometheus chromium clang libbpf-dev libbpf1
 
 export PATH := $(TOOLS)/bin:$(VENV)/bin:$(PATH)
 # Use the machine's Python; never download one.
@@ -23,7 +24,15 @@ demo: setup
 
 test: setup lint contracts typecheck docs unit
 
-setup: system-packages $(VENV)/.synced
+# The agent's eBPF objects. CO-RE: compiled once, relocated by libbpf against the running
+# kernel's BTF when they are loaded.
+BPF_OBJECTS := agent/ebpf/blklat.bpf.o
+
+setup: system-packages $(VENV)/.synced $(BPF_OBJECTS)
+
+agent/ebpf/%.bpf.o: agent/ebpf/%.bpf.c | system-packages
+	clang -g -O2 -target bpf -D__TARGET_ARCH_x86 -I/usr/include/$(shell uname -m)-linux-gnu \
+	  -Wall -Werror -c $< -o $@
 
 system-packages:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \

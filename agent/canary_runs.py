@@ -1,6 +1,10 @@
 """Canaries as the node runs them: one asked for on the command line (kept on pass, reported to
 the service), and the canaries the nightly job scheduled for this node (measurements: the
-device returns to its configuration whatever the verdict, and the service closes each)."""
+device returns to its configuration whatever the verdict, and the service closes each).
+
+Which canary: on a device that holds data, the live canary (its own traffic, eBPF histograms,
+nothing written); on a scratch device, the synthetic one (the workload run on it). Either can be
+asked for by name."""
 
 from __future__ import annotations
 
@@ -8,24 +12,88 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from agent.applier import Applier
 from agent.bench.energy import EnergyMeter
 from agent.bench.report import canary_observations
+from agent.bench.target import device_target
 from agent.canary import CanaryResult, run_canary
 from agent.client import ServiceClient
+from agent.collectors.blklat import DEFAULT_OBJECT, BlkLatCollector
 from agent.config import AgentConfig
 from agent.contract.tunables import DeviceConfig
 from agent.contract.workloads import WorkloadSpec
+from agent.live_canary import LiveReport, LiveSettings, live_statistics, run_live_canary
 from agent.power_sources import power_collectors
 from agent.state import NodeState
 
 Echo = Callable[[str], None]
+Mode = Literal["auto", "synthetic", "live"]
 
 
-def report_canary(
-    directory: Path, device: str, spec: WorkloadSpec, candidate: DeviceConfig, result: CanaryResult
-) -> str:
+@dataclass(frozen=True)
+class CanaryRun:
+    """A canary's verdict with what it ran: the workload is the live traffic's description
+    for a live canary."""
+
+    result: CanaryResult
+    workload: WorkloadSpec
+    live: LiveReport | None = None
+
+    def statistics(self) -> dict[str, float]:
+        found = self.result.statistics()
+        if self.live is not None:
+            found.update(live_statistics(self.live))
+        return found
+
+
+def live_for(cfg: AgentConfig, device: str, mode: Mode) -> bool:
+    """Whether this device gets the live canary: asked for, or (auto) the device holds data."""
+    if mode != "auto":
+        return mode == "live"
+    return device_target(cfg.paths, device).holds_data
+
+
+def run_any_canary(
+    cfg: AgentConfig,
+    directory: Path,
+    device: str,
+    workload: WorkloadSpec,
+    candidate: DeviceConfig,
+    *,
+    mode: Mode = "auto",
+    rounds: int = 8,
+    round_seconds: float = 1.0,
+    alpha: float = 0.05,
+    live: LiveSettings | None = None,
+) -> CanaryRun:
+    applier = Applier(cfg.paths, directory)
+    if live_for(cfg, device, mode):
+        collector = BlkLatCollector(cfg.paths, cfg.ebpf_object or DEFAULT_OBJECT)
+        try:
+            settings = live or LiveSettings(pairs=rounds, interval_s=round_seconds, alpha=alpha)
+            result, report, traffic = run_live_canary(
+                applier, device, candidate, collector, settings
+            )
+        finally:
+            collector.close()
+        return CanaryRun(result, traffic, report)
+    result = run_canary(
+        applier,
+        device,
+        workload,
+        candidate,
+        workdir=directory / "bench",
+        rounds=rounds,
+        round_seconds=round_seconds,
+        alpha=alpha,
+        meter=EnergyMeter(power_collectors(cfg)),
+    )
+    return CanaryRun(result, workload)
+
+
+def report_canary(directory: Path, device: str, candidate: DeviceConfig, run: CanaryRun) -> str:
     """Send the verdict (and the baseline arm as a benchmark) to the service; says what
     happened. Raises AgentError when the service cannot be told."""
     node = NodeState.load(directory)
@@ -33,7 +101,9 @@ def report_canary(
         ids = {d["name"]: d["id"] for d in client.devices(node.node_id)}
         if device not in ids:
             return f"not reported: the service does not know {device} yet (agent run reports it)"
-        canary, baseline = canary_observations(uuid.UUID(ids[device]), spec, candidate, result)
+        canary, baseline = canary_observations(
+            uuid.UUID(ids[device]), run.workload, candidate, run.result, run.statistics()
+        )
         client.record_observation(canary)
         if baseline is not None:
             client.record_observation(baseline)
@@ -91,9 +161,10 @@ def scheduled_canaries(
             echo(item.describe())
             if not run:
                 continue
-            result = _measure(cfg, directory, item, rounds, round_seconds)
+            measured = _measure(cfg, directory, item, rounds, round_seconds)
+            result = measured.result
             canary, baseline = canary_observations(
-                item.device_id, item.workload, item.candidate, result
+                item.device_id, measured.workload, item.candidate, result, measured.statistics()
             )
             observation = client.record_observation(canary)
             if baseline is not None:
@@ -108,19 +179,17 @@ def scheduled_canaries(
 
 def _measure(
     cfg: AgentConfig, directory: Path, item: ScheduledCanaryRun, rounds: int, round_seconds: float
-) -> CanaryResult:
+) -> CanaryRun:
     """The canary as a measurement: whatever the verdict, the device ends where it began."""
-    applier = Applier(cfg.paths, directory)
-    result = run_canary(
-        applier,
+    run = run_any_canary(
+        cfg,
+        directory,
         item.device,
         item.workload,
         item.candidate,
-        workdir=directory / "bench",
         rounds=rounds,
         round_seconds=round_seconds,
-        meter=EnergyMeter(power_collectors(cfg)),
     )
-    if result.kept_candidate:
-        applier.rollback(item.device)  # a measurement, not a change
-    return result
+    if run.result.kept_candidate:
+        Applier(cfg.paths, directory).rollback(item.device)  # a measurement, not a change
+    return run

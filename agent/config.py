@@ -54,6 +54,8 @@ class AgentConfig(BaseModel):
     dev_root: Path = Path("/dev")
     power: PowerConfig = Field(default_factory=PowerConfig)
     disabled_collectors: list[str] = Field(default_factory=list)  # e.g. ["ipmi"]
+    ebpf: bool = True  # per-I/O latency distributions from the block tracepoints
+    ebpf_object: Path | None = None  # default: the object built beside agent/ebpf's source
 
     @property
     def paths(self) -> HostPaths:

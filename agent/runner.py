@@ -16,7 +16,7 @@ from agent import calibrate
 from agent.applier import Applier, Drift
 from agent.bench.target import device_target
 from agent.client import ServiceClient
-from agent.collectors import CollectorSet, collectors_for
+from agent.collectors import CollectorSet, collectors_for, is_power_source
 from agent.collectors.diskstats import DiskStats
 from agent.config import AgentConfig
 from agent.contract import __version__
@@ -91,6 +91,7 @@ class Agent:
             max_bytes=config.spool_max_bytes,
         )
         self.collectors = CollectorSet(collectors_for(config))
+        self.power_sources = {c.name for c in self.collectors.collectors if is_power_source(c)}
         self.client = ServiceClient(state.server_url, state.node_token) if state else None
         self.view = AgentView()
         self.counters = Counters()
@@ -193,11 +194,18 @@ class Agent:
 
     def collect(self) -> None:
         results = self.collectors.collect(time.time())
-        power = [s for name, r in results.items() if name not in ("diskstats", "cpu") for s in r]
+        power = [s for name, r in results.items() if name in self.power_sources for s in r]
         disks: dict[str, DiskStats] | None = results.get("diskstats")
         if disks is None:
             return  # no window without diskstats; the next one spans the gap
-        current = Collection(time.time(), time.monotonic(), disks, results.get("cpu"), power)
+        current = Collection(
+            time.time(),
+            time.monotonic(),
+            disks,
+            results.get("cpu"),
+            power,
+            results.get("blklat"),
+        )
         node = None
         if self._last is not None:
             node, found = windows(self._last, current, self.device_names)

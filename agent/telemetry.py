@@ -6,9 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from agent.collectors.blklat import LatencySnapshot
 from agent.collectors.cpu import CpuStat
 from agent.collectors.diskstats import SECTOR, DiskStats
-from agent.contract.wire import PowerReading, PowerSource, TelemetryWindow
+from agent.contract import histograms
+from agent.contract.wire import (
+    IoOperation,
+    LatencySource,
+    OperationLatency,
+    PowerReading,
+    PowerSource,
+    TelemetryWindow,
+)
 from agent.power import PowerSample, WindowEnergy, primary, window_energy
 
 
@@ -19,6 +28,64 @@ class Collection:
     disks: dict[str, DiskStats]
     cpu: CpuStat | None = None
     power: list[PowerSample] = field(default_factory=list)
+    latency: LatencySnapshot | None = None
+
+
+def histogram_delta(before: dict[int, int], after: dict[int, int]) -> histograms.Sparse:
+    """Counts added between two cumulative histograms (all of `after` if the map entry was
+    re-created in between, which shows as a count going down)."""
+    if any(after.get(slot, 0) < count for slot, count in before.items()):
+        before = {}
+    return [(s, c - before.get(s, 0)) for s, c in sorted(after.items()) if c > before.get(s, 0)]
+
+
+def device_deltas(
+    device: str, before: LatencySnapshot, after: LatencySnapshot
+) -> dict[tuple[IoOperation, str, int], histograms.Sparse]:
+    """(operation, kind, request-size slot) -> the latency histogram added in between."""
+    found = {}
+    for key, counts in after.histograms.items():
+        name, op, kind, size = key
+        if name != device:
+            continue
+        delta = histogram_delta(before.histograms.get(key, {}), counts)
+        if delta:
+            found[(op, kind, size)] = delta
+    return found
+
+
+def operations_between(
+    device: str, before: LatencySnapshot, after: LatencySnapshot
+) -> list[OperationLatency]:
+    """Each operation's distributions over the window, for operations with completions."""
+    deltas = device_deltas(device, before, after)
+    found = []
+    for op in IoOperation:
+        by_size = {
+            size: h for (o, kind, size), h in deltas.items() if o is op and kind == "device_ns"
+        }
+        if not by_size:
+            continue
+        device_ns = histograms.merge(by_size.values())
+        queue_ns = histograms.merge(
+            h for (o, kind, _), h in deltas.items() if o is op and kind == "queue_ns"
+        )
+        sizes = sorted((size, sum(c for _, c in h)) for size, h in by_size.items())
+        p = histograms.percentiles_us(device_ns)
+        found.append(
+            OperationLatency(
+                op=op,
+                count=sum(c for _, c in device_ns),
+                device_ns=device_ns,
+                queue_ns=queue_ns,
+                size_bytes=sizes,
+                p50_us=p["p50"],
+                p95_us=p["p95"],
+                p99_us=p["p99"],
+                p999_us=p["p999"],
+            )
+        )
+    return found
 
 
 @dataclass(frozen=True)
@@ -55,6 +122,7 @@ def device_window(
     end: datetime,
     seconds: float,
     node: NodeWindow,
+    latency: tuple[LatencySnapshot, LatencySnapshot] | None = None,
 ) -> TelemetryWindow | None:
     """None when the counters went backwards (the device was re-created in between)."""
     reads, writes = after.reads - before.reads, after.writes - before.writes
@@ -67,6 +135,14 @@ def device_window(
     ios = reads + writes
     total_bytes = (read_sectors + write_sectors) * SECTOR
     power = node.primary
+    if latency is not None and not latency[0].unavailable and not latency[1].unavailable:
+        source, note = LatencySource.EBPF, ""
+        operations = operations_between(device, *latency)
+    else:
+        source, operations = LatencySource.DISKSTATS, []
+        note = (
+            (latency[1].unavailable or latency[0].unavailable) if latency else "no eBPF collector"
+        )
     return TelemetryWindow(
         device=device,
         start=start,
@@ -97,6 +173,9 @@ def device_window(
             )
             for e in node.energies
         ],
+        latency_source=source,
+        latency_note=note[:500],
+        operations=operations,
     )
 
 
@@ -111,10 +190,18 @@ def windows(
     if seconds <= 0 or end <= start:
         return node, []
     found = []
+    latency = (before.latency, after.latency) if before.latency and after.latency else None
     for device in sorted(devices):
         if device in before.disks and device in after.disks:
             window = device_window(
-                device, before.disks[device], after.disks[device], start, end, seconds, node
+                device,
+                before.disks[device],
+                after.disks[device],
+                start,
+                end,
+                seconds,
+                node,
+                latency,
             )
             if window is not None:
                 found.append(window)

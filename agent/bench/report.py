@@ -28,7 +28,11 @@ def benchmark_observation(
 
 
 def canary_observations(
-    device_id: uuid.UUID, workload: WorkloadSpec, candidate: DeviceConfig, result: CanaryResult
+    device_id: uuid.UUID,
+    workload: WorkloadSpec,
+    candidate: DeviceConfig,
+    result: CanaryResult,
+    statistics: dict[str, float] | None = None,
 ) -> tuple[ObservationCreate, ObservationCreate | None]:
     """The canary (the candidate's medians, the verdict and every statistic) and its baseline
     rounds as a benchmark of the configuration the device ran: every canary measures that
@@ -48,7 +52,7 @@ def canary_observations(
         configuration=candidate,
         metrics={s.metric: s.candidate_median for s in result.per_metric},
         verdict=result.verdict,
-        statistics=result.statistics(),
+        statistics=statistics if statistics is not None else result.statistics(),
     )
     if result.baseline is None or not result.per_metric:
         return canary, None

@@ -235,7 +235,7 @@ def canary(
     device: Annotated[str, typer.Argument(help="e.g. nvme0n1")],
     state_dir: StateDir,
     workload: Annotated[
-        str | None, typer.Option(help="A named workload.")
+        str | None, typer.Option(help="A named workload (synthetic canary).")
     ] = "hs23-single-randread-4k-qd1",
     workload_file: Annotated[Path | None, typer.Option(help="A workload spec as JSON.")] = None,
     scheduler: Annotated[str | None, typer.Option(help="The candidate's scheduler.")] = None,
@@ -245,47 +245,71 @@ def canary(
     config_file: Annotated[
         Path | None, typer.Option(help="The candidate as a whole configuration (JSON).")
     ] = None,
-    rounds: Annotated[int, typer.Option(min=3, max=100, help="Samples per arm.")] = 8,
-    round_seconds: Annotated[float, typer.Option(min=0.1, max=600)] = 1.0,
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="live: the device's own traffic (eBPF, nothing written); synthetic: the"
+            " workload run on the device; auto: live where the device holds data."
+        ),
+    ] = "auto",
+    rounds: Annotated[
+        int, typer.Option(min=3, max=100, help="Samples per arm (live: interval pairs).")
+    ] = 8,
+    round_seconds: Annotated[
+        float, typer.Option(min=0.1, max=600, help="Seconds per sample (live: per interval).")
+    ] = 1.0,
     alpha: Annotated[float, typer.Option(min=0.001, max=0.5)] = 0.05,
+    guard_ratio: Annotated[
+        float, typer.Option(min=1.1, help="Live: end at once if a candidate p99 passes this x.")
+    ] = 3.0,
     report: Annotated[bool, typer.Option(help="Send the verdict to the service.")] = True,
     config: ConfigFile = None,
 ) -> None:
     """Candidate against the current configuration, interleaved; keep it only on pass.
 
     Exit status: 0 pass (candidate kept), 1 fail, 3 inconclusive (baseline restored)."""
-    from agent.bench.energy import EnergyMeter
-    from agent.canary import describe, run_canary
-    from agent.canary_runs import report_canary
-    from agent.power_sources import power_collectors
+    from agent.canary import describe
+    from agent.canary_runs import report_canary, run_any_canary
+    from agent.live_canary import LiveSettings
 
+    if mode not in ("auto", "synthetic", "live"):
+        raise typer.BadParameter("auto, synthetic or live", param_hint="--mode")
     cfg = load_config(config)
     directory = cfg.state_dir or state_dir
     spec = workload_option(workload, workload_file)
     candidate = candidate_option(config_file, scheduler, tunable, nr_requests, read_ahead_kb)
+    live = LiveSettings(
+        pairs=rounds, interval_s=max(round_seconds, 0.5), alpha=alpha, guard_ratio=guard_ratio
+    )
     try:
-        result = run_canary(
-            Applier(cfg.paths, directory),
+        run = run_any_canary(
+            cfg,
+            directory,
             device,
             spec,
             candidate,
-            workdir=directory / "bench",
+            mode=mode,  # type: ignore[arg-type]
             rounds=rounds,
             round_seconds=round_seconds,
             alpha=alpha,
-            meter=EnergyMeter(power_collectors(cfg)),
+            live=live,
         )
     except AgentError as error:
         raise fail(error) from error
+    result = run.result
     for row in describe(result):
         typer.echo(json.dumps(row))
+    for note in result.notes:
+        typer.echo(f"note: {note}")
+    kind = "live" if run.live is not None else "synthetic"
+    outcome = "candidate kept" if result.kept_candidate else "baseline restored"
     typer.echo(
-        f"verdict: {result.verdict.value} after {result.rounds} rounds in {result.seconds:.1f} s;"
-        f" {'candidate kept' if result.kept_candidate else 'baseline restored'}"
+        f"verdict: {result.verdict.value} ({kind}) after {result.rounds} rounds in"
+        f" {result.seconds:.1f} s; {outcome}"
     )
     if report:
         try:
-            typer.echo(report_canary(directory, device, spec, candidate, result))
+            typer.echo(report_canary(directory, device, candidate, run))
         except AgentError as error:
             typer.secho(
                 f"verdict not sent to the service: {error}", err=True, fg=typer.colors.YELLOW

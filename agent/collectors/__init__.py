@@ -55,8 +55,9 @@ class CollectorSet:
         return results
 
 
-# the modules whose collectors register themselves, in the order they collect
-BUILTIN = ("diskstats", "cpu", "rapl", "hwmon", "ipmi", "redfish", "meter")
+# the modules whose collectors register themselves, in the order they collect (blklat right
+# after diskstats: their counts of one window are compared)
+BUILTIN = ("diskstats", "blklat", "cpu", "rapl", "hwmon", "ipmi", "redfish", "meter")
 
 
 @dataclass(frozen=True)
@@ -110,3 +111,8 @@ def collectors_for(config: AgentConfig, *, power_only: bool = False) -> list[Col
         if collector is not None:
             found.append(collector)
     return found
+
+
+def is_power_source(collector: Collector) -> bool:
+    registration = REGISTRY.get(collector.name)
+    return registration is not None and registration.power

@@ -19,7 +19,9 @@ from pydantic import (
     model_validator,
 )
 
+from agent.contract import histograms
 from agent.contract.base import (
+    INT64_MAX,
     MAX_DEVICES_PER_NODE,
     MAX_WINDOW_SPAN,
     MAX_WINDOWS_PER_BATCH,
@@ -173,6 +175,61 @@ class PowerReading(WireModel):
     energy_joules: NonNegativeFloat
 
 
+class IoOperation(StrEnum):
+    READ = "read"
+    WRITE = "write"
+    FLUSH = "flush"
+    DISCARD = "discard"
+    OTHER = "other"
+
+
+class LatencySource(StrEnum):
+    EBPF = "ebpf"  # per-I/O, from the block tracepoints: distributions and percentiles
+    DISKSTATS = "diskstats"  # /proc/diskstats: means only, never a percentile
+
+
+# (slot, count) pairs of a histogram in agent.contract.histograms' slot schemes
+Histogram = Annotated[
+    list[tuple[NonNegativeInt, Annotated[int, Field(gt=0, le=INT64_MAX)]]],
+    Field(max_length=histograms.LATENCY_SLOTS),
+]
+# how far an operation's eBPF count may be from diskstats' for the same window: the two are
+# read a few milliseconds apart in one collection
+COUNT_SLACK = (64, 0.05)
+
+
+class OperationLatency(WireModel):
+    """One operation's requests completed in the window: device time (issue to completion),
+    queue time (insert to issue) where requests passed through a scheduler's queue, and request
+    sizes; the percentiles are the device time's."""
+
+    op: IoOperation
+    count: Counter
+    device_ns: Histogram
+    queue_ns: Histogram = Field(default_factory=list)
+    size_bytes: Histogram
+    p50_us: NonNegativeFloat
+    p95_us: NonNegativeFloat
+    p99_us: NonNegativeFloat
+    p999_us: NonNegativeFloat
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if histograms.check(self.device_ns, histograms.LATENCY_SLOTS) != self.count:
+            raise ValueError(f"{self.op}: device_ns counts do not add up to count")
+        if histograms.check(self.size_bytes, histograms.SIZE_SLOTS) != self.count:
+            raise ValueError(f"{self.op}: size_bytes counts do not add up to count")
+        histograms.check(self.queue_ns, histograms.LATENCY_SLOTS)
+        given = [self.p50_us, self.p95_us, self.p99_us, self.p999_us]
+        if given != sorted(given):
+            raise ValueError(f"{self.op}: percentiles must not decrease (p50 <= … <= p99.9)")
+        computed = histograms.percentiles_us(self.device_ns)
+        for name, value in zip(histograms.PERCENTILES, given, strict=True):
+            if abs(computed.get(name, 0.0) - value) > 1e-6 * max(1.0, value):
+                raise ValueError(f"{self.op}: {name}_us is not the histogram's")
+        return self
+
+
 class TelemetryWindow(WireModel):
     """One device over one interval, from /proc/diskstats deltas, /proc/stat and the node's
     power sources. power_* is the reading that speaks for the node (the widest scope);
@@ -198,9 +255,13 @@ class TelemetryWindow(WireModel):
     power_scope: PowerScope | None = None
     power_source: PowerSource | None = None
     power_readings: list[PowerReading] = Field(default_factory=list, max_length=32)
+    latency_source: LatencySource = LatencySource.DISKSTATS
+    latency_note: Annotated[str, Field(max_length=500)] = ""  # why there is no eBPF
+    operations: list[OperationLatency] = Field(default_factory=list, max_length=5)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
+        self._distributions_consistent()
         span = self.end - self.start
         if span <= timedelta(0):
             raise ValueError("end must be after start")
@@ -212,6 +273,28 @@ class TelemetryWindow(WireModel):
         if not has_power and self.power_scope is not None:
             raise ValueError("power_scope given without a power reading")
         return self
+
+    def _distributions_consistent(self) -> None:
+        if self.latency_source is LatencySource.DISKSTATS:
+            if self.operations:
+                raise ValueError("a diskstats window carries means only, no distributions")
+            return
+        ops = [o.op for o in self.operations]
+        if len(set(ops)) != len(ops):
+            raise ValueError("one entry per operation")
+        fixed, share = COUNT_SLACK
+        for op, ios in ((IoOperation.READ, self.read_ios), (IoOperation.WRITE, self.write_ios)):
+            count = next((o.count for o in self.operations if o.op is op), 0)
+            if abs(count - ios) > max(fixed, share * ios):
+                raise ValueError(f"{op} latency counts {count} I/Os where diskstats counts {ios}")
+
+    def p99_us(self) -> float | None:
+        """The device-time p99 over reads and writes, from the merged histograms."""
+        merged = histograms.merge(
+            o.device_ns for o in self.operations if o.op in (IoOperation.READ, IoOperation.WRITE)
+        )
+        value = histograms.quantile(merged, 0.99)
+        return value / 1000 if value is not None else None
 
 
 class TelemetryBatch(WireModel):
@@ -267,7 +350,7 @@ Metrics = Annotated[dict[str, float], AfterValidator(_metrics)]
 class ObservationCreate(WireModel):
     device_id: uuid.UUID
     kind: ObservationKind
-    tool: Literal["fio", "db_bench", "probe"]
+    tool: Literal["fio", "db_bench", "probe", "live"]
     workload: WorkloadSpec
     configuration: DeviceConfig
     metrics: Metrics

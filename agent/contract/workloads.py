@@ -88,7 +88,7 @@ class DbBenchSpec(WireModel):
 
 class WorkloadSpec(WireModel):
     name: Annotated[str, Field(min_length=1, max_length=128)]
-    tool: Literal["fio", "db_bench"] = "fio"
+    tool: Literal["fio", "db_bench", "live"] = "fio"  # live: a device's own traffic, described
     engine: IOEngine = IOEngine.IO_URING
     jobs: list[JobSpec] = Field(default_factory=list, max_length=16)
     db_bench: DbBenchSpec | None = None
@@ -97,8 +97,8 @@ class WorkloadSpec(WireModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if self.tool == "fio" and not self.jobs:
-            raise ValueError("a fio workload needs at least one job")
+        if self.tool in ("fio", "live") and not self.jobs:
+            raise ValueError(f"a {self.tool} workload needs at least one job")
         if self.tool == "db_bench" and (self.db_bench is None or self.jobs):
             raise ValueError("a db_bench workload has db_bench settings and no fio jobs")
         names = [job.name for job in self.jobs]

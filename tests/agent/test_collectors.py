@@ -282,8 +282,9 @@ class TestRegistry:
 
     def test_every_present_collector_in_order(self, fixture_host: Path) -> None:
         names = [c.name for c in collectors_for(self.config(fixture_host))]
-        # the fixture host has RAPL zones and an ACPI power meter, no IPMI device, no Redfish
-        assert names == ["diskstats", "cpu", "rapl", "hwmon"]
+        # the fixture host has RAPL zones and an ACPI power meter, no IPMI device, no Redfish;
+        # blklat is there, and says it cannot trace a fixture /sys
+        assert names == ["diskstats", "blklat", "cpu", "rapl", "hwmon"]
         power = [c.name for c in collectors_for(self.config(fixture_host), power_only=True)]
         assert power == ["rapl", "hwmon"]
 
@@ -291,7 +292,7 @@ class TestRegistry:
         config = self.config(
             fixture_host, disabled_collectors=["cpu"], power=PowerConfig(rapl=False, ipmi=False)
         )
-        assert [c.name for c in collectors_for(config)] == ["diskstats", "hwmon"]
+        assert [c.name for c in collectors_for(config)] == ["diskstats", "blklat", "hwmon"]
 
     def test_an_unknown_disabled_collector_is_a_clear_error(self, fixture_host: Path) -> None:
         config = self.config(fixture_host, disabled_collectors=["diskstat"])

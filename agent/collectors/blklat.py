@@ -1,0 +1,154 @@
+"""Per-I/O block latency from eBPF (agent/ebpf/blklat.bpf.c): per device, operation and request
+size class, cumulative histograms of device time and queue time, read from the BPF map at each
+collection. Where eBPF cannot run — no privilege, no BTF, no libbpf, a locked-down kernel,
+a fixture /sys — the collector says why, and the windows carry diskstats means only."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.collectors import register
+from agent.config import AgentConfig
+from agent.contract.histograms import LATENCY_SLOTS
+from agent.contract.wire import IoOperation
+from agent.ebpf.loader import BpfObject, BpfUnavailable
+from agent.effects import Effects
+from agent.host import HostPaths
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OBJECT = Path(__file__).resolve().parent.parent / "ebpf" / "blklat.bpf.o"
+OPERATIONS = (
+    IoOperation.READ,
+    IoOperation.WRITE,
+    IoOperation.FLUSH,
+    IoOperation.DISCARD,
+    IoOperation.OTHER,
+)
+KINDS = {0: "device_ns", 1: "queue_ns", 2: "total_ns"}  # the BPF program's kinds
+
+
+class HistKey(ctypes.Structure):
+    _fields_ = [
+        ("dev", ctypes.c_uint32),
+        ("op", ctypes.c_uint8),
+        ("kind", ctypes.c_uint8),
+        ("size", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8),
+    ]
+
+
+class Hist(ctypes.Structure):
+    _fields_ = [
+        ("slots", ctypes.c_uint64 * LATENCY_SLOTS),
+        ("count", ctypes.c_uint64),
+        ("sum", ctypes.c_uint64),
+    ]
+
+
+# (device, operation, kind, request-size slot) -> cumulative latency slot counts
+Cumulative = dict[tuple[str, IoOperation, str, int], dict[int, int]]
+
+
+@dataclass(frozen=True)
+class LatencySnapshot:
+    """What the collector saw at one collection: cumulative histograms, or why there are none."""
+
+    histograms: Cumulative = field(default_factory=dict)
+    unavailable: str = ""
+
+
+def ensure_tracefs(paths: HostPaths, effects: Effects) -> str:
+    """Mount tracefs where it belongs if it is missing (tools that read tracepoints by name need
+    it); an empty string, or what went wrong."""
+    tracing = paths.sys / "kernel" / "tracing"
+    if not tracing.is_dir() or os.path.ismount(tracing):
+        return ""
+    result = effects.run("mount", "-t", "tracefs", "nodev", str(tracing))
+    return "" if result.returncode == 0 else f"cannot mount tracefs: {result.stderr.strip()}"
+
+
+def device_numbers(paths: HostPaths) -> dict[int, str]:
+    """MKDEV(major, minor) -> the kernel's name, from /sys/block/*/dev."""
+    found = {}
+    block = paths.sys / "block"
+    for entry in block.iterdir() if block.is_dir() else ():
+        try:
+            major, minor = (entry / "dev").read_text().strip().split(":")
+        except (OSError, ValueError):
+            continue
+        found[(int(major) << 20) | int(minor)] = entry.name
+    return found
+
+
+class BlkLatCollector:
+    name = "blklat"
+
+    def __init__(
+        self, paths: HostPaths, object_path: Path = DEFAULT_OBJECT, effects: Effects | None = None
+    ) -> None:
+        self.paths = paths
+        self.unavailable = ""
+        self._bpf: BpfObject | None = None
+        self._names: dict[int, str] = {}
+        if paths.sys != Path("/sys"):
+            self.unavailable = f"eBPF traces this kernel, but the agent reads {paths.sys}"
+            return
+        if os.geteuid() != 0:
+            self.unavailable = "eBPF needs root (or CAP_BPF and CAP_PERFMON)"
+            return
+        if not (paths.sys / "kernel" / "btf" / "vmlinux").exists():
+            self.unavailable = "the kernel has no BTF (/sys/kernel/btf/vmlinux)"
+            return
+        mounted = ensure_tracefs(paths, effects or Effects())
+        if mounted:
+            log.warning("%s", mounted)
+        try:
+            self._bpf = BpfObject(object_path)
+            self._fd = self._bpf.map_fd("hists")
+        except BpfUnavailable as error:
+            self.unavailable = str(error)
+            self._bpf = None
+        if self.unavailable:
+            log.warning("per-I/O latency unavailable: %s", self.unavailable)
+
+    @property
+    def available(self) -> bool:
+        return self._bpf is not None
+
+    def collect(self, now: float) -> LatencySnapshot:
+        if self._bpf is None:
+            return LatencySnapshot(unavailable=self.unavailable)
+        found: Cumulative = {}
+        for key, value in self._bpf.items(self._fd, HistKey, Hist):
+            assert isinstance(key, HistKey)
+            assert isinstance(value, Hist)
+            name = self._names.get(key.dev)
+            if name is None:
+                self._names = device_numbers(self.paths)
+                name = self._names.get(key.dev)
+                if name is None:
+                    continue  # a device that went away
+            slots = value.slots
+            if key.kind not in KINDS:
+                continue
+            found[(name, OPERATIONS[min(key.op, 4)], KINDS[key.kind], key.size)] = {
+                slot: count for slot, count in enumerate(slots) if count
+            }
+        return LatencySnapshot(found)
+
+    def close(self) -> None:
+        if self._bpf is not None:
+            self._bpf.close()
+            self._bpf = None
+
+
+@register("blklat")
+def _from_config(config: AgentConfig) -> BlkLatCollector | None:
+    if not config.ebpf:
+        return None
+    return BlkLatCollector(config.paths, config.ebpf_object or DEFAULT_OBJECT)

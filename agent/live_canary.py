@@ -1,0 +1,370 @@
+"""The live canary: baseline (A) and candidate (B) judged on the device's own traffic, for devices
+that hold data, where no benchmark may write and a synthetic load would compete with the real one.
+
+The configurations alternate in short intervals, in pairs whose order is drawn at random
+(A B, B A, …: balanced, and not in step with any periodic load), every switch through the
+applier and its journal; nothing is written to the device. Each interval's eBPF histograms are
+its sample. Like is compared with like: the traffic is split into strata (operation x request
+size class), and each interval's p50 and p99 are those of the pair's pooled mix — both intervals
+of a pair re-weighted to the same shares — so a change of the mix is not read as an effect.
+A pair whose two mixes still differ beyond a bound (total variation distance), or that lacks a
+stratum the other has, is set aside and another pair run instead (up to a limit); the result
+says how many and why. The judge is the synthetic canary's: Mann-Whitney and Hodges-Lehmann on
+the interval p50s and p99s, with non-inferiority tolerances. Throughput is not judged: on live
+traffic it is the demand's, not the configuration's.
+
+A hard guard: a candidate interval whose p99 passes a limit (a multiple of the baseline's, or an
+absolute one) ends the canary at once — checked several times per interval — and the baseline is
+restored.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from agent.applier import Applier
+from agent.canary import CanaryResult, MetricRule, MetricStatistics, evaluate
+from agent.collectors.blklat import BlkLatCollector, LatencySnapshot
+from agent.contract import histograms
+from agent.contract.tunables import DeviceConfig
+from agent.contract.wire import CanaryVerdict, IoOperation
+from agent.contract.workloads import IOPattern, JobSpec, WorkloadSpec
+from agent.errors import AgentError, ChangeFailed
+from agent.telemetry import device_deltas
+
+log = logging.getLogger(__name__)
+
+LIVE_RULES = (
+    MetricRule("lat_p50_us", higher_is_better=False, tolerance=0.05),
+    MetricRule("lat_p99_us", higher_is_better=False, tolerance=0.10),
+)
+JUDGED = (IoOperation.READ, IoOperation.WRITE)
+
+Stratum = tuple[IoOperation, int]  # operation, request-size slot (log2 bytes)
+
+
+class LiveCanaryUnavailable(AgentError):
+    """The live canary cannot run here (no eBPF, or no traffic to judge)."""
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    interval_s: float = 2.0
+    settle_s: float = 0.25  # after a switch: requests queued under the old configuration drain
+    pairs: int = 8
+    extra_pairs: int = 4  # at most this many pairs run in place of those set aside
+    mix_bound: float = 0.15  # total variation distance between a pair's two mixes
+    min_ios: int = 200  # an interval with fewer completions says nothing
+    min_share: float = 0.02  # strata below this share of a pair are not required in both
+    guard_ratio: float = 3.0  # candidate p99 over the baseline's reference p99
+    guard_p99_us: float | None = None  # or an absolute limit
+    guard_checks: int = 4  # guard checks per candidate interval
+    rules: tuple[MetricRule, ...] = LIVE_RULES
+    alpha: float = 0.05
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Interval:
+    arm: str
+    strata: dict[Stratum, histograms.Sparse]  # block-layer latency histograms by stratum
+    ios: int
+    seconds: float
+
+    def mix(self) -> dict[Stratum, float]:
+        counts = {s: sum(c for _, c in h) for s, h in self.strata.items()}
+        total = sum(counts.values()) or 1
+        return {s: c / total for s, c in counts.items()}
+
+    def quantile_us(self, q: float, weights: Mapping[Stratum, float] | None = None) -> float:
+        shares = weights if weights is not None else self.mix()
+        value = histograms.weighted_quantile(
+            {s: (shares.get(s, 0.0), h) for s, h in self.strata.items()}, q
+        )
+        return (value or 0.0) / 1000
+
+
+@dataclass
+class LiveReport:
+    """What the live canary saw beyond the verdict's statistics."""
+
+    pairs_used: int = 0
+    pairs_set_aside: int = 0
+    reasons: list[str] = field(default_factory=list)
+    guard_tripped: str = ""
+    traffic_seconds: float = 0.0
+    ios: dict[str, int] = field(default_factory=lambda: {"A": 0, "B": 0})
+    mix: dict[str, float] = field(default_factory=dict)  # pooled, "read/4096" -> share
+
+
+def strata_between(device: str, before: LatencySnapshot, after: LatencySnapshot) -> Interval:
+    """The interval's block-layer latency histograms (insert or issue to completion: a
+    scheduler's queueing counts) by stratum: reads and writes by size class."""
+    strata = {
+        (op, size): hist
+        for (op, kind, size), hist in device_deltas(device, before, after).items()
+        if kind == "total_ns" and op in JUDGED
+    }
+    ios = sum(c for hist in strata.values() for _, c in hist)
+    return Interval("", strata, ios, 0.0)
+
+
+def total_variation(a: Mapping[Stratum, float], b: Mapping[Stratum, float]) -> float:
+    return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
+
+
+def pair_order(pairs: int, rng: random.Random) -> list[tuple[str, str]]:
+    """Balanced and randomised: as many A-first as B-first pairs, in a shuffled order."""
+    orders = [("A", "B"), ("B", "A")] * (pairs // 2) + ([("A", "B")] if pairs % 2 else [])
+    rng.shuffle(orders)
+    return orders
+
+
+def judge_pair(
+    first: Interval, second: Interval, settings: LiveSettings
+) -> tuple[dict[str, dict[str, float]] | None, str]:
+    """Each arm's p50 and p99 under the pair's pooled mix, or None and why the pair is set
+    aside."""
+    for interval in (first, second):
+        if interval.ios < settings.min_ios:
+            return None, f"too little traffic ({interval.ios} I/Os in an interval)"
+    a, b = first.mix(), second.mix()
+    distance = total_variation(a, b)
+    if distance > settings.mix_bound:
+        return None, f"traffic mix shifted (total variation {distance:.2f} > {settings.mix_bound})"
+    pooled = {k: (a.get(k, 0.0) + b.get(k, 0.0)) / 2 for k in set(a) | set(b)}
+    for stratum, share in pooled.items():
+        if share >= settings.min_share and (stratum not in a or stratum not in b):
+            op, slot = stratum
+            return None, f"{op.value} {1 << slot} B requests in one interval only"
+    weights = {k: v for k, v in pooled.items() if v >= settings.min_share}
+    found = {}
+    for interval in (first, second):
+        found[interval.arm] = {
+            "lat_p50_us": interval.quantile_us(0.50, weights),
+            "lat_p99_us": interval.quantile_us(0.99, weights),
+        }
+    return found, ""
+
+
+def describe_workload(device: str, intervals: list[Interval]) -> WorkloadSpec:
+    """The observed traffic in the workload language (tool "live"), so the model can learn
+    from the verdict like from any canary: read share and request sizes from the histograms."""
+    reads = writes = 0
+    sizes: dict[int, int] = {}
+    for interval in intervals:
+        for (op, slot), hist in interval.strata.items():
+            n = sum(c for _, c in hist)
+            if op is IoOperation.READ:
+                reads += n
+            else:
+                writes += n
+            size = max(512, (1 << slot) // 512 * 512)
+            sizes[size] = sizes.get(size, 0) + n
+    total = reads + writes or 1
+    top = sorted(sizes.items(), key=lambda item: -item[1])[:16] or [(4096, 1)]
+    weight = sum(n for _, n in top)
+    percents = {size: max(1, round(100 * n / weight)) for size, n in top}
+    while sum(percents.values()) > 100:  # rounding up the small ones: take it from the largest
+        largest = max(percents, key=lambda size: percents[size])
+        percents[largest] -= sum(percents.values()) - 100
+        percents = {size: p for size, p in percents.items() if p > 0}
+    largest = max(percents, key=lambda size: percents[size])
+    percents[largest] += 100 - sum(percents.values())
+    share = reads / total
+    pattern = (
+        IOPattern.RANDREAD
+        if share == 1.0
+        else IOPattern.RANDWRITE
+        if share == 0.0
+        else IOPattern.RANDRW
+    )
+    job = JobSpec(name="live", pattern=pattern, read_share=share, block_sizes=percents)
+    return WorkloadSpec(name=f"live-{device}"[:128], tool="live", jobs=[job])
+
+
+def run_live_canary(
+    applier: Applier,
+    device: str,
+    candidate: DeviceConfig,
+    collector: BlkLatCollector,
+    settings: LiveSettings = LiveSettings(),
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[CanaryResult, LiveReport, WorkloadSpec]:
+    """Baseline = the device's configuration now. The candidate is kept only on pass; the
+    device ends as it began otherwise, which is checked before returning."""
+    if not collector.available:
+        raise LiveCanaryUnavailable(f"the live canary needs eBPF: {collector.unavailable}")
+    with applier.device_lock(device):
+        return _run(applier, device, candidate, collector, settings, sleep)
+
+
+def _run(
+    applier: Applier,
+    device: str,
+    candidate: DeviceConfig,
+    collector: BlkLatCollector,
+    settings: LiveSettings,
+    sleep: Callable[[float], None],
+) -> tuple[CanaryResult, LiveReport, WorkloadSpec]:
+    started = time.monotonic()
+    rng = random.Random(settings.seed)  # noqa: S311 (an experiment's order, not a secret)
+    baseline_scheduler = applier.read(device, "scheduler")
+    baseline = applier.current(device) if applier.read(device, "io_poll") != "1" else None
+    report = LiveReport()
+    state = {"arm": "A"}
+
+    def use(arm: str) -> None:
+        if arm == state["arm"]:
+            return
+        if arm == "B":
+            applier.apply(device, candidate)
+        else:
+            applier.rollback(device)
+        state["arm"] = arm
+        sleep(settings.settle_s)
+
+    def measure(arm: str, guard_limit_us: float | None) -> Interval:
+        """One interval; for the candidate, the guard is checked as it runs."""
+        begin = collector.collect(time.time())
+        t0 = time.monotonic()
+        checks = settings.guard_checks if guard_limit_us is not None else 1
+        for _ in range(checks):
+            sleep(settings.interval_s / checks)
+            if guard_limit_us is None:
+                continue
+            partial = strata_between(device, begin, collector.collect(time.time()))
+            if partial.ios >= settings.min_ios // 2:
+                p99 = partial.quantile_us(0.99)
+                if p99 > guard_limit_us:
+                    report.guard_tripped = (
+                        f"guard: the candidate's p99 reached {p99:.0f} µs"
+                        f" (limit {guard_limit_us:.0f} µs) after {partial.ios} I/Os"
+                    )
+                    raise _GuardTripped
+        end = collector.collect(time.time())
+        interval = strata_between(device, begin, end)
+        seconds = time.monotonic() - t0
+        report.traffic_seconds += seconds
+        report.ios[arm] += interval.ios
+        return Interval(arm, interval.strata, interval.ios, seconds)
+
+    samples: dict[str, dict[str, list[float]]] = {"A": {}, "B": {}}
+    used: list[Interval] = []
+    verdict_notes: list[str] = []
+    try:
+        reference = measure("A", None)  # the baseline's level, for the guard
+        if reference.ios < settings.min_ios:
+            raise LiveCanaryUnavailable(
+                f"{device} had {reference.ios} I/Os in {settings.interval_s:g} s; the live"
+                f" canary needs at least {settings.min_ios} per interval"
+            )
+        limit = settings.guard_ratio * max(reference.quantile_us(0.99), 1.0)
+        if settings.guard_p99_us is not None:
+            limit = min(limit, settings.guard_p99_us)
+        orders = pair_order(settings.pairs, rng)
+        extra = 0
+        while orders:
+            order = orders.pop(0)
+            measured = {}
+            for arm in order:
+                use(arm)
+                measured[arm] = measure(arm, limit if arm == "B" else None)
+            values, why = judge_pair(measured[order[0]], measured[order[1]], settings)
+            if values is None:
+                report.pairs_set_aside += 1
+                report.reasons.append(why)
+                if extra < settings.extra_pairs:
+                    extra += 1
+                    orders.append(rng.choice([("A", "B"), ("B", "A")]))
+                continue
+            report.pairs_used += 1
+            used.extend(measured.values())
+            for arm, metrics in values.items():
+                for metric, value in metrics.items():
+                    samples[arm].setdefault(metric, []).append(value)
+    except _GuardTripped:
+        use("A")
+        _check_restored(applier, device, baseline_scheduler)
+        result = CanaryResult(
+            CanaryVerdict.FAIL,
+            [],
+            samples,
+            report.pairs_used,
+            settings.alpha,
+            seconds=time.monotonic() - started,
+            kept_candidate=False,
+            notes=[report.guard_tripped],
+            baseline=baseline,
+        )
+        return result, report, describe_workload(device, used)
+    except BaseException:
+        try:
+            use("A")
+        finally:
+            _check_restored(applier, device, baseline_scheduler)
+        raise
+    pooled: dict[str, float] = {}
+    for interval in used:
+        for (op, slot), share in interval.mix().items():
+            key = f"{op.value}/{1 << slot}"
+            pooled[key] = pooled.get(key, 0.0) + share / len(used)
+    report.mix = {k: round(v, 4) for k, v in sorted(pooled.items())}
+    if report.pairs_set_aside:
+        verdict_notes.append(
+            f"{report.pairs_set_aside} pair(s) set aside: " + "; ".join(sorted(set(report.reasons)))
+        )
+    if report.pairs_used < 3:
+        verdict, per_metric = CanaryVerdict.INCONCLUSIVE, list[MetricStatistics]()
+        verdict_notes.append(f"only {report.pairs_used} comparable pair(s): no verdict")
+    else:
+        verdict, per_metric = evaluate(samples, settings.rules, settings.alpha)
+    if verdict is CanaryVerdict.PASS:
+        use("B")
+    else:
+        use("A")
+        _check_restored(applier, device, baseline_scheduler)
+    result = CanaryResult(
+        verdict,
+        per_metric,
+        samples,
+        report.pairs_used,
+        settings.alpha,
+        seconds=time.monotonic() - started,
+        kept_candidate=verdict is CanaryVerdict.PASS,
+        notes=verdict_notes,
+        baseline=baseline,
+    )
+    return result, report, describe_workload(device, used)
+
+
+class _GuardTripped(Exception):
+    pass
+
+
+def _check_restored(applier: Applier, device: str, scheduler: str | None) -> None:
+    now = applier.read(device, "scheduler")
+    if now != scheduler:
+        raise ChangeFailed(
+            f"{device}: scheduler is {now!r} after the live canary, not {scheduler!r}",
+            restored=False,
+        )
+
+
+def live_statistics(report: LiveReport) -> dict[str, float]:
+    """What goes into the observation's statistics beside the judge's."""
+    found = {
+        "live.pairs_used": float(report.pairs_used),
+        "live.pairs_set_aside": float(report.pairs_set_aside),
+        "live.traffic_seconds": round(report.traffic_seconds, 3),
+        "live.ios_baseline": float(report.ios["A"]),
+        "live.ios_candidate": float(report.ios["B"]),
+        "live.guard_tripped": 1.0 if report.guard_tripped else 0.0,
+    }
+    return {k: v for k, v in found.items() if math.isfinite(v)}
