@@ -4,10 +4,14 @@ them. The scheduler reset goes through the agent's `Effects`, like every sysfs w
 
 from __future__ import annotations
 
+import hashlib
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from agent.effects import Effects
@@ -77,3 +81,140 @@ def lab_devices(specs: dict[str, tuple[Path, int]]) -> Iterator[dict[str, str]]:
     finally:
         for name, backing in attached.values():
             detach(name, backing)
+
+
+@dataclass
+class DataDevice:
+    """A lab device that holds data, as a user's would: ext4, mounted, with files on it."""
+
+    name: str
+    mountpoint: Path
+    data_file: Path  # what the workloads read and write
+    checksums: dict[Path, str]  # files no workload touches, and their SHA-256
+    fsck: str = ""  # `fsck -n` after unmounting: its output, when it found something
+
+    def unchanged(self) -> bool:
+        return all(_sha256(path) == digest for path, digest in self.checksums.items())
+
+
+def _run(*argv: str, timeout: float = 120) -> str:
+    result = subprocess.run(
+        list(argv), capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if result.returncode != 0:
+        raise LabError(f"{' '.join(argv)}: {result.stderr.strip() or result.stdout.strip()}")
+    return result.stdout
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@contextmanager
+def data_device(
+    backing: Path, size_bytes: int, mountpoint: Path, *, data_bytes: int = 256 << 20
+) -> Iterator[DataDevice]:
+    """A loop device holding ext4 (inode tables and journal initialised up front, so the
+    filesystem writes nothing by itself later), mounted noatime, with a data file for
+    workloads and a few small files whose checksums are kept. On exit: unmounted, checked
+    with `fsck -n` (the result is kept on the object), detached and deleted."""
+    release_stale(backing)
+    name = attach(backing, size_bytes)
+    mounted = False
+    device = DataDevice(name, mountpoint, mountpoint / "data", {})
+    try:
+        _run(
+            "mkfs.ext4",
+            "-q",
+            "-F",
+            "-L",
+            "blkpilot-lab",
+            "-E",
+            "lazy_itable_init=0,lazy_journal_init=0",
+            f"/dev/{name}",
+        )
+        mountpoint.mkdir(parents=True, exist_ok=True)
+        _run("mount", "-o", "noatime", f"/dev/{name}", str(mountpoint))
+        mounted = True
+        _run(
+            "fio",
+            "--name=fill",
+            f"--filename={device.data_file}",
+            f"--size={data_bytes}",
+            "--rw=write",
+            "--bs=1M",
+            "--direct=1",
+            "--output=/dev/null",
+        )
+        notes = mountpoint / "notes"
+        notes.mkdir()
+        for index in range(4):
+            path = notes / f"note-{index}.txt"
+            path.write_bytes(os.urandom(64 << 10))
+            device.checksums[path] = _sha256(path)
+        _run("sync")
+        yield device
+    finally:
+        if mounted:
+            for attempt in range(20):
+                result = subprocess.run(
+                    ["umount", str(mountpoint)], capture_output=True, text=True, check=False
+                )
+                if result.returncode == 0:
+                    break
+                time.sleep(0.25 * (attempt + 1))
+        check = subprocess.run(
+            ["fsck.ext4", "-n", "-f", f"/dev/{name}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check.returncode != 0:
+            device.fsck = (check.stdout + check.stderr).strip() or f"exit {check.returncode}"
+        detach(name, backing)
+
+
+def start_workload(
+    data_file: Path,
+    *,
+    rw: str = "randread",
+    block_size: str = "4k",
+    iodepth: int = 4,
+    jobs: int = 1,
+    engine: str = "io_uring",
+    seconds: float = 600,
+    rate_iops: int | None = None,
+) -> subprocess.Popen[str]:
+    """The "production" traffic: fio on a file in the filesystem, running until stopped."""
+    argv = [
+        "fio",
+        "--name=production",
+        f"--filename={data_file}",
+        f"--rw={rw}",
+        f"--bs={block_size}",
+        f"--iodepth={iodepth}",
+        f"--numjobs={jobs}",
+        f"--ioengine={engine}",
+        "--direct=1",
+        "--time_based",
+        f"--runtime={seconds:g}",
+        "--group_reporting",
+        "--output-format=json",
+        "--randrepeat=0",
+    ]
+    if rate_iops:
+        argv.append(f"--rate_iops={max(1, rate_iops // jobs)}")
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def stop_workload(process: subprocess.Popen[str]) -> str:
+    """Stops it (fio finishes cleanly on SIGINT) and returns its JSON report."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+    try:
+        out, _ = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, _ = process.communicate()
+    return out

@@ -20,8 +20,8 @@ def present_devices(session: Session) -> list[tuple[Device, str, Policy | None]]
         .outerjoin(Policy, Policy.device_id == Device.id)
         .where(Device.present.is_(True))
         .order_by(Node.hostname, Device.name)
-    ).tuples()
-    return list(rows)
+    )
+    return [(device, hostname, policy) for device, hostname, policy in rows]
 
 
 def device(session: Session, device_id: uuid.UUID) -> tuple[Device, Node, Policy | None] | None:

@@ -31,17 +31,17 @@ def devices_by_class_and_scheduler(session: Session) -> list[tuple[str, str | No
         .where(Device.present.is_(True))
         .group_by(Device.device_class, Device.current_scheduler)
     )
-    return list(session.execute(query).tuples())
+    return [(a, b, c) for a, b, c in session.execute(query)]
 
 
 def recommendations_by_status(session: Session) -> list[tuple[str, int]]:
     query = select(RecommendationRow.status, func.count()).group_by(RecommendationRow.status)
-    return list(session.execute(query).tuples())
+    return [(a, b) for a, b in session.execute(query)]
 
 
 def rollouts_by_status(session: Session) -> list[tuple[str, int]]:
     query = select(Rollout.status, func.count()).group_by(Rollout.status)
-    return list(session.execute(query).tuples())
+    return [(a, b) for a, b in session.execute(query)]
 
 
 def active_rollout_targets(session: Session) -> list[tuple[str, str, int]]:
@@ -52,13 +52,13 @@ def active_rollout_targets(session: Session) -> list[tuple[str, str, int]]:
         .where(Rollout.status.in_(ACTIVE_ROLLOUT))
         .group_by(Rollout.name, RolloutTarget.status)
     )
-    return list(session.execute(query).tuples())
+    return [(a, b, c) for a, b, c in session.execute(query)]
 
 
 def active_rollout_stages(session: Session) -> list[tuple[str, int]]:
     """Unfinished rollouts' current stage (0-based)."""
     query = select(Rollout.name, Rollout.stage).where(Rollout.status.in_(ACTIVE_ROLLOUT))
-    return list(session.execute(query).tuples())
+    return [(a, b) for a, b in session.execute(query)]
 
 
 def canary_verdicts(session: Session) -> list[tuple[str | None, int]]:
@@ -67,7 +67,7 @@ def canary_verdicts(session: Session) -> list[tuple[str | None, int]]:
         .where(Observation.kind == "canary")
         .group_by(Observation.verdict)
     )
-    return list(session.execute(query).tuples())
+    return [(a, b) for a, b in session.execute(query)]
 
 
 def policy_changes(session: Session) -> list[tuple[str, int]]:
@@ -76,4 +76,4 @@ def policy_changes(session: Session) -> list[tuple[str, int]]:
         .where(AuditEvent.action.in_(POLICY_ACTIONS))
         .group_by(AuditEvent.action)
     )
-    return list(session.execute(query).tuples())
+    return [(a, b) for a, b in session.execute(query)]

@@ -103,7 +103,7 @@ def flush(session: Session) -> None:
 
 def counts_by_status(session: Session) -> dict[str, int]:
     query = select(RecommendationRow.status, func.count()).group_by(RecommendationRow.status)
-    return {status: count for status, count in session.execute(query).tuples()}
+    return {status: count for status, count in session.execute(query)}
 
 
 # --- model versions ---------------------------------------------------------------------------
@@ -180,7 +180,8 @@ def observations_with_devices(
         query = query.where(Observation.finished_at >= since)
     if until is not None:
         query = query.where(Observation.finished_at < until)
-    yield from session.execute(query.order_by(Observation.finished_at)).tuples()
+    rows = session.execute(query.order_by(Observation.finished_at))
+    yield from ((observation_row, device_row) for observation_row, device_row in rows)
 
 
 def present_devices_with_policies(session: Session) -> list[tuple[Device, Policy | None]]:
