@@ -72,7 +72,7 @@ def run_any_canary(
     if live_for(cfg, device, mode):
         collector = BlkLatCollector(cfg.paths, cfg.ebpf_object or DEFAULT_OBJECT)
         try:
-            settings = live or LiveSettings(pairs=rounds, interval_s=round_seconds, alpha=alpha)
+            settings = live or LiveSettings(alpha=alpha)
             result, report, traffic = run_live_canary(
                 applier, device, candidate, collector, settings
             )

@@ -252,12 +252,14 @@ def canary(
             " workload run on the device; auto: live where the device holds data."
         ),
     ] = "auto",
-    rounds: Annotated[
-        int, typer.Option(min=3, max=100, help="Samples per arm (live: interval pairs).")
-    ] = 8,
+    rounds: Annotated[int, typer.Option(min=3, max=100, help="Synthetic: samples per arm.")] = 8,
     round_seconds: Annotated[
-        float, typer.Option(min=0.1, max=600, help="Seconds per sample (live: per interval).")
+        float, typer.Option(min=0.1, max=600, help="Synthetic: seconds per sample.")
     ] = 1.0,
+    pairs: Annotated[int, typer.Option(min=3, max=1000, help="Live: interval pairs.")] = 40,
+    interval: Annotated[
+        float, typer.Option(min=0.05, max=60, help="Live: shortest interval, seconds.")
+    ] = 0.25,
     alpha: Annotated[float, typer.Option(min=0.001, max=0.5)] = 0.05,
     guard_ratio: Annotated[
         float, typer.Option(min=1.1, help="Live: end at once if a candidate p99 passes this x.")
@@ -278,9 +280,7 @@ def canary(
     directory = cfg.state_dir or state_dir
     spec = workload_option(workload, workload_file)
     candidate = candidate_option(config_file, scheduler, tunable, nr_requests, read_ahead_kb)
-    live = LiveSettings(
-        pairs=rounds, interval_s=max(round_seconds, 0.5), alpha=alpha, guard_ratio=guard_ratio
-    )
+    live = LiveSettings(pairs=pairs, interval_s=interval, alpha=alpha, guard_ratio=guard_ratio)
     try:
         run = run_any_canary(
             cfg,

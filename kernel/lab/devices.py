@@ -92,6 +92,7 @@ class DataDevice:
     data_file: Path  # what the workloads read and write
     checksums: dict[Path, str]  # files no workload touches, and their SHA-256
     fsck: str = ""  # `fsck -n` after unmounting: its output, when it found something
+    files_intact: bool | None = None  # the checksummed files, checked before unmounting
 
     def unchanged(self) -> bool:
         return all(_sha256(path) == digest for path, digest in self.checksums.items())
@@ -156,6 +157,7 @@ def data_device(
         yield device
     finally:
         if mounted:
+            device.files_intact = device.unchanged()
             for attempt in range(20):
                 result = subprocess.run(
                     ["umount", str(mountpoint)], capture_output=True, text=True, check=False
@@ -185,8 +187,10 @@ def start_workload(
     engine: str = "io_uring",
     seconds: float = 600,
     rate_iops: int | None = None,
+    device: str | None = None,
 ) -> subprocess.Popen[str]:
-    """The "production" traffic: fio on a file in the filesystem, running until stopped."""
+    """The "production" traffic: fio on a file in the filesystem, running until stopped. With
+    `device`, returns once the traffic reaches it."""
     argv = [
         "fio",
         "--name=production",
@@ -205,7 +209,22 @@ def start_workload(
     ]
     if rate_iops:
         argv.append(f"--rate_iops={max(1, rate_iops // jobs)}")
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if device is not None:
+        stat = Path(f"/sys/block/{device}/stat")
+        first = _completed(stat)
+        deadline = time.monotonic() + 20
+        while _completed(stat) < first + 1000:
+            if process.poll() is not None or time.monotonic() > deadline:
+                stop_workload(process)
+                raise LabError(f"no traffic reached {device} from fio on {data_file}")
+            time.sleep(0.05)
+    return process
+
+
+def _completed(stat: Path) -> int:
+    fields = stat.read_text().split()
+    return int(fields[0]) + int(fields[4])  # reads and writes completed
 
 
 def stop_workload(process: subprocess.Popen[str]) -> str:

@@ -1,0 +1,213 @@
+"""The live canary on a device that holds data: a loop device with ext4 and files on it,
+mounted, with fio reading a file in it as the "production" traffic. A/A passes; bfq, which
+costs this tmpfs-backed device dearly, fails and the baseline is restored; a change of the
+traffic mix mid-canary makes no verdict of its own; the guard ends a bad candidate at once;
+nothing but the workload reaches the device, and the filesystem checks clean afterwards."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.applier import Applier
+from agent.collectors.blklat import BlkLatCollector
+from agent.collectors.diskstats import DiskstatsCollector
+from agent.contract.histograms import latency_slot
+from agent.contract.tunables import DeviceConfig, Scheduler
+from agent.contract.wire import CanaryVerdict, IoOperation
+from agent.host import HostPaths
+from agent.live_canary import (
+    Interval,
+    LiveCanaryUnavailable,
+    LiveSettings,
+    judge_pair,
+    pair_order,
+    run_live_canary,
+)
+from kernel.lab.devices import TMPFS, DataDevice, data_device, start_workload, stop_workload
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def device(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DataDevice]:
+    mount = tmp_path_factory.mktemp("live")
+    with data_device(TMPFS / f"blkpilot-test-live-{id(mount)}.img", 512 << 20, mount) as dev:
+        yield dev
+    assert dev.fsck == "", f"fsck -n found: {dev.fsck}"
+    assert dev.files_intact
+
+
+@pytest.fixture(scope="module")
+def collector() -> Iterator[BlkLatCollector]:
+    found = BlkLatCollector(HostPaths())
+    assert found.available, found.unavailable
+    yield found
+    found.close()
+
+
+@pytest.fixture
+def applier(tmp_path: Path, device: DataDevice) -> Iterator[Applier]:
+    found = Applier(HostPaths(), tmp_path / "state")
+    yield found
+    assert found.read(device.name, "scheduler") == "none"
+
+
+def writes(name: str) -> int:
+    return DiskstatsCollector(HostPaths()).collect(0)[name].writes
+
+
+SETTINGS = LiveSettings(seed=7)  # 40 pairs of 0.25 s intervals
+
+
+def test_a_a_passes_and_writes_nothing(
+    device: DataDevice, collector: BlkLatCollector, applier: Applier
+) -> None:
+    workload = start_workload(
+        device.data_file, rw="randread", iodepth=1, engine="psync", device=device.name
+    )
+    try:
+        written = writes(device.name)
+        result, report, traffic = run_live_canary(
+            applier, device.name, DeviceConfig(scheduler=Scheduler.NONE), collector, SETTINGS
+        )
+        assert writes(device.name) == written  # a read workload, and the canary wrote nothing
+    finally:
+        stop_workload(workload)
+    assert result.verdict is CanaryVerdict.PASS, (result.per_metric, report)
+    assert report.pairs_used >= SETTINGS.pairs
+    assert report.ios["A"] > 1000 and report.ios["B"] > 1000
+    assert traffic.tool == "live" and traffic.jobs[0].read_share == 1.0
+    assert traffic.jobs[0].block_sizes == {4096: 100}
+
+
+def test_bfq_fails_and_the_baseline_is_restored(
+    device: DataDevice, collector: BlkLatCollector, applier: Applier
+) -> None:
+    workload = start_workload(
+        device.data_file, rw="randread", iodepth=1, engine="psync", device=device.name
+    )
+    try:
+        result, report, _ = run_live_canary(
+            applier, device.name, DeviceConfig(scheduler=Scheduler.BFQ), collector, SETTINGS
+        )
+    finally:
+        stop_workload(workload)
+    assert result.verdict is CanaryVerdict.FAIL, (result.per_metric, report)
+    assert not result.kept_candidate
+    assert applier.read(device.name, "scheduler") == "none"
+
+
+def test_the_guard_ends_a_bad_candidate_at_once(
+    device: DataDevice, collector: BlkLatCollector, applier: Applier
+) -> None:
+    """bfq idling 100 ms on each of four readers in turn: every other reader waits."""
+    bad = DeviceConfig(
+        scheduler=Scheduler.BFQ,
+        scheduler_tunables={"slice_idle_us": 100_000, "low_latency": 0, "strict_guarantees": 1},
+    )
+    workload = start_workload(
+        device.data_file, iodepth=1, engine="psync", jobs=4, device=device.name
+    )
+    try:
+        result, report, _ = run_live_canary(applier, device.name, bad, collector, SETTINGS)
+    finally:
+        stop_workload(workload)
+    assert result.verdict is CanaryVerdict.FAIL
+    assert report.guard_tripped.startswith("guard: the candidate's p99 reached")
+    assert result.seconds < SETTINGS.pairs * 2 * SETTINGS.interval_s / 2  # ended early
+    assert applier.read(device.name, "scheduler") == "none"
+
+
+def test_a_mix_change_mid_canary_makes_no_verdict_of_its_own(
+    device: DataDevice, collector: BlkLatCollector, applier: Applier
+) -> None:
+    """A/A while the traffic changes from 4 KiB to 64 KiB reads half-way: not a fail; the
+    canary saw both mixes and set aside the pair the change fell in, or re-weighted it."""
+    first = start_workload(device.data_file, rw="randread", iodepth=4, device=device.name)
+    running = {"now": first}
+
+    def change() -> None:
+        stop_workload(first)
+        running["now"] = start_workload(
+            device.data_file, rw="randread", block_size="64k", device=device.name
+        )
+
+    timer = threading.Timer(SETTINGS.pairs * SETTINGS.interval_s * 1.2, change)
+    timer.start()
+    try:
+        result, report, _ = run_live_canary(
+            applier, device.name, DeviceConfig(scheduler=Scheduler.NONE), collector, SETTINGS
+        )
+    finally:
+        timer.cancel()
+        timer.join()
+        stop_workload(running["now"])
+        stop_workload(first)
+    assert result.verdict is not CanaryVerdict.FAIL, (result.per_metric, report)
+    assert {"read/4096", "read/65536"} <= set(report.mix), report.mix
+
+
+def test_no_traffic_no_canary(
+    device: DataDevice, collector: BlkLatCollector, applier: Applier
+) -> None:
+    with pytest.raises(LiveCanaryUnavailable, match="needs at least"):
+        run_live_canary(
+            applier,
+            device.name,
+            DeviceConfig(scheduler=Scheduler.BFQ),
+            collector,
+            LiveSettings(interval_s=0.5),
+        )
+
+
+# --- the judge on plain data ------------------------------------------------------------------
+
+
+def hist(center_ns: int, n: int) -> list[tuple[int, int]]:
+    return [
+        (latency_slot(center_ns * 0.9), n // 4),
+        (latency_slot(center_ns), n // 2),
+        (latency_slot(center_ns * 1.1), n // 4),
+    ]
+
+
+def interval(arm: str, small: int, large: int) -> Interval:
+    """Small 4 KiB reads at 20 us and large 64 KiB reads at 200 us, in some proportion."""
+    strata = {}
+    if small:
+        strata[(IoOperation.READ, 12)] = hist(20_000, small)
+    if large:
+        strata[(IoOperation.READ, 16)] = hist(200_000, large)
+    return Interval(arm, strata, small + large, 1.0)
+
+
+def test_a_pair_is_compared_under_one_mix() -> None:
+    """The same latencies per stratum, a different mix: re-weighted, no difference — where the
+    plain percentiles would show a large one."""
+    a, b = interval("A", 8000, 2000), interval("B", 7000, 3000)
+    assert b.quantile_us(0.75) > 1.5 * a.quantile_us(0.75)  # unweighted: looks like an effect
+    values, why = judge_pair(a, b, LiveSettings())
+    assert why == ""
+    assert values is not None
+    assert values["A"] == pytest.approx(values["B"], rel=1e-9)
+
+
+def test_a_pair_whose_mix_shifted_is_set_aside() -> None:
+    values, why = judge_pair(interval("A", 9000, 1000), interval("B", 2000, 8000), LiveSettings())
+    assert values is None
+    assert why.startswith("traffic mix shifted")
+    values, why = judge_pair(interval("A", 9000, 1000), interval("B", 10000, 0), LiveSettings())
+    assert values is None
+    assert "in one interval only" in why
+
+
+def test_pairs_are_balanced_and_shuffled() -> None:
+    import random
+
+    orders = pair_order(12, random.Random(1))
+    assert orders.count(("A", "B")) == orders.count(("B", "A")) == 6
+    assert orders != pair_order(12, random.Random(2))
