@@ -152,6 +152,12 @@ class TelemetryWindowRow(Base):
     power_scope: Mapped[str | None] = mapped_column(String(16))
     power_source: Mapped[str | None] = mapped_column(String(16))
     power_readings: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
+    latency_source: Mapped[str] = mapped_column(String(16), server_default="diskstats")
+    latency_note: Mapped[str] = mapped_column(Text, server_default="")
+    operations: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
+    p50_us: Mapped[float | None] = mapped_column(Double)
+    p99_us: Mapped[float | None] = mapped_column(Double)
+    p999_us: Mapped[float | None] = mapped_column(Double)
 
 
 class Observation(Base):

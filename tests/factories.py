@@ -128,3 +128,35 @@ def telemetry_window(device: str = "loop0", *, index: int = 0, **overrides: Any)
     }
     window.update(overrides)
     return window
+
+
+def operation_latency(op: str, count: int, center_us: float) -> dict[str, Any]:
+    """One operation's eBPF distributions: a spread around center_us, all 4 KiB requests."""
+    from agent.contract import histograms
+
+    spread = [(0.8, 0.25), (1.0, 0.5), (1.5, 0.2), (4.0, 0.05)]
+    counts: dict[int, int] = {}
+    for factor, share in spread:
+        slot = histograms.latency_slot(center_us * factor * 1000)
+        counts[slot] = counts.get(slot, 0) + round(count * share)
+    counts[max(counts)] += count - sum(counts.values())
+    device_ns = sorted(counts.items())
+    p = histograms.percentiles_us(device_ns)
+    return {
+        "op": op,
+        "count": count,
+        "device_ns": device_ns,
+        "size_bytes": [(12, count)],
+        **{f"{name}_us": value for name, value in p.items()},
+    }
+
+
+def ebpf_window(device: str = "loop0", *, index: int = 0, **overrides: Any) -> dict[str, Any]:
+    """A window as an agent with eBPF sends it: diskstats' counts and the distributions."""
+    window = telemetry_window(device, index=index, latency_source="ebpf")
+    window["operations"] = [
+        operation_latency("read", window["read_ios"], 80.0),
+        operation_latency("write", window["write_ios"], 120.0),
+    ]
+    window.update(overrides)
+    return window

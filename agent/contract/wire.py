@@ -288,13 +288,14 @@ class TelemetryWindow(WireModel):
             if abs(count - ios) > max(fixed, share * ios):
                 raise ValueError(f"{op} latency counts {count} I/Os where diskstats counts {ios}")
 
-    def p99_us(self) -> float | None:
-        """The device-time p99 over reads and writes, from the merged histograms."""
+    def percentiles_us(self) -> dict[str, float | None]:
+        """Device-time p50, p99 and p99.9 over reads and writes, from the merged histograms;
+        None without eBPF — never a percentile made up from a mean."""
         merged = histograms.merge(
             o.device_ns for o in self.operations if o.op in (IoOperation.READ, IoOperation.WRITE)
         )
-        value = histograms.quantile(merged, 0.99)
-        return value / 1000 if value is not None else None
+        found = histograms.percentiles_us(merged)
+        return {f"{name}_us": found.get(name) for name in ("p50", "p99", "p999")}
 
 
 class TelemetryBatch(WireModel):

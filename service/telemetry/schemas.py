@@ -31,6 +31,12 @@ class TelemetryWindowRead(BaseModel):
     power_scope: str | None
     power_source: str | None
     power_readings: list[dict[str, Any]] | None
+    latency_source: str
+    latency_note: str
+    operations: list[dict[str, Any]] | None
+    p50_us: float | None
+    p99_us: float | None
+    p999_us: float | None
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -71,6 +71,10 @@ def ingest(session: Session, node: Principal, batch: TelemetryBatch) -> Telemetr
             "context_switches_per_s": w.context_switches_per_s,
             "power_source": w.power_source and w.power_source.value,
             "power_readings": [r.model_dump(mode="json") for r in w.power_readings] or None,
+            "latency_source": w.latency_source.value,
+            "latency_note": w.latency_note,
+            "operations": [o.model_dump(mode="json") for o in w.operations] or None,
+            **w.percentiles_us(),
         }
         for w in batch.windows
     ]

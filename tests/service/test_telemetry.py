@@ -18,6 +18,7 @@ from tests.factories import (
     create_api_token,
     create_node,
     device_inventory,
+    ebpf_window,
     report_inventory,
     telemetry_window,
 )
@@ -278,3 +279,65 @@ class TestTextInput:
         viewer = create_api_token(session, role=Role.VIEWER)
         query = client.get("/api/v1/audit", params={"actor": "a\u0000b"}, headers=bearer(viewer))
         assert query.status_code == 422
+
+
+class TestLatencyDistributions:
+    def test_stored_with_their_percentiles(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        _, token = node
+        window = ebpf_window("loop0")
+        response = client.post(URL, json=_batch(window), headers=bearer(token))
+        assert response.status_code == 201, response.text
+        row = session.scalars(select(TelemetryWindowRow)).one()
+        assert row.latency_source == "ebpf"
+        assert [o["op"] for o in row.operations or []] == ["read", "write"]
+        assert row.p50_us is not None and row.p99_us is not None and row.p999_us is not None
+        assert row.p50_us < row.p99_us <= row.p999_us
+        assert row.p99_us > window["operations"][0]["p50_us"]
+
+    def test_a_diskstats_window_has_no_percentiles(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        _, token = node
+        window = telemetry_window("loop0", latency_note="eBPF needs root")
+        assert client.post(URL, json=_batch(window), headers=bearer(token)).status_code == 201
+        row = session.scalars(select(TelemetryWindowRow)).one()
+        assert (row.latency_source, row.latency_note) == ("diskstats", "eBPF needs root")
+        assert (row.operations, row.p50_us, row.p99_us) == (None, None, None)
+
+    @pytest.mark.parametrize(
+        ("change", "message"),
+        [
+            ({"count": 999}, "do not add up"),
+            ({"device_ns": [[5000, 10], [4000, 990]]}, "increase strictly"),
+            ({"p99_us": 1.0}, "must not decrease"),
+            ({"size_bytes": [[12, 0], [13, 1000]]}, "greater than 0"),
+        ],
+    )
+    def test_inconsistent_distributions_are_refused_whole(
+        self,
+        client: TestClient,
+        session: Session,
+        node: tuple[Node, str],
+        change: dict[str, Any],
+        message: str,
+    ) -> None:
+        _, token = node
+        bad = ebpf_window("loop0", index=1)
+        bad["operations"][0].update(change)
+        batch = _batch(ebpf_window("loop0", index=0), bad)
+        response = client.post(URL, json=batch, headers=bearer(token))
+        assert response.status_code == 422
+        assert message in response.text
+        assert _stored(session) == 0  # the good window in the batch is not stored either
+
+    def test_counts_must_match_diskstats(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        _, token = node
+        response = client.post(
+            URL, json=_batch(ebpf_window("loop0", read_ios=5000)), headers=bearer(token)
+        )
+        assert response.status_code == 422
+        assert "diskstats counts 5000" in response.text
