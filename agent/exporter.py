@@ -7,17 +7,23 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+)
 from prometheus_client.registry import Collector
 
 from agent.collectors.diskstats import DiskStats
 from agent.contract import __version__
+from agent.contract.histograms import latency_bounds
 from agent.contract.wire import TelemetryWindow
 
 if TYPE_CHECKING:
     from agent.runner import Agent, AgentView
 
-Family = GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily
+Family = GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily | HistogramMetricFamily
 DEVICE = ["device", "class"]
 
 DISK_COUNTERS: dict[str, tuple[str, Callable[[DiskStats], float]]] = {
@@ -96,6 +102,60 @@ def device_families(view: AgentView) -> Iterator[Family]:
             in_flight.add_metric([device, classes[device]], stats.in_flight)
             drift.add_metric([device, classes[device]], len(view.drift.get(device, [])))
     yield from (in_flight, drift)
+    yield from latency_families(view, classes)
+    p99 = GaugeMetricFamily(
+        "blkpilot_device_latency_p99_seconds",
+        "Device-time p99 over reads and writes, last window (only with eBPF).",
+        labels=DEVICE,
+    )
+    for device, window in sorted(view.latest.items()):
+        value = window.percentiles_us()["p99_us"]
+        if device in classes and value is not None:
+            p99.add_metric([device, classes[device]], value / 1e6)
+    yield p99
+
+
+# Prometheus buckets: powers of two from 1.024 us to 1.07 s, where the eBPF histogram's slots
+# have edges, so every bucket's count is exact
+BUCKET_NS = [1 << k for k in range(10, 31)]
+LATENCY_HISTOGRAMS = {
+    "device_ns": (
+        "blkpilot_device_io_latency_seconds",
+        "Device time per I/O (issue to completion).",
+    ),
+    "queue_ns": ("blkpilot_device_io_queue_seconds", "Time in the scheduler (insert to issue)."),
+}
+
+
+def latency_families(view: AgentView, classes: dict[str, str]) -> Iterator[Family]:
+    """Cumulative histograms from eBPF, per device and operation (absent without eBPF)."""
+    snapshot = view.latency
+    if snapshot is None:
+        return
+    for kind, (name, help_text) in LATENCY_HISTOGRAMS.items():
+        family = HistogramMetricFamily(name, help_text, labels=[*DEVICE, "op"])
+        merged: dict[tuple[str, str], dict[int, int]] = {}
+        sums: dict[tuple[str, str], int] = {}
+        for key, counts in snapshot.histograms.items():
+            device, operation, found_kind, _ = key
+            if found_kind != kind or device not in classes:
+                continue
+            into = merged.setdefault((device, operation.value), {})
+            for slot, count in counts.items():
+                into[slot] = into.get(slot, 0) + count
+            total = sums.get((device, operation.value), 0)
+            sums[(device, operation.value)] = total + snapshot.sums.get(key, 0)
+        for (device, op), counts in sorted(merged.items()):
+            buckets = [
+                (
+                    f"{bound / 1e9:.9g}",
+                    sum(c for s, c in counts.items() if latency_bounds(s)[1] <= bound),
+                )
+                for bound in BUCKET_NS
+            ]
+            buckets.append(("+Inf", sum(counts.values())))
+            family.add_metric([device, classes[device], op], buckets, sums[(device, op)] / 1e9)
+        yield family
 
 
 def node_families(view: AgentView) -> Iterator[Family]:

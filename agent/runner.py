@@ -17,6 +17,7 @@ from agent.applier import Applier, Drift
 from agent.bench.target import device_target
 from agent.client import ServiceClient
 from agent.collectors import CollectorSet, collectors_for, is_power_source
+from agent.collectors.blklat import LatencySnapshot
 from agent.collectors.diskstats import DiskStats
 from agent.config import AgentConfig
 from agent.contract import __version__
@@ -57,6 +58,7 @@ class AgentView:
     spool_batches: int = 0
     spool_bytes: int = 0
     last_push_ok: float | None = None
+    latency: LatencySnapshot | None = None  # cumulative, from eBPF
 
 
 @dataclass
@@ -224,6 +226,7 @@ class Agent:
             node=node or self.view.node,
             energy_totals=dict(self._energy),
             context_switches=current.cpu.context_switches if current.cpu else None,
+            latency=current.latency,
         )
 
     def push(self) -> DrainResult | None:

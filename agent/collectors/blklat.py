@@ -60,6 +60,7 @@ class LatencySnapshot:
 
     histograms: Cumulative = field(default_factory=dict)
     unavailable: str = ""
+    sums: dict[tuple[str, IoOperation, str, int], int] = field(default_factory=dict)  # ns
 
 
 def ensure_tracefs(paths: HostPaths, effects: Effects) -> str:
@@ -124,6 +125,7 @@ class BlkLatCollector:
         if self._bpf is None:
             return LatencySnapshot(unavailable=self.unavailable)
         found: Cumulative = {}
+        sums = {}
         for key, value in self._bpf.items(self._fd, HistKey, Hist):
             assert isinstance(key, HistKey)
             assert isinstance(value, Hist)
@@ -136,10 +138,10 @@ class BlkLatCollector:
             slots = value.slots
             if key.kind not in KINDS:
                 continue
-            found[(name, OPERATIONS[min(key.op, 4)], KINDS[key.kind], key.size)] = {
-                slot: count for slot, count in enumerate(slots) if count
-            }
-        return LatencySnapshot(found)
+            where = (name, OPERATIONS[min(key.op, 4)], KINDS[key.kind], key.size)
+            found[where] = {slot: count for slot, count in enumerate(slots) if count}
+            sums[where] = int(value.sum)
+        return LatencySnapshot(found, sums=sums)
 
     def close(self) -> None:
         if self._bpf is not None:
