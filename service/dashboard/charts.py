@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -102,4 +102,23 @@ def timeline(
     if len(series) > 1:
         axes.legend(loc="upper left", fontsize=8, frameon=False)
     figure.autofmt_xdate()
+    return _svg(figure, title)
+
+
+def distribution(title: str, series: Mapping[str, Sequence[tuple[float, float, int]]]) -> Markup:
+    """Latency distributions as step histograms on a log axis: per series, (low µs, high µs,
+    count) buckets, drawn as the share of I/Os per bucket."""
+    figure, axes = plt.subplots(figsize=(6.4, 2.6))
+    for index, (name, buckets) in enumerate(series.items()):
+        total = sum(count for _, _, count in buckets) or 1
+        edges = [low for low, _, _ in buckets] + [buckets[-1][1]] if buckets else []
+        shares = [100 * count / total for _, _, count in buckets]
+        if shares:
+            axes.stairs(shares, edges, label=name, color=COLOURS[index % len(COLOURS)])
+    axes.set_xscale("log")
+    axes.set_xlabel("µs")
+    axes.set_ylabel("% of I/Os")
+    axes.set_title(title, loc="left")
+    if series:
+        axes.legend(loc="upper right", fontsize=8, frameon=False)
     return _svg(figure, title)

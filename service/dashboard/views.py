@@ -11,13 +11,16 @@ import secrets
 import statistics
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 
+from agent.contract import histograms
 from agent.contract.tunables import DeviceConfig
 from models.dataset import OBJECTIVE_METRIC
 from models.features import config_label
@@ -29,7 +32,7 @@ from service.errors import BlkpilotError
 from service.recommendations import service as recommendations
 from service.rollouts import service as rollouts
 from service.security import Principal, Role
-from service.tables import Observation, Policy
+from service.tables import Observation, Policy, TelemetryWindowRow
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
@@ -262,6 +265,25 @@ def _benchmarks(observations: list[Observation], workload: str | None) -> dict[s
     return {"workloads": sorted(by_workload), "workload": chosen, "table": table, "charts": figures}
 
 
+def _distribution(windows: Sequence[TelemetryWindowRow]) -> Markup:
+    """Reads' and writes' device time over the windows shown, merged."""
+    series: dict[str, list[tuple[float, float, int]]] = {}
+    for op in ("read", "write"):
+        merged = histograms.merge(
+            [tuple(pair) for pair in o["device_ns"]]
+            for w in windows
+            for o in w.operations or []
+            if o["op"] == op
+        )
+        if merged:
+            series[f"{op}s ({sum(c for _, c in merged)} I/Os)"] = [
+                (low / 1000, high / 1000, count)
+                for slot, count in merged
+                for low, high in [histograms.latency_bounds(slot)]
+            ]
+    return charts.distribution("Latency distribution (eBPF, device time)", series)
+
+
 @router.get("/devices/{device_id}", response_class=HTMLResponse)
 def device_page(
     request: Request, session: SessionDep, device_id: uuid.UUID, workload: str | None = None
@@ -282,6 +304,20 @@ def device_page(
         telemetry.append(
             charts.timeline("IOPS", times, {"IOPS": [w.iops for w in windows]}, "I/O per s")
         )
+        if any(w.p99_us is not None for w in windows):
+            telemetry.append(
+                charts.timeline(
+                    "Latency percentiles (eBPF, device time)",
+                    times,
+                    {
+                        "p50": [w.p50_us for w in windows],
+                        "p99": [w.p99_us for w in windows],
+                        "p99.9": [w.p999_us for w in windows],
+                    },
+                    "µs",
+                )
+            )
+            telemetry.append(_distribution(windows))
         if any(w.power_watts is not None for w in windows):
             telemetry.append(
                 charts.timeline("Node power", times, {"W": [w.power_watts for w in windows]}, "W")

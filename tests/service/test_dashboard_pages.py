@@ -202,3 +202,29 @@ def test_device_page_plots_every_measured_metric_and_the_canary_history(
     assert '<span class="pill pass">pass</span>' in history
     assert "-55.0 %" in history
     assert "p=0.004" in history
+
+
+def test_device_page_plots_the_ebpf_distribution(client: TestClient, session: Session) -> None:
+    """Windows with eBPF distributions: percentiles over time and the merged distribution;
+    a device whose windows carry diskstats means only gets neither."""
+    from agent.contract.wire import TelemetryBatch
+    from service.telemetry import service as telemetry
+    from tests.factories import ebpf_window, telemetry_window
+
+    node, _ = create_node(session, hostname=f"ui-{uuid.uuid4().hex[:8]}")
+    traced, plain = report_inventory(
+        session, node, device_inventory("nvme0n1"), device_inventory("sda")
+    )
+    windows = [ebpf_window("nvme0n1", index=i) for i in range(3)]
+    windows += [telemetry_window("sda", index=i) for i in range(3)]
+    batch = TelemetryBatch.model_validate({"batch_id": str(uuid.uuid4()), "windows": windows})
+    telemetry.ingest(session, Principal(name=node.hostname, node_id=node.id), batch)
+    session.flush()
+    _sign_in(client, create_api_token(session, role=Role.VIEWER))
+    page = client.get(f"/ui/devices/{traced.id}").text
+    assert "Latency percentiles (eBPF, device time)" in page
+    assert "Latency distribution (eBPF, device time)" in page
+    assert "reads (3000 I/Os)" in page and "writes (750 I/Os)" in page
+    page = client.get(f"/ui/devices/{plain.id}").text
+    assert "Mean latency" in page
+    assert "eBPF" not in page
