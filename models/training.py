@@ -69,7 +69,7 @@ class ScoredDevice:
 
 
 def workload_of(
-    windows: Sequence[Mapping[str, float]],
+    windows: Sequence[Mapping[str, Any]],
     workloads: Mapping[str, WorkloadSpec],
     observed: Mapping[str, int],
     window: timedelta,

@@ -30,6 +30,7 @@ WINDOW_SHAPE = (
     TelemetryWindowRow.read_share,
     TelemetryWindowRow.mean_request_bytes,
     TelemetryWindowRow.queue_depth,
+    TelemetryWindowRow.operations,
 )
 
 

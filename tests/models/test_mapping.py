@@ -61,3 +61,22 @@ def test_what_the_device_does_maps_to_the_benchmark_of_that_shape(
 def test_an_idle_device_maps_to_nothing() -> None:
     idle = {"iops": 0.0, "read_share": 0.0, "mean_request_bytes": 0.0, "queue_depth": 0.0}
     assert nearest([idle], library().values()) == []
+
+
+def test_the_median_request_size_not_the_mean(loop_device: LoopFactory, tmp_path: Path) -> None:
+    """Nine 4 KiB reads to one 1 MiB read (which reaches the device as requests of 8 KiB to
+    1 MiB): the mean request is about 8 KiB, a size few requests have. With eBPF's size
+    distribution the device maps to a 4 KiB workload; with diskstats' means only, it does not."""
+    device = loop_device(size_mb=64)
+    window = _window_during(
+        device,
+        ["--rw=randread", "--bssplit=4k/90:1m/10", "--ioengine=psync", "--iodepth=1"],
+        tmp_path,
+    )
+    assert window["latency_source"] == "ebpf", window["latency_note"]
+    assert window["mean_request_bytes"] > 6 * 1024
+    (match,) = nearest([window], library().values())
+    assert workload_shape(match.workload).request_kib == 4, match
+    means_only = {**window, "operations": []}
+    (other,) = nearest([means_only], library().values())
+    assert workload_shape(other.workload).request_kib > 4, other
