@@ -79,8 +79,10 @@ def test_a_a_passes_and_writes_nothing(
         stop_workload(workload)
     assert result.verdict is CanaryVerdict.PASS, (result.per_metric, report)
     assert report.pairs_used >= SETTINGS.pairs
-    assert report.ios["A"] > 1000 and report.ios["B"] > 1000
-    assert traffic.tool == "live" and traffic.jobs[0].read_share == 1.0
+    assert report.ios["A"] > 1000
+    assert report.ios["B"] > 1000
+    assert traffic.tool == "live"
+    assert traffic.jobs[0].read_share == 1.0
     assert traffic.jobs[0].block_sizes == {4096: 100}
 
 

@@ -224,7 +224,8 @@ def test_device_page_plots_the_ebpf_distribution(client: TestClient, session: Se
     page = client.get(f"/ui/devices/{traced.id}").text
     assert "Latency percentiles (eBPF, device time)" in page
     assert "Latency distribution (eBPF, device time)" in page
-    assert "reads (3000 I/Os)" in page and "writes (750 I/Os)" in page
+    assert "reads (3000 I/Os)" in page
+    assert "writes (750 I/Os)" in page
     page = client.get(f"/ui/devices/{plain.id}").text
     assert "Mean latency" in page
     assert "eBPF" not in page

@@ -292,7 +292,9 @@ class TestLatencyDistributions:
         row = session.scalars(select(TelemetryWindowRow)).one()
         assert row.latency_source == "ebpf"
         assert [o["op"] for o in row.operations or []] == ["read", "write"]
-        assert row.p50_us is not None and row.p99_us is not None and row.p999_us is not None
+        assert row.p50_us is not None
+        assert row.p99_us is not None
+        assert row.p999_us is not None
         assert row.p50_us < row.p99_us <= row.p999_us
         assert row.p99_us > window["operations"][0]["p50_us"]
 
