@@ -13,9 +13,11 @@ says how many and why. The judge is the synthetic canary's: Mann-Whitney and Hod
 the interval p50s and p99s, with non-inferiority tolerances. Throughput is not judged: on live
 traffic it is the demand's, not the configuration's.
 
-A hard guard: a candidate interval whose p99 passes a limit (a multiple of the baseline's, or an
-absolute one) ends the canary at once — checked several times per interval — and the baseline is
-restored.
+A hard guard: when the candidate's p99 over everything it has served so far passes a limit (a
+multiple of the baseline's, pooled the same way, or an absolute one), the canary ends at once —
+checked several times per interval — and the baseline is restored. Pooling keeps one stall of
+the host or the disk from ending an A/A; a candidate that is really bad trips it in its first
+interval.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ class LiveSettings:
     mix_bound: float = 0.15  # total variation distance between a pair's two mixes
     min_ios: int = 200  # an interval with fewer completions says nothing
     min_share: float = 0.02  # strata below this share of a pair are not required in both
-    guard_ratio: float = 3.0  # candidate p99 over the baseline's reference p99
+    guard_ratio: float = 3.0  # the candidate's pooled p99 over the baseline's
     guard_p99_us: float | None = None  # or an absolute limit
     guard_checks: int = 4  # guard checks per candidate interval
     rules: tuple[MetricRule, ...] = LIVE_RULES
@@ -301,36 +303,50 @@ def _run(
         state["arm"] = arm
         sleep(settings.settle_s)
 
-    def measure(arm: str, guard_limit_us: float | None) -> Interval:
+    # everything each arm has served so far, for the guard: a pooled p99 is not moved by
+    # one stall of the host or the disk, a candidate that is really bad moves it at once
+    pools: dict[str, list[histograms.Sparse]] = {"A": [], "B": []}
+
+    def pooled_p99_us(arm: str, extra: histograms.Sparse | None = None) -> tuple[float, int]:
+        merged = histograms.merge([*pools[arm], *([extra] if extra else [])])
+        value = histograms.quantile(merged, 0.99)
+        return (value or 0.0) / 1000, sum(c for _, c in merged)
+
+    def guard(partial: Interval) -> None:
+        baseline, _ = pooled_p99_us("A")
+        limit = settings.guard_ratio * max(baseline, 1.0)
+        if settings.guard_p99_us is not None:
+            limit = min(limit, settings.guard_p99_us)
+        p99, ios = pooled_p99_us("B", histograms.merge(partial.strata.values()))
+        if ios >= settings.min_ios and p99 > limit:
+            report.guard_tripped = (
+                f"guard: the candidate's p99 reached {p99:.0f} µs over {ios} I/Os"
+                f" (limit {limit:.0f} µs: {settings.guard_ratio:g}x the baseline's {baseline:.0f})"
+            )
+            raise _GuardTripped
+
+    def measure(arm: str) -> Interval:
         """One interval; for the candidate, the guard is checked as it runs."""
         begin = collector.collect(time.time())
         t0 = time.monotonic()
-        checks = settings.guard_checks if guard_limit_us is not None else 1
+        checks = settings.guard_checks if arm == "B" else 1
         for _ in range(checks):
             sleep(length["s"] / checks)
-            if guard_limit_us is None:
-                continue
-            partial = strata_between(device, begin, collector.collect(time.time()))
-            if partial.ios >= settings.min_ios:
-                p99 = partial.quantile_us(0.99)
-                if p99 > guard_limit_us:
-                    report.guard_tripped = (
-                        f"guard: the candidate's p99 reached {p99:.0f} µs"
-                        f" (limit {guard_limit_us:.0f} µs) after {partial.ios} I/Os"
-                    )
-                    raise _GuardTripped
+            if arm == "B":
+                guard(strata_between(device, begin, collector.collect(time.time())))
         end = collector.collect(time.time())
         interval = strata_between(device, begin, end)
         seconds = time.monotonic() - t0
         report.traffic_seconds += seconds
         report.ios[arm] += interval.ios
+        pools[arm].append(histograms.merge(interval.strata.values()))
         return Interval(arm, interval.strata, interval.ios, seconds)
 
     samples: dict[str, dict[str, list[float]]] = {"A": {}, "B": {}}
     used: list[Interval] = []
     verdict_notes: list[str] = []
     try:
-        reference = measure("A", None)  # the baseline's level, for the guard
+        reference = measure("A")  # the baseline's level, for the guard
         if reference.ios < settings.min_ios:
             raise LiveCanaryUnavailable(
                 f"{device} had {reference.ios} I/Os in {settings.interval_s:g} s; the live"
@@ -343,13 +359,6 @@ def _run(
             max(settings.interval_s, settings.guard_checks * settings.min_ios / max(rate, 1e-3)),
         )
         length["s"] = interval_s
-        baseline_p99 = [reference.quantile_us(0.99)]
-
-        def guard_limit() -> float:
-            # against the highest p99 the baseline itself has shown: the guard is for a
-            # candidate far worse than anything the baseline does, not for the host's noise
-            limit = settings.guard_ratio * max(*baseline_p99, 1.0)
-            return limit if settings.guard_p99_us is None else min(limit, settings.guard_p99_us)
 
         orders = pair_order(settings.pairs, rng)
         extra = 0
@@ -358,9 +367,7 @@ def _run(
             measured = {}
             for arm in order:
                 use(arm)
-                measured[arm] = measure(arm, guard_limit() if arm == "B" else None)
-                if arm == "A" and measured[arm].ios:
-                    baseline_p99.append(measured[arm].quantile_us(0.99))
+                measured[arm] = measure(arm)
             values, why = judge_pair(measured[order[0]], measured[order[1]], settings)
             if values is None:
                 report.pairs_set_aside += 1
