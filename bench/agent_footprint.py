@@ -1,5 +1,8 @@
 """Agent footprint: CPU and resident memory of `blkpilot agent run` with 16 devices at a
-1-second interval, reporting to a real service (embedded PostgreSQL) over loopback.
+1-second interval, reporting to a real service (embedded PostgreSQL) over loopback — with the
+eBPF latency collector on (the default) or off, idle or with one device under heavy load —
+and the collector's cost per I/O, from the kernel's own BPF run-time statistics
+(kernel.bpf_stats_enabled: every program run timed, summed per program).
 
 Creates 16 lab loop devices (tmpfs, 16 MiB each, empty), enrolls a node, runs the agent as
 its own process, lets it warm up, then measures its CPU time (utime + stime from
@@ -8,6 +11,8 @@ Light read I/O runs on the devices throughout, so every window has something in 
 Records the result, with the command that reproduces it, in bench/results/agent_footprint.*
 
     python -m bench.agent_footprint                  # 60 s measured after 15 s warm-up
+    python -m bench.agent_footprint --no-ebpf        # diskstats only, for comparison
+    python -m bench.agent_footprint --load           # one device under fio at full speed
     python -m bench.agent_footprint --seconds 300
 """
 
@@ -47,6 +52,28 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
+def bpf_run_time(pid: int) -> int:
+    """Nanoseconds the process's BPF programs have run (kernel.bpf_stats_enabled=1)."""
+    total = 0
+    for fdinfo in Path(f"/proc/{pid}/fdinfo").iterdir():
+        try:
+            text = fdinfo.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("run_time_ns:"):
+                total += int(line.split()[1])
+    return total
+
+
+def completed(names: list[str]) -> int:
+    total = 0
+    for name in names:
+        fields = Path(f"/sys/block/{name}/stat").read_text().split()
+        total += int(fields[0]) + int(fields[4])
+    return total
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -55,6 +82,10 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--warmup", type=float, default=15.0)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--no-ebpf", action="store_true", help="the eBPF collector off")
+    parser.add_argument(
+        "--load", action="store_true", help="fio at full speed on one device (about 50k IOPS)"
+    )
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
 
@@ -79,6 +110,11 @@ def main() -> int:
             headers={"Authorization": f"Bearer {admin}"},
         ).json()["token"]
         enroll_node(base, token, work / "agent", hostname="footprint", labels={})
+        config = work / "agent.toml"
+        config.write_text(f"ebpf = {'false' if args.no_ebpf else 'true'}\n")
+        stats = Path("/proc/sys/kernel/bpf_stats_enabled")
+        stats_before = stats.read_text().strip()
+        stats.write_text("1")
         with lab.lab_devices(specs) as devices:
             command = [
                 BLKPILOT,
@@ -90,6 +126,8 @@ def main() -> int:
                 str(args.interval),
                 "--metrics-port",
                 "0",
+                "--config",
+                str(config),
                 *[a for d in sorted(devices.values()) for a in ("--device", d)],
             ]
             agent = subprocess.Popen(
@@ -99,21 +137,46 @@ def main() -> int:
                 "while :; do dd if=/dev/{} of=/dev/null bs=4k count=256 iflag=direct"
                 " status=none; sleep 0.5; done"
             )
-            load = [subprocess.Popen(["sh", "-c", reader.format(d)]) for d in devices.values()]
+            names = sorted(devices.values())
+            light = names[1:] if args.load else names
+            load = [subprocess.Popen(["sh", "-c", reader.format(d)]) for d in light]
+            if args.load:
+                load.append(
+                    subprocess.Popen(
+                        [
+                            "fio",
+                            "--name=load",
+                            f"--filename=/dev/{names[0]}",
+                            "--rw=randread",
+                            "--bs=4k",
+                            "--ioengine=io_uring",
+                            "--iodepth=16",
+                            "--direct=1",
+                            "--time_based",
+                            "--runtime=3600",
+                            "--output=/dev/null",
+                        ]
+                    )
+                )
             try:
                 time.sleep(args.warmup)
+                bpf0 = bpf_run_time(agent.pid)
+                ios0 = completed(names)
                 cpu0, wall0 = cpu_seconds(agent.pid), time.monotonic()
                 peak = 0.0
                 while time.monotonic() - wall0 < args.seconds:
                     time.sleep(1.0)
                     peak = max(peak, rss_mb(agent.pid))
                 cpu1, wall1 = cpu_seconds(agent.pid), time.monotonic()
+                bpf1 = bpf_run_time(agent.pid)
+                ios1 = completed(names)
                 final_rss = rss_mb(agent.pid)
             finally:
                 for process in load:
                     process.terminate()
                     process.wait()
                 stop(agent)
+                stats.write_text(stats_before)
         devices_known = httpx.get(
             f"{base}/api/v1/devices", headers={"Authorization": f"Bearer {admin}"}
         ).json()
@@ -121,8 +184,17 @@ def main() -> int:
         stop(server)
 
     cpu_percent = 100 * (cpu1 - cpu0) / (wall1 - wall0)
+    ios = ios1 - ios0
+    bpf_ns = bpf1 - bpf0
     result = {
         "benchmark": "agent_footprint",
+        "ebpf": not args.no_ebpf,
+        "load": "one device at full speed" if args.load else "light reads",
+        "iops_all_devices": round(ios / (wall1 - wall0)),
+        # BPF programs run in the context of whoever issues and completes I/O (fio, the loop
+        # worker), not in the agent: their time is counted by the kernel, per program
+        "bpf_ns_per_io": round(bpf_ns / ios, 1) if ios and not args.no_ebpf else None,
+        "bpf_cpu_percent_of_one_core": round(100 * bpf_ns / 1e9 / (wall1 - wall0), 3),
         "cpu_percent_of_one_core": round(cpu_percent, 3),
         "target_cpu_percent": TARGET_CPU_PERCENT,
         "peak_rss_mb": round(peak, 1),
@@ -145,6 +217,11 @@ def main() -> int:
                 "CPU % of one core": "cpu_percent_of_one_core",
                 "peak RSS MB": "peak_rss_mb",
                 "devices": "devices",
+                "eBPF": "ebpf",
+                "load": "load",
+                "IOPS": "iops_all_devices",
+                "BPF ns/IO": "bpf_ns_per_io",
+                "BPF CPU %": "bpf_cpu_percent_of_one_core",
                 "measured s": "measured_s",
             },
         )
