@@ -79,6 +79,9 @@ bench: setup
 	python -m bench.ingest
 	python -m bench.agent_footprint
 	python -m bench.canary
+	python -m bench.live_canary
+	python -m bench.live_canary --hog
+	python -m bench.agent_footprint --load
 	python -m bench.lab_overhead
 	python -m bench.lab_flash
 

@@ -1,8 +1,8 @@
-"""`blkpilot demo`: the service on the embedded database, two lab loop devices, and the local
-node enrolled with its agent running on them.
-
-Later work grows this into the whole loop (discovery, benchmarks, recommendations); each step
-uses the same public API an operator or agent would.
+"""`blkpilot demo`: the service on the embedded database, three lab loop devices — two empty
+scratch devices, and one that holds data as a user's would (ext4 with files, a steady fio
+workload reading it) — and the local node enrolled with its agent running on them: telemetry
+with eBPF latency distributions, benchmarks and the nightly job on the scratch devices, a live
+canary on the data device. Each step uses the same public API an operator or agent would.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from agent.contract.wire import Heartbeat
 from agent.enrollment import enroll_node
 from agent.errors import AgentError, NotEnrolled, ServiceRejected
 from agent.state import NodeState
-from kernel.lab.devices import TMPFS, lab_devices
+from kernel.lab.devices import TMPFS, data_device, lab_devices, start_workload, stop_workload
 from service.app import create_app
 from service.db import Database
 from service.runtime import exit_cleanly_on_signals, open_database
@@ -134,6 +134,8 @@ DEMO_WORKLOADS = (
 )
 DEMO_SCHEDULERS = ("none", "mq-deadline", "kyber", "bfq")
 START_ON = {"disk": "bfq"}  # lab device -> the scheduler it starts on (the others: the kernel's)
+LIVE_CANDIDATE = "mq-deadline"  # what the live canary tries on the data device
+DATA_WORKLOAD_IOPS = 3000  # the data device's steady traffic: 4 KiB reads of a file in it
 
 
 def _await_inventory(
@@ -165,12 +167,14 @@ def _tune(
     log: Path,
     running: list[subprocess.Popen[bytes]],
     server: uvicorn.Server,
+    data: str | None = None,
 ) -> None:
     """The loop's first turn on the lab devices: every stock scheduler benchmarked on a few
     workloads (results reported as observations), then the nightly job (local Ray) trains and
     recommends. The dashboard shows both."""
     blkpilot_cli = str(Path(sys.executable).parent / "blkpilot")
-    _await_inventory(base_url, admin_token, state_dir, set(devices.values()), server)
+    known = set(devices.values()) | ({data} if data else set())
+    _await_inventory(base_url, admin_token, state_dir, known, server)
     steps = [
         [
             blkpilot_cli,
@@ -205,6 +209,23 @@ def _tune(
             str(seconds),
         ]
     )
+    if data is not None:
+        # the device that holds data: no benchmark may write to it; its own traffic judges
+        # a candidate (the agent picks the live canary for a device that holds data)
+        steps.append(
+            [
+                blkpilot_cli,
+                "agent",
+                "canary",
+                data,
+                "--state-dir",
+                str(state_dir),
+                "--scheduler",
+                LIVE_CANDIDATE,
+                "--pairs",
+                "16",
+            ]
+        )
     print(
         f"blkpilot demo: benchmarking {len(DEMO_SCHEDULERS)} schedulers x"
         f" {len(DEMO_WORKLOADS)} workloads on the lab devices, then the nightly job and its"
@@ -219,7 +240,8 @@ def _tune(
             running.remove(process)
         if server.should_exit:
             return
-        if code != 0:
+        # a canary's verdict is its exit status: 1 fail, 3 inconclusive
+        if code != 0 and not (command[1:3] == ["agent", "canary"] and code in (1, 3)):
             print(f"blkpilot demo: {' '.join(command[1:3])} failed ({code}); see {log}", flush=True)
             return
     headers = {"Authorization": f"Bearer {admin_token}"}
@@ -264,8 +286,14 @@ def run_demo(
     with (
         exit_cleanly_on_signals(),
         lab_devices(lab) as devices,
+        data_device(
+            settings.data_dir / "lab" / "data.img", 512 << 20, settings.data_dir / "lab" / "mnt"
+        ) as holding,
         open_database(settings) as database,
     ):
+        traffic = start_workload(
+            holding.data_file, iodepth=1, engine="psync", rate_iops=DATA_WORKLOAD_IOPS
+        )
         # the disk-backed device starts where a common udev rule puts a rotational device: on
         # bfq, set as udev would set it (not by blkpilot, which has nothing to undo). Whether
         # that is right here is for the measurements and the nightly job to say.
@@ -292,7 +320,7 @@ def run_demo(
             agents.append(
                 _start_agent(
                     state_dir,
-                    sorted(devices.values()),
+                    sorted([*devices.values(), holding.name]),
                     interval=agent_interval,
                     metrics_port=agent_metrics_port,
                     log=settings.data_dir / "agent.log",
@@ -315,6 +343,9 @@ def run_demo(
                         f"  lab devices    {lab_line}: loop devices on empty files;"
                         f" {devices['disk']} starts on {START_ON['disk']} (a common udev rule's"
                         " choice for rotational devices)",
+                        f"  data device    {holding.name}: ext4 with files at {holding.mountpoint},"
+                        f" fio reading {DATA_WORKLOAD_IOPS} 4 KiB blocks/s of it; a live canary"
+                        f" tries {LIVE_CANDIDATE} on its own traffic",
                         f"  local agent    every {agent_interval:g} s; metrics on"
                         f" http://127.0.0.1:{agent_metrics_port}/metrics;"
                         f" log {settings.data_dir / 'agent.log'}",
@@ -343,6 +374,7 @@ def run_demo(
                     settings.data_dir / "tuning.log",
                     agents,
                     server,
+                    data=holding.name,
                 )
             except (OSError, httpx.HTTPError) as error:
                 print(f"blkpilot demo: tuning failed ({error}); see the tuning log", flush=True)
@@ -353,5 +385,6 @@ def run_demo(
         finally:
             for process in agents:
                 _stop(process)
+            stop_workload(traffic)
         if failure:
             raise SystemExit(f"demo failed to enroll the local node: {failure[0]}")

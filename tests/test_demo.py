@@ -1,8 +1,10 @@
 """`blkpilot demo` (what `make demo` runs): the service on the embedded database within 60 s,
-two lab loop devices with the local agent reporting on them, and a clean stop."""
+three lab loop devices (one holding a filesystem with data) with the local agent reporting
+on them, and a clean stop."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -67,19 +69,26 @@ def test_demo_runs_the_loop_on_lab_devices_and_stops_cleanly(tmp_path: Path) -> 
         assert len(nodes) == 1
         assert nodes[0]["labels"] == {"demo": "true", "role": "lab"}
 
-        # the two lab devices, reported by the local agent, and their telemetry arriving
+        # the three lab devices, reported by the local agent, and their telemetry arriving:
+        # two empty scratch devices, and one holding ext4 with its own traffic, whose windows
+        # carry latency distributions from eBPF
         deadline = time.monotonic() + 30
         devices: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
             devices = _get(base, token, "/devices")
-            if len(devices) == 2 and all(
+            if len(devices) == 3 and all(
                 _get(base, token, f"/devices/{d['id']}/telemetry") for d in devices
             ):
                 break
             time.sleep(0.5)
-        assert sorted(d["transport"] for d in devices) == ["loop", "loop"]
-        assert all(d["holds_data"] is False for d in devices)
-        assert all(_get(base, token, f"/devices/{d['id']}/telemetry") for d in devices)
+        assert sorted(d["transport"] for d in devices) == ["loop", "loop", "loop"]
+        assert sorted(d["holds_data"] for d in devices) == [False, False, True]
+        (holding,) = [d for d in devices if d["holds_data"]]
+        windows = _get(base, token, f"/devices/{holding['id']}/telemetry")
+        busy = [w for w in windows if w["read_ios"] > 0]
+        assert busy, windows
+        assert all(w["latency_source"] == "ebpf" for w in busy), busy[0]["latency_note"]
+        assert all(w["p99_us"] is not None and w["p99_us"] > 0 for w in busy)
         lab = [d["name"] for d in devices]
         metrics = httpx.get(f"http://127.0.0.1:{agent_port}/metrics").text
         assert all(f'device="{name}"' in metrics for name in lab)
@@ -89,6 +98,8 @@ def test_demo_runs_the_loop_on_lab_devices_and_stops_cleanly(tmp_path: Path) -> 
     assert not (tmp_path / "postgres" / "postmaster.pid").exists()
     # the lab devices are detached and their files gone
     assert not (tmp_path / "lab" / "disk.img").exists()
+    assert not (tmp_path / "lab" / "data.img").exists()
+    assert not os.path.ismount(tmp_path / "lab" / "mnt")
     assert not Path(f"/dev/shm/blkpilot-demo-{port}.img").exists()
     for name in lab:
         assert Path(f"/sys/block/{name}/size").read_text().strip() == "0"
