@@ -69,6 +69,7 @@ class LiveSettings:
     pairs: int = 40
     extra_pairs: int = 4  # at most this many pairs run in place of those set aside
     mix_bound: float = 0.15  # total variation distance between a pair's two mixes
+    load_ratio: float = 2.0  # a pair whose two intervals' I/O rates differ more is set aside
     min_ios: int = 200  # an interval with fewer completions says nothing
     min_share: float = 0.02  # strata below this share of a pair are not required in both
     guard_ratio: float = 3.0  # the candidate's pooled p99 over the baseline's
@@ -143,6 +144,11 @@ def judge_pair(
     for interval in (first, second):
         if interval.ios < settings.min_ios:
             return None, f"too little traffic ({interval.ios} I/Os in an interval)"
+    rates = sorted(i.ios / max(i.seconds, 1e-3) for i in (first, second))
+    if rates[1] > settings.load_ratio * rates[0]:
+        return None, (
+            f"load shifted ({rates[0]:.0f} and {rates[1]:.0f} I/Os per second in one pair)"
+        )
     a, b = first.mix(), second.mix()
     distance = total_variation(a, b)
     if distance > settings.mix_bound:
@@ -408,6 +414,12 @@ def _run(
             key = f"{op.value}/{1 << slot}"
             pooled[key] = pooled.get(key, 0.0) + share / len(used)
     report.mix = {k: round(v, 4) for k, v in sorted(pooled.items())}
+    rates = [i.ios / max(i.seconds, 1e-3) for i in used]
+    if rates and max(rates) > settings.load_ratio * max(min(rates), 1e-3):
+        verdict_notes.append(
+            f"the load moved between {min(rates):.0f} and {max(rates):.0f} I/Os per second"
+            " during the canary; each pair was compared within itself"
+        )
     if report.pairs_set_aside:
         verdict_notes.append(
             f"{report.pairs_set_aside} pair(s) set aside: " + "; ".join(sorted(set(report.reasons)))

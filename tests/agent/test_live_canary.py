@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from agent.applier import Applier
+from agent.canary_runs import live_for
 from agent.collectors.blklat import BlkLatCollector
 from agent.collectors.diskstats import DiskstatsCollector
+from agent.config import AgentConfig
 from agent.contract.histograms import latency_slot
 from agent.contract.tunables import DeviceConfig, Scheduler
 from agent.contract.wire import CanaryVerdict, IoOperation
@@ -28,6 +30,7 @@ from agent.live_canary import (
     run_live_canary,
 )
 from kernel.lab.devices import TMPFS, DataDevice, data_device, start_workload, stop_workload
+from tests.conftest import LoopFactory
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -205,6 +208,9 @@ def test_a_pair_whose_mix_shifted_is_set_aside() -> None:
     values, why = judge_pair(interval("A", 9000, 1000), interval("B", 10000, 0), LiveSettings())
     assert values is None
     assert "in one interval only" in why
+    values, why = judge_pair(interval("A", 8000, 2000), interval("B", 24000, 6000), LiveSettings())
+    assert values is None
+    assert why.startswith("load shifted")
 
 
 def test_pairs_are_balanced_and_shuffled() -> None:
@@ -213,3 +219,16 @@ def test_pairs_are_balanced_and_shuffled() -> None:
     orders = pair_order(12, random.Random(1))
     assert orders.count(("A", "B")) == orders.count(("B", "A")) == 6
     assert orders != pair_order(12, random.Random(2))
+
+
+def test_auto_picks_the_live_canary_where_the_device_holds_data(
+    device: DataDevice, loop_device: LoopFactory
+) -> None:
+    """What staged rollouts and scheduled canaries run (`--mode auto`): live on the device with
+    a filesystem, synthetic on an empty scratch device."""
+    config = AgentConfig()
+    assert live_for(config, device.name, "auto")
+    scratch = loop_device(on="tmpfs")
+    assert not live_for(config, scratch, "auto")
+    assert live_for(config, scratch, "live")
+    assert not live_for(config, device.name, "synthetic")
