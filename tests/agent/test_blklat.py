@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -172,3 +173,16 @@ def test_latency_slots_hold_their_values(value: int) -> None:
     low, high = histograms.latency_bounds(histograms.latency_slot(value))
     assert low <= value < high
     assert high - low <= max(1.0, BUCKET * low)
+
+
+def test_tracefs_is_mounted_when_missing() -> None:
+    tracing = Path("/sys/kernel/tracing")
+    if os.path.ismount(tracing):
+        subprocess.run(["umount", str(tracing)], check=True)
+    assert not os.path.ismount(tracing)
+    found = BlkLatCollector(HostPaths())
+    try:
+        assert found.available, found.unavailable
+        assert os.path.ismount(tracing)
+    finally:
+        found.close()
