@@ -22,13 +22,11 @@ from agent.contract.tunables import DeviceConfig, Scheduler
 from agent.contract.wire import CanaryVerdict, IoOperation
 from agent.host import HostPaths
 from agent.live_canary import (
-    Interval,
     LiveCanaryUnavailable,
     LiveSettings,
-    judge_pair,
-    pair_order,
     run_live_canary,
 )
+from agent.live_judge import Interval, judge_pair, pair_order
 from kernel.lab.devices import TMPFS, DataDevice, data_device, start_workload, stop_workload
 from tests.conftest import LoopFactory
 

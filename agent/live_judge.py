@@ -1,0 +1,224 @@
+"""The live canary's judge: what an interval's traffic was (strata of operation x request
+size), whether a pair of intervals is comparable (mix, load, strata present in both), each
+arm's p50 and p99 under the pair's pooled mix, and the paired statistics over the pairs."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from agent.canary import MetricRule, MetricStatistics, overall
+from agent.collectors.blklat import LatencySnapshot
+from agent.contract import histograms
+from agent.contract.wire import CanaryVerdict, IoOperation
+from agent.contract.workloads import IOPattern, JobSpec, WorkloadSpec
+from agent.telemetry import device_deltas
+
+# Twice the synthetic canary's tolerances: the synthetic canary sets its own load; on live
+# traffic the workload and the host move between intervals (pairs of adjacent 1 s intervals on
+# this 2-core machine under a CPU hog differ by about 10 % at p50 in an A/A).
+LIVE_RULES = (
+    MetricRule("lat_p50_us", higher_is_better=False, tolerance=0.10),
+    MetricRule("lat_p99_us", higher_is_better=False, tolerance=0.20),
+)
+JUDGED = (IoOperation.READ, IoOperation.WRITE)
+
+Stratum = tuple[IoOperation, int]  # operation, request-size slot (log2 bytes)
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    # Short intervals, many pairs: the two halves of a pair then share the host's state (on
+    # this machine a tmpfs-backed device's median latency wanders by ±30 % over seconds as
+    # threads migrate between cores; 0.25 s pairs cancel most of it).
+    interval_s: float = 0.25  # the shortest; longer where traffic is thin (see min_ios)
+    max_interval_s: float = 5.0
+    settle_s: float = 0.05  # after a switch: requests queued under the old configuration drain
+    pairs: int = 40
+    extra_pairs: int = 4  # at most this many pairs run in place of those set aside
+    mix_bound: float = 0.15  # total variation distance between a pair's two mixes
+    load_ratio: float = 2.0  # a pair whose two intervals' I/O rates differ more is set aside
+    min_ios: int = 200  # an interval with fewer completions says nothing
+    min_share: float = 0.02  # strata below this share of a pair are not required in both
+    guard_ratio: float = 3.0  # the candidate's pooled p99 over the baseline's
+    guard_p99_us: float | None = None  # or an absolute limit
+    guard_checks: int = 4  # guard checks per candidate interval
+    rules: tuple[MetricRule, ...] = LIVE_RULES
+    alpha: float = 0.05
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Interval:
+    arm: str
+    strata: dict[Stratum, histograms.Sparse]  # block-layer latency histograms by stratum
+    ios: int
+    seconds: float
+
+    def mix(self) -> dict[Stratum, float]:
+        counts = {s: sum(c for _, c in h) for s, h in self.strata.items()}
+        total = sum(counts.values()) or 1
+        return {s: c / total for s, c in counts.items()}
+
+    def quantile_us(self, q: float, weights: Mapping[Stratum, float] | None = None) -> float:
+        shares = weights if weights is not None else self.mix()
+        value = histograms.weighted_quantile(
+            {s: (shares.get(s, 0.0), h) for s, h in self.strata.items()}, q
+        )
+        return (value or 0.0) / 1000
+
+
+def strata_between(device: str, before: LatencySnapshot, after: LatencySnapshot) -> Interval:
+    """The interval's block-layer latency histograms (insert or issue to completion: a
+    scheduler's queueing counts) by stratum: reads and writes by size class."""
+    strata = {
+        (op, size): hist
+        for (op, kind, size), hist in device_deltas(device, before, after).items()
+        if kind == "total_ns" and op in JUDGED
+    }
+    ios = sum(c for hist in strata.values() for _, c in hist)
+    return Interval("", strata, ios, 0.0)
+
+
+def total_variation(a: Mapping[Stratum, float], b: Mapping[Stratum, float]) -> float:
+    return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
+
+
+def pair_order(pairs: int, rng: random.Random) -> list[tuple[str, str]]:
+    """Balanced and randomised: as many A-first as B-first pairs, in a shuffled order."""
+    orders = [("A", "B"), ("B", "A")] * (pairs // 2) + ([("A", "B")] if pairs % 2 else [])
+    rng.shuffle(orders)
+    return orders
+
+
+def judge_pair(
+    first: Interval, second: Interval, settings: LiveSettings
+) -> tuple[dict[str, dict[str, float]] | None, str]:
+    """Each arm's p50 and p99 under the pair's pooled mix, or None and why the pair is set
+    aside."""
+    for interval in (first, second):
+        if interval.ios < settings.min_ios:
+            return None, f"too little traffic ({interval.ios} I/Os in an interval)"
+    rates = sorted(i.ios / max(i.seconds, 1e-3) for i in (first, second))
+    if rates[1] > settings.load_ratio * rates[0]:
+        return None, (
+            f"load shifted ({rates[0]:.0f} and {rates[1]:.0f} I/Os per second in one pair)"
+        )
+    a, b = first.mix(), second.mix()
+    distance = total_variation(a, b)
+    if distance > settings.mix_bound:
+        return None, f"traffic mix shifted (total variation {distance:.2f} > {settings.mix_bound})"
+    pooled = {k: (a.get(k, 0.0) + b.get(k, 0.0)) / 2 for k in set(a) | set(b)}
+    for stratum, share in pooled.items():
+        if share >= settings.min_share and (stratum not in a or stratum not in b):
+            op, slot = stratum
+            return None, f"{op.value} {1 << slot} B requests in one interval only"
+    weights = {k: v for k, v in pooled.items() if v >= settings.min_share}
+    found = {}
+    for interval in (first, second):
+        found[interval.arm] = {
+            "lat_p50_us": interval.quantile_us(0.50, weights),
+            "lat_p99_us": interval.quantile_us(0.99, weights),
+        }
+    return found, ""
+
+
+def describe_workload(device: str, intervals: list[Interval]) -> WorkloadSpec:
+    """The observed traffic in the workload language (tool "live"), so the model can learn
+    from the verdict like from any canary: read share and request sizes from the histograms."""
+    reads = writes = 0
+    sizes: dict[int, int] = {}
+    for interval in intervals:
+        for (op, slot), hist in interval.strata.items():
+            n = sum(c for _, c in hist)
+            if op is IoOperation.READ:
+                reads += n
+            else:
+                writes += n
+            size = max(512, (1 << slot) // 512 * 512)
+            sizes[size] = sizes.get(size, 0) + n
+    total = reads + writes or 1
+    top = sorted(sizes.items(), key=lambda item: -item[1])[:16] or [(4096, 1)]
+    weight = sum(n for _, n in top)
+    percents = {size: max(1, round(100 * n / weight)) for size, n in top}
+    while sum(percents.values()) > 100:  # rounding up the small ones: take it from the largest
+        largest = max(percents, key=lambda size: percents[size])
+        percents[largest] -= sum(percents.values()) - 100
+        percents = {size: p for size, p in percents.items() if p > 0}
+    largest = max(percents, key=lambda size: percents[size])
+    percents[largest] += 100 - sum(percents.values())
+    share = reads / total
+    pattern = (
+        IOPattern.RANDREAD
+        if share == 1.0
+        else IOPattern.RANDWRITE
+        if share == 0.0
+        else IOPattern.RANDRW
+    )
+    job = JobSpec(name="live", pattern=pattern, read_share=share, block_sizes=percents)
+    return WorkloadSpec(name=f"live-{device}"[:128], tool="live", jobs=[job])
+
+
+def judge(
+    samples: dict[str, dict[str, list[float]]], rules: tuple[MetricRule, ...], alpha: float
+) -> tuple[CanaryVerdict, list[MetricStatistics]]:
+    """The synthetic canary's judge, on pairs: the i-th A and B samples are one pair's. Each
+    pair gives a ratio B/A; the Hodges-Lehmann estimate of the shift is the median of the Walsh
+    averages of the log-ratios, with the Wilcoxon signed-rank interval (the paired form of
+    Mann-Whitney and Hodges-Lehmann); a slow change of the host's load or the traffic moves
+    both halves of a pair alike and cancels. The Mann-Whitney U and its p-value over the two
+    arms are reported beside it."""
+    usable = [r for r in rules if samples["A"].get(r.metric) and samples["B"].get(r.metric)]
+    if not usable:
+        raise ValueError("no metric measured in both arms")
+    confidence = 1 - alpha / len(usable)  # Bonferroni
+    return overall(found := [paired(samples, r, confidence) for r in usable]), found
+
+
+def paired(
+    samples: dict[str, dict[str, list[float]]], rule: MetricRule, confidence: float
+) -> MetricStatistics:
+    from scipy.stats import mannwhitneyu, norm
+
+    a, b = samples["A"][rule.metric], samples["B"][rule.metric]
+    n = len(a)
+    if n < 3 or len(b) != n:
+        raise ValueError("the live canary needs at least 3 complete pairs")
+    logs = [math.log(max(y, 1e-9) / max(x, 1e-9)) for x, y in zip(a, b, strict=True)]
+    walsh = sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
+    m = len(walsh)
+    z = float(norm.ppf(1 - (1 - confidence) / 2))
+    k = math.floor(n * (n + 1) / 4 - z * math.sqrt(n * (n + 1) * (2 * n + 1) / 24))
+    k = max(0, min(k, m // 2 - 1))
+    shift_log, low_log, high_log = statistics.median(walsh), walsh[k], walsh[m - 1 - k]
+    base = statistics.median(a)
+    test = mannwhitneyu(b, a, alternative="two-sided")
+    relative_shift = math.expm1(shift_log)
+    low, high = math.expm1(low_log), math.expm1(high_log)  # relative
+    sign = -1.0 if rule.higher_is_better else 1.0
+    worst_end = low if rule.higher_is_better else high
+    best_end = high if rule.higher_is_better else low
+    relative_worst = sign * worst_end
+    if sign * best_end > 0 and sign * relative_shift > rule.tolerance:
+        verdict = CanaryVerdict.FAIL
+    elif relative_worst <= rule.tolerance:
+        verdict = CanaryVerdict.PASS
+    else:
+        verdict = CanaryVerdict.INCONCLUSIVE
+    return MetricStatistics(
+        rule.metric,
+        base,
+        statistics.median(b),
+        float(test.statistic),
+        float(test.pvalue),
+        relative_shift * base,
+        low * base,
+        high * base,
+        confidence,
+        relative_shift,
+        relative_worst,
+        verdict,
+    )
