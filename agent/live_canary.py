@@ -7,11 +7,13 @@ applier and its journal; nothing is written to the device. Each interval's eBPF 
 its sample. Like is compared with like: the traffic is split into strata (operation x request
 size class), and each interval's p50 and p99 are those of the pair's pooled mix — both intervals
 of a pair re-weighted to the same shares — so a change of the mix is not read as an effect.
-A pair whose two mixes still differ beyond a bound (total variation distance), or that lacks a
-stratum the other has, is set aside and another pair run instead (up to a limit); the result
-says how many and why. The judge is the synthetic canary's: Mann-Whitney and Hodges-Lehmann on
-the interval p50s and p99s, with non-inferiority tolerances. Throughput is not judged: on live
-traffic it is the demand's, not the configuration's.
+A pair whose two mixes still differ beyond a bound (total variation distance), whose I/O rates
+differ by more than a factor, or that lacks a stratum the other has, is set aside and another
+pair run instead (up to a limit); the result says how many and why. The judge is the synthetic
+canary's in paired form (agent/live_judge.py): Hodges-Lehmann and the Wilcoxon signed-rank
+interval on the pairs' log-ratios of interval p50 and p99, Mann-Whitney reported beside them,
+with non-inferiority tolerances. Throughput is not judged: on live traffic it is the demand's,
+not the configuration's.
 
 A hard guard: when the candidate's p99 over everything it has served so far passes a limit (a
 multiple of the baseline's, pooled the same way, or an absolute one), the canary ends at once —
