@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,8 @@ def main() -> int:
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
 
+    # a stopped run still unmounts and detaches its devices
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     settings = LiveSettings()
     work = Path(tempfile.mkdtemp(prefix="blkpilot-live-bench-"))
     hog = (

@@ -185,7 +185,7 @@ def start_workload(
     iodepth: int = 4,
     jobs: int = 1,
     engine: str = "io_uring",
-    seconds: float = 600,
+    seconds: float = 86_400,
     rate_iops: int | None = None,
     device: str | None = None,
 ) -> subprocess.Popen[str]:
