@@ -31,6 +31,13 @@ TELEMETRY_BATCHES = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+# every eBPF window's device-time p99 as it is ingested: the fleet's latency distribution
+WINDOW_P99 = Histogram(
+    "blkpilot_fleet_window_p99_seconds",
+    "Device-time p99 of each ingested telemetry window that carries eBPF distributions.",
+    buckets=[(1 << k) / 1e9 for k in range(10, 31, 2)],
+    registry=REGISTRY,
+)
 TELEMETRY_WINDOWS = Counter(
     "blkpilot_telemetry_windows_ingested",
     "Telemetry windows stored (counted after their transaction committed).",

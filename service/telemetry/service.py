@@ -80,10 +80,13 @@ def ingest(session: Session, node: Principal, batch: TelemetryBatch) -> Telemetr
     ]
     repository.insert_windows(session, rows)
     count = len(rows)
+    p99s = [p99 for w in batch.windows if (p99 := w.percentiles_us()["p99_us"]) is not None]
 
     def count_ingested() -> None:
         metrics.TELEMETRY_BATCHES.labels(outcome="accepted").inc()
         metrics.TELEMETRY_WINDOWS.inc(count)
+        for p99 in p99s:
+            metrics.WINDOW_P99.observe(p99 / 1e6)
 
     on_commit(session, count_ingested)
     return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=True, windows=count)

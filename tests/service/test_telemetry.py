@@ -343,3 +343,19 @@ class TestLatencyDistributions:
         )
         assert response.status_code == 422
         assert "diskstats counts 5000" in response.text
+
+
+def test_the_fleet_p99_histogram_counts_ebpf_windows(
+    client: TestClient, session: Session, node: tuple[Node, str]
+) -> None:
+    _, token = node
+    before = (
+        metrics.WINDOW_P99._sum.get(),
+        sum(b.get() for b in metrics.WINDOW_P99._buckets),
+    )  # the sum of p99s seen, and how many
+    batch = _batch(ebpf_window("loop0", index=0), telemetry_window("loop1", index=0))
+    assert client.post(URL, json=batch, headers=bearer(token)).status_code == 201
+    seen = sum(b.get() for b in metrics.WINDOW_P99._buckets) - before[1]
+    assert seen == 1  # the eBPF window only
+    assert metrics.WINDOW_P99._sum.get() > before[0]
+    assert "blkpilot_fleet_window_p99_seconds_bucket" in client.get("/metrics").text
