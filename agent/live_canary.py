@@ -124,12 +124,14 @@ def _run(
         return (value or 0.0) / 1000, sum(c for _, c in merged)
 
     def guard(partial: Interval) -> None:
-        baseline, _ = pooled_p99_us("A")
+        baseline, baseline_ios = pooled_p99_us("A")
         limit = settings.guard_ratio * max(baseline, 1.0)
         if settings.guard_p99_us is not None:
             limit = min(limit, settings.guard_p99_us)
+        elif baseline_ios < settings.guard_min_ios:
+            return  # a p99 of a few hundred I/Os is their maximum: no limit to judge by yet
         p99, ios = pooled_p99_us("B", histograms.merge(partial.strata.values()))
-        if ios >= settings.min_ios and p99 > limit:
+        if ios >= settings.guard_min_ios and p99 > limit:
             report.guard_tripped = (
                 f"guard: the candidate's p99 reached {p99:.0f} µs over {ios} I/Os"
                 f" (limit {limit:.0f} µs: {settings.guard_ratio:g}x the baseline's {baseline:.0f})"

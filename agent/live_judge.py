@@ -46,6 +46,7 @@ class LiveSettings:
     guard_ratio: float = 3.0  # the candidate's pooled p99 over the baseline's
     guard_p99_us: float | None = None  # or an absolute limit
     guard_checks: int = 4  # guard checks per candidate interval
+    guard_min_ios: int = 1000  # both arms' pools hold this many before the guard judges
     rules: tuple[MetricRule, ...] = LIVE_RULES
     alpha: float = 0.05
     seed: int | None = None
