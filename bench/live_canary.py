@@ -53,6 +53,7 @@ def main() -> int:
     # a stopped run still unmounts and detaches its devices
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     settings = LiveSettings()
+    started = provenance("live_canary.py")  # the commit this run's code came from
     work = Path(tempfile.mkdtemp(prefix="blkpilot-live-bench-"))
     hog = (
         subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
@@ -147,7 +148,7 @@ def main() -> int:
         "interval_s": settings.interval_s,
         "tolerances": {r.metric: r.tolerance for r in settings.rules},
         "runs": runs,
-        **provenance("live_canary.py"),
+        **started,
     }
     print(json.dumps({k: v for k, v in result_doc.items() if k != "runs"}, indent=2))
     if not args.no_record:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from agent.bench.library import library
 from agent.config import AgentConfig
@@ -13,7 +14,7 @@ from models.mapping import nearest, workload_shape
 from tests.agent.conftest import NO_POWER, LoopFactory
 
 
-def _window_during(device: str, fio_args: list[str], tmp_path: Path) -> dict[str, float]:
+def _window_during(device: str, fio_args: list[str], tmp_path: Path) -> dict[str, Any]:
     agent = Agent(AgentConfig(devices=[device], metrics_port=0, power=NO_POWER), None, tmp_path)
     agent.discover_and_report()  # no service: discovery only
     agent.collect()
