@@ -159,6 +159,7 @@ class Agent:
             self.push()  # what was collected is spooled, whatever happens next
             if self.client is not None:
                 self.client.close()
+            self.collectors.close()
 
     # --- devices ----------------------------------------------------------------------------
 

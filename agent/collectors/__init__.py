@@ -38,6 +38,13 @@ class CollectorSet:
     collectors: list[Collector]
     status: dict[str, CollectorStatus] = field(default_factory=dict)
 
+    def close(self) -> None:
+        """Release what collectors hold (eBPF programs stay attached until then)."""
+        for collector in self.collectors:
+            close = getattr(collector, "close", None)
+            if callable(close):
+                close()
+
     def collect(self, now: float) -> dict[str, Any]:
         """Each collector's result by name; a collector that raised is simply absent."""
         results: dict[str, Any] = {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,6 +71,9 @@ class BpfObject:
         if not self.obj:
             raise _error(f"cannot open {path}")
         self.links: list[int] = []
+        # programs stay attached while their links are open: an object dropped without
+        # close() (a test's agent, an exception) must not keep tracing every I/O
+        self._finalizer = weakref.finalize(self, _release, self.lib, self.links, self.obj)
         try:
             if self.lib.bpf_object__load(self.obj) != 0:
                 raise _error("the kernel refused to load the BPF programs")
@@ -110,9 +114,13 @@ class BpfObject:
                 yield copy, value
 
     def close(self) -> None:
-        for link in self.links:
-            self.lib.bpf_link__destroy(link)
-        self.links = []
-        if self.obj:
-            self.lib.bpf_object__close(self.obj)
-            self.obj = None
+        self._finalizer()
+        self.obj = None
+
+
+def _release(lib: ctypes.CDLL, links: list[int], obj: int | None) -> None:
+    for link in links:
+        lib.bpf_link__destroy(link)
+    links.clear()
+    if obj:
+        lib.bpf_object__close(obj)

@@ -186,3 +186,28 @@ def test_tracefs_is_mounted_when_missing() -> None:
         assert os.path.ismount(tracing)
     finally:
         found.close()
+
+
+def _attached_programs() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:bpf-prog"
+    return count
+
+
+def test_programs_are_detached_when_their_collector_goes(tmp_path: Path) -> None:
+    """Every collector left attached would trace every I/O of the host from then on."""
+    import gc
+
+    from agent.runner import Agent
+
+    before = _attached_programs()
+    agent = Agent(AgentConfig(metrics_port=0), None, tmp_path)
+    assert _attached_programs() == before + 3  # insert, issue, complete
+    del agent
+    gc.collect()
+    assert _attached_programs() == before
+    closed = BlkLatCollector(HostPaths())
+    closed.close()
+    assert _attached_programs() == before
