@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from pydantic import ValidationError
+
 from agent.collectors.blklat import LatencySnapshot
 from agent.collectors.cpu import CpuStat
 from agent.collectors.diskstats import SECTOR, DiskStats
@@ -193,16 +195,17 @@ def windows(
     latency = (before.latency, after.latency) if before.latency and after.latency else None
     for device in sorted(devices):
         if device in before.disks and device in after.disks:
-            window = device_window(
-                device,
-                before.disks[device],
-                after.disks[device],
-                start,
-                end,
-                seconds,
-                node,
-                latency,
-            )
+            args = (device, before.disks[device], after.disks[device], start, end, seconds, node)
+            try:
+                window = device_window(*args, latency)
+            except ValidationError as error:
+                if latency is None:
+                    raise
+                # distributions that disagree with diskstats: the window keeps its means, and
+                # says why (a burst between the two reads), instead of stopping the agent
+                reason = "; ".join(str(e["msg"]) for e in error.errors())[:400]
+                note = f"eBPF not used for this window: {reason}"
+                window = device_window(*args, (LatencySnapshot(unavailable=note),) * 2)
             if window is not None:
                 found.append(window)
     return node, found

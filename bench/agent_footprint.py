@@ -131,7 +131,7 @@ def main() -> int:
                 *[a for d in sorted(devices.values()) for a in ("--device", d)],
             ]
             agent = subprocess.Popen(
-                command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True
+                command, env=env, stdout=subprocess.DEVNULL, stderr=open(work / "agent.err", "w"), text=True
             )
             reader = (
                 "while :; do dd if=/dev/{} of=/dev/null bs=4k count=256 iflag=direct"

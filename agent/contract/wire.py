@@ -194,8 +194,9 @@ Histogram = Annotated[
     Field(max_length=histograms.LATENCY_SLOTS),
 ]
 # how far an operation's eBPF count may be from diskstats' for the same window: the two are
-# read a few milliseconds apart in one collection
-COUNT_SLACK = (64, 0.05)
+# read a few milliseconds apart in one collection, and a burst in between lands in one and not
+# yet in the other (measured: 74 of 512 reads, 16 devices each read in 256-I/O bursts)
+COUNT_SLACK = (1024, 0.10)
 
 
 class OperationLatency(WireModel):
