@@ -130,8 +130,9 @@ def main() -> int:
                 str(config),
                 *[a for d in sorted(devices.values()) for a in ("--device", d)],
             ]
+            errors = (work / "agent.err").open("w")  # why, if the agent dies
             agent = subprocess.Popen(
-                command, env=env, stdout=subprocess.DEVNULL, stderr=open(work / "agent.err", "w"), text=True
+                command, env=env, stdout=subprocess.DEVNULL, stderr=errors, text=True
             )
             reader = (
                 "while :; do dd if=/dev/{} of=/dev/null bs=4k count=256 iflag=direct"
@@ -176,6 +177,7 @@ def main() -> int:
                     process.terminate()
                     process.wait()
                 stop(agent)
+                errors.close()
                 stats.write_text(stats_before)
         devices_known = httpx.get(
             f"{base}/api/v1/devices", headers={"Authorization": f"Bearer {admin}"}
