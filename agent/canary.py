@@ -116,18 +116,8 @@ def compare(
     shift, low, high = hodges_lehmann(baseline, candidate, confidence)
     base = statistics.median(baseline)
     scale = abs(base) or 1.0
-    sign = -1.0 if rule.higher_is_better else 1.0  # worse is down for iops, up for latency
-    worst_end = low if rule.higher_is_better else high
-    best_end = high if rule.higher_is_better else low
     relative_shift = shift / scale
-    relative_worst = sign * worst_end / scale
-    significantly_worse = sign * best_end > 0  # the whole interval is on the worse side
-    if significantly_worse and sign * relative_shift > rule.tolerance:
-        verdict = CanaryVerdict.FAIL
-    elif relative_worst <= rule.tolerance:
-        verdict = CanaryVerdict.PASS
-    else:
-        verdict = CanaryVerdict.INCONCLUSIVE
+    verdict, relative_worst = non_inferiority(rule, relative_shift, low / scale, high / scale)
     return MetricStatistics(
         rule.metric,
         base,
@@ -142,6 +132,23 @@ def compare(
         relative_worst,
         verdict,
     )
+
+
+def non_inferiority(
+    rule: MetricRule, relative_shift: float, relative_low: float, relative_high: float
+) -> tuple[CanaryVerdict, float]:
+    """The verdict on a shift and its interval (relative to the baseline), and how much worse
+    the interval's worse end is (> 0: worse)."""
+    sign = -1.0 if rule.higher_is_better else 1.0  # worse is down for iops, up for latency
+    worst_end = relative_low if rule.higher_is_better else relative_high
+    best_end = relative_high if rule.higher_is_better else relative_low
+    relative_worst = sign * worst_end
+    significantly_worse = sign * best_end > 0  # the whole interval is on the worse side
+    if significantly_worse and sign * relative_shift > rule.tolerance:
+        return CanaryVerdict.FAIL, relative_worst
+    if relative_worst <= rule.tolerance:
+        return CanaryVerdict.PASS, relative_worst
+    return CanaryVerdict.INCONCLUSIVE, relative_worst
 
 
 def overall(per_metric: list[MetricStatistics]) -> CanaryVerdict:

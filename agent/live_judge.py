@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agent.canary import MetricRule, MetricStatistics, overall
+from agent.canary import MetricRule, MetricStatistics, non_inferiority, overall
 from agent.collectors.blklat import LatencySnapshot
 from agent.contract import histograms
 from agent.contract.wire import CanaryVerdict, IoOperation
@@ -199,16 +199,7 @@ def paired(
     test = mannwhitneyu(b, a, alternative="two-sided")
     relative_shift = math.expm1(shift_log)
     low, high = math.expm1(low_log), math.expm1(high_log)  # relative
-    sign = -1.0 if rule.higher_is_better else 1.0
-    worst_end = low if rule.higher_is_better else high
-    best_end = high if rule.higher_is_better else low
-    relative_worst = sign * worst_end
-    if sign * best_end > 0 and sign * relative_shift > rule.tolerance:
-        verdict = CanaryVerdict.FAIL
-    elif relative_worst <= rule.tolerance:
-        verdict = CanaryVerdict.PASS
-    else:
-        verdict = CanaryVerdict.INCONCLUSIVE
+    verdict, relative_worst = non_inferiority(rule, relative_shift, low, high)
     return MetricStatistics(
         rule.metric,
         base,

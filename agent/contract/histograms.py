@@ -12,7 +12,7 @@ Percentiles interpolate linearly inside the bucket that holds the rank.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 LATENCY_SLOTS = 320
 SIZE_SLOTS = 64
@@ -80,18 +80,25 @@ def check(histogram: Sparse, slots: int) -> int:
 
 def quantile(histogram: Sparse, q: float, bounds: str = "latency") -> float | None:
     """The q-quantile (0 < q <= 1) in the slot scheme's unit; None for an empty histogram."""
-    total = sum(count for _, count in histogram)
-    if total == 0:
-        return None
     edges = latency_bounds if bounds == "latency" else size_bounds
+    return _quantile([(slot, float(count)) for slot, count in histogram], q, edges)
+
+
+def _quantile(
+    mass: list[tuple[int, float]], q: float, edges: Callable[[int], tuple[float, float]]
+) -> float | None:
+    """Walk slots in order to the one holding rank q, interpolating linearly inside it."""
+    total = sum(share for _, share in mass)
+    if total <= 0:
+        return None
     rank = q * total
-    seen = 0
-    for slot, count in histogram:
-        if seen + count >= rank:
+    seen = 0.0
+    for slot, share in mass:
+        if seen + share >= rank:
             low, high = edges(slot)
-            return low + (high - low) * max(0.0, rank - seen) / count
-        seen += count
-    return edges(histogram[-1][0])[1]
+            return low + (high - low) * max(0.0, rank - seen) / share
+        seen += share
+    return edges(mass[-1][0])[1]
 
 
 def percentiles_us(histogram: Sparse) -> dict[str, float]:
@@ -114,14 +121,4 @@ def weighted_quantile(strata: Mapping[object, tuple[float, Sparse]], q: float) -
             continue
         for slot, count in histogram:
             mass[slot] = mass.get(slot, 0.0) + weight * count / total
-    if not mass:
-        return None
-    ordered = sorted(mass.items())
-    rank = q * sum(mass.values())
-    seen = 0.0
-    for slot, share in ordered:
-        if seen + share >= rank:
-            low, high = latency_bounds(slot)
-            return low + (high - low) * max(0.0, rank - seen) / share
-        seen += share
-    return latency_bounds(ordered[-1][0])[1]
+    return _quantile(sorted(mass.items()), q, latency_bounds)

@@ -1,8 +1,8 @@
 """Loading a CO-RE BPF object with the system's libbpf (libbpf.so.1) through ctypes, attaching
 its programs and reading its hash maps.
 
-Why this way: the agent's footprint. bcc compiles C with LLVM on the node at start (tens of MB
-and seconds of CPU); bpftrace as a child process carries LLVM too. libbpf is a 300 kB shared
+Why this way: the agent's footprint. bcc needs LLVM and kernel headers on the node and compiles
+the C when it starts; bpftrace as a child process carries LLVM too. libbpf is a 350 kB shared
 library (Debian's libbpf1), the object is compiled once, and the agent reads the maps itself.
 """
 
