@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import (
@@ -15,6 +15,10 @@ from pydantic import (
 
 MAX_WINDOWS_PER_BATCH = 5_000
 MAX_WINDOW_SPAN = timedelta(hours=1)
+# Telemetry is about now: no window starts before this, and the service refuses windows that
+# end further in its future than a clock may be off (a node's NTP failing, a VM's clock).
+EARLIEST_WINDOW = datetime(2000, 1, 1, tzinfo=UTC)
+MAX_CLOCK_SKEW = timedelta(minutes=5)
 MAX_DEVICES_PER_NODE = 1_024
 INT64_MAX = 2**63 - 1
 

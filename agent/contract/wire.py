@@ -21,6 +21,7 @@ from pydantic import (
 
 from agent.contract import histograms
 from agent.contract.base import (
+    EARLIEST_WINDOW,
     INT64_MAX,
     MAX_DEVICES_PER_NODE,
     MAX_WINDOW_SPAN,
@@ -263,6 +264,8 @@ class TelemetryWindow(WireModel):
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         self._distributions_consistent()
+        if self.start < EARLIEST_WINDOW:
+            raise ValueError(f"a window starts after {EARLIEST_WINDOW:%Y-%m-%d}")
         span = self.end - self.start
         if span <= timedelta(0):
             raise ValueError("end must be after start")

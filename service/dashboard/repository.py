@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from agent.contract.base import EARLIEST_WINDOW, MAX_CLOCK_SKEW
 from service.tables import Device, Node, Observation, Policy, RecommendationRow, TelemetryWindowRow
 
 
@@ -35,10 +37,15 @@ def device(session: Session, device_id: uuid.UUID) -> tuple[Device, Node, Policy
 
 
 def latest_windows(session: Session, device_id: uuid.UUID, limit: int) -> list[TelemetryWindowRow]:
-    """The device's last `limit` telemetry windows, oldest first."""
+    """The device's last `limit` telemetry windows, oldest first. Windows dated outside the
+    plausible range (stored before the service refused them) are left out, so that they
+    neither hide the real ones nor break a chart."""
+    latest = datetime.now(UTC) + MAX_CLOCK_SKEW
     newest = session.scalars(
         select(TelemetryWindowRow)
         .where(TelemetryWindowRow.device_id == device_id)
+        .where(TelemetryWindowRow.window_start >= EARLIEST_WINDOW)
+        .where(TelemetryWindowRow.window_end <= latest)
         .order_by(TelemetryWindowRow.window_start.desc())
         .limit(limit)
     ).all()

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
+from agent.contract.base import MAX_CLOCK_SKEW
 from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt
 from service.devices import repository as device_repository
 from service.devices import service as device_service
@@ -36,6 +37,21 @@ def ingest(session: Session, node: Principal, batch: TelemetryBatch) -> Telemetr
             f"{len(unknown)} window(s) name devices this node has not reported in its inventory:"
             f" {', '.join(names)}; nothing from this batch was stored",
             fields=unknown,
+        )
+    latest = datetime.now(UTC) + MAX_CLOCK_SKEW
+    future = [
+        {
+            "loc": ["body", "windows", index, "end"],
+            "msg": f"ends {window.end.isoformat()}, after {latest:%Y-%m-%dT%H:%M:%SZ}",
+        }
+        for index, window in enumerate(batch.windows)
+        if window.end > latest
+    ]
+    if future:
+        raise Unprocessable(
+            f"{len(future)} window(s) end in the future, more than {MAX_CLOCK_SKEW} past this"
+            " server's clock: check the node's clock (NTP); nothing from this batch was stored",
+            fields=future,
         )
     keys = [(w.device, w.start, w.end) for w in batch.windows]
     if len(set(keys)) != len(keys):

@@ -229,3 +229,47 @@ def test_device_page_plots_the_ebpf_distribution(client: TestClient, session: Se
     page = client.get(f"/ui/devices/{plain.id}").text
     assert "Mean latency" in page
     assert "eBPF" not in page
+
+
+def test_a_window_stored_with_an_impossible_date_breaks_no_page(
+    client: TestClient, session: Session
+) -> None:
+    """Windows dated 9999 or 0001 were stored before the service refused them (the API now
+    answers 422: tests/service/test_telemetry.py). The page plotted the newest windows, so
+    matplotlib failed on the date and the page stayed at 500; such rows are now left out."""
+    from agent.contract.wire import TelemetryBatch
+    from service.tables import TelemetryWindowRow
+    from service.telemetry import service as telemetry
+    from tests.factories import telemetry_window
+
+    node, _ = create_node(session, hostname=f"ui-{uuid.uuid4().hex[:8]}")
+    (device,) = report_inventory(session, node, device_inventory("sda"))
+    windows = [telemetry_window("sda", index=i, mean_latency_us=77.5) for i in range(3)]
+    batch = TelemetryBatch.model_validate({"batch_id": str(uuid.uuid4()), "windows": windows})
+    telemetry.ingest(session, Principal(name=node.hostname, node_id=node.id), batch)
+    for start in (datetime(9999, 12, 31, 12, tzinfo=UTC), datetime(1, 1, 2, tzinfo=UTC)):
+        session.add(  # as an older service stored them
+            TelemetryWindowRow(
+                device_id=device.id,
+                batch_id=batch.batch_id,
+                window_start=start,
+                window_end=start + timedelta(seconds=10),
+                read_ios=1,
+                write_ios=0,
+                read_bytes=4096,
+                write_bytes=0,
+                iops=1e6,
+                read_share=1.0,
+                mean_request_bytes=4096.0,
+                mean_latency_us=1e9,
+                queue_depth=1.0,
+                utilisation=1.0,
+                latency_source="diskstats",
+                latency_note="",
+            )
+        )
+    session.flush()
+    _sign_in(client, create_api_token(session, role=Role.VIEWER))
+    response = client.get(f"/ui/devices/{device.id}")
+    assert response.status_code == 200, response.text[-500:]
+    assert "Mean latency" in response.text  # the real windows are plotted

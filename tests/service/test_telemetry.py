@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from agent.contract.base import MAX_WINDOWS_PER_BATCH
+from agent.contract.base import MAX_CLOCK_SKEW, MAX_WINDOWS_PER_BATCH
 from service.ops import metrics
 from service.security import Role
 from service.tables import Node, TelemetryBatchRow, TelemetryWindowRow
@@ -47,6 +48,42 @@ def _counter(counter: Any, **labels: str) -> float:
 
 
 class TestIngestBatch:
+    @pytest.mark.parametrize(
+        "start",
+        ["9999-12-31T12:00:00+00:00", "0001-01-01T00:00:00+00:00", "1900-01-01T00:00:00+00:00"],
+    )
+    def test_refuses_windows_dated_where_no_telemetry_can_be(
+        self, client: TestClient, session: Session, node: tuple[Node, str], start: str
+    ) -> None:
+        """One window from a node whose clock is wrong: 422 naming it, nothing stored."""
+        _, token = node
+        bad = telemetry_window("loop0", start=start)
+        bad["end"] = (datetime.fromisoformat(start) + timedelta(seconds=10)).isoformat()
+        body = _batch(telemetry_window("loop0"), bad)
+        response = client.post(URL, json=body, headers=bearer(token))
+        assert response.status_code == 422, response.text
+        assert any(f["loc"][:3] == ["body", "windows", 1] for f in response.json()["fields"])
+        assert _stored(session) == 0
+
+    def test_a_window_ahead_by_more_than_the_clock_skew_is_refused(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        _, token = node
+        soon = datetime.now(UTC) + MAX_CLOCK_SKEW / 2  # a clock a little ahead: fine
+        later = datetime.now(UTC) + 2 * MAX_CLOCK_SKEW
+        ok = telemetry_window(
+            "loop0", start=soon.isoformat(), end=(soon + timedelta(seconds=10)).isoformat()
+        )
+        assert client.post(URL, json=_batch(ok), headers=bearer(token)).status_code == 201
+        ahead = telemetry_window(
+            "loop1", start=later.isoformat(), end=(later + timedelta(seconds=10)).isoformat()
+        )
+        response = client.post(URL, json=_batch(ahead), headers=bearer(token))
+        assert response.status_code == 422, response.text
+        assert "clock" in response.json()["detail"]
+        assert response.json()["fields"][0]["loc"] == ["body", "windows", 0, "end"]
+        assert _stored(session) == 1
+
     def test_stores_every_window(
         self, client: TestClient, session: Session, node: tuple[Node, str]
     ) -> None:
