@@ -43,6 +43,10 @@ _TUNABLE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 Values = dict[str, str]  # attribute below queue/ ("scheduler", "iosched/slice_idle_us") -> value
 
 
+class _ReadBackMismatch(Exception):
+    """The kernel kept a different value than the one written."""
+
+
 @dataclass(frozen=True)
 class Drift:
     attribute: str
@@ -242,6 +246,9 @@ class Applier:
             raise ChangeRefused("the configuration asks for no change")
         for attribute in writes:
             self._attribute(device, attribute)  # refuse before snapshotting anything
+        self._refuse_held(device)
+        if self.effects.dry_run:
+            return self._dry_apply(device, writes)
         with self._exclusive():
             self._recover_locked()
             txid = uuid.uuid4().hex
@@ -258,12 +265,10 @@ class Applier:
             )
             try:
                 self._write_all(device, writes)
-            except (SysfsWriteError, ChangeFailed) as error:
+            except (SysfsWriteError, _ReadBackMismatch) as error:
                 restored = self._restore(device, before)
                 remove_durably(self._journal)
-                raise ChangeFailed(
-                    f"{device}: {error}; restored the snapshot", restored=restored
-                ) from error
+                raise ChangeFailed(f"{device}: {error}", restored=restored) from error
             write_json_atomic(self._snapshot_file(device), {"txid": txid, "values": before})
             write_json_atomic(self._applied_file(device), {"txid": txid, "values": writes})
             remove_durably(self._journal)
@@ -279,9 +284,7 @@ class Applier:
             if attribute == "io_poll" and not self.kernel.io_poll_writable:
                 continue  # ignored by the kernel since 5.16: nothing to read back
             if actual != value:
-                raise ChangeFailed(
-                    f"read-back of {attribute} gave {actual!r}, not {value!r}", restored=False
-                )
+                raise _ReadBackMismatch(f"read-back of {attribute} gave {actual!r}, not {value!r}")
 
     def _restore(self, device: str, values: Values) -> bool:
         """Scheduler first (switching resets the rest), then its tunables, then the queue."""
@@ -308,9 +311,20 @@ class Applier:
     def _recover_locked(self) -> str | None:
         if not self._journal.exists():
             return None
-        entry = read_json(self._journal)
-        device = str(entry["device"])
-        restored = self._restore(device, dict(entry["snapshot"]))
+        try:
+            entry = read_json(self._journal)
+            device = str(entry["device"])
+            snapshot = {str(k): str(v) for k, v in dict(entry["snapshot"]).items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            return self._set_aside_journal(error)
+        if self.effects.dry_run:  # a dry run changes nothing, the journal included
+            log.warning(
+                "dry run: an interrupted change %s on %s would be undone (journal kept)",
+                entry.get("txid"),
+                device,
+            )
+            return None
+        restored = self._restore(device, snapshot)
         log.warning(
             "recovered interrupted change %s on %s: snapshot %s",
             entry["txid"],
@@ -330,9 +344,79 @@ class Applier:
         with self._exclusive():
             if not self._restore(device, snapshot):
                 raise ChangeFailed(f"{device}: rollback incomplete", restored=False)
-            remove_durably(path)
-            remove_durably(self._applied_file(device))
+            if not self.effects.dry_run:
+                remove_durably(path)
+                remove_durably(self._applied_file(device))
         return snapshot
+
+    def _dry_apply(self, device: str, writes: Values) -> ApplyResult:
+        """What apply would do, with nothing changed: no recovery, no journal, no records."""
+        if self._journal.exists():
+            log.warning("dry run: a pending journal would be recovered first (kept)")
+        before = self.snapshot(device, list(writes))
+        for attribute, value in writes.items():
+            self.effects.write_attribute(self._attribute(device, attribute), value)
+        return ApplyResult(device, "dry-run", before, writes)
+
+    # --- a journal that cannot be read ------------------------------------------------------
+
+    def _hold_file(self) -> Path:
+        return self.state_dir / "held.json"
+
+    def held(self) -> dict[str, str]:
+        """Devices blkpilot will not change until an operator releases them: name (or "*",
+        every device, when the journal did not say which) -> why."""
+        path = self._hold_file()
+        return {str(k): str(v) for k, v in dict(read_json(path)).items()} if path.exists() else {}
+
+    def _refuse_held(self, device: str) -> None:
+        held = self.held()
+        reason = held.get(device) or held.get("*")
+        if reason is not None:
+            raise ChangeRefused(
+                f"{device} is held: {reason}; check it, then `blkpilot agent release {device}`"
+            )
+
+    def release(self, device: str) -> bool:
+        """An operator has looked: blkpilot may change the device again."""
+        with self._exclusive():
+            held = self.held()
+            if device not in held:
+                return False
+            del held[device]
+            if held:
+                write_json_atomic(self._hold_file(), held)
+            else:
+                remove_durably(self._hold_file())
+        log.warning("released %s: blkpilot may change it again", device)
+        return True
+
+    def _set_aside_journal(self, error: Exception) -> str | None:
+        """A journal that cannot be read (truncated, edited) cannot be trusted to restore
+        anything. It is moved aside for an operator, and the device it names — every device,
+        if even that cannot be read — is held: never changed until released. The agent
+        itself goes on (collection needs no journal)."""
+        raw = self._journal.read_bytes()[:4096].decode("utf-8", "replace")
+        named = re.search(r'"device"\s*:\s*"([^"]{1,64})"', raw)
+        device = named.group(1) if named and _DEVICE.match(named.group(1)) else "*"
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        aside = self._journal.with_name(f"journal.unreadable-{stamp}.json")
+        reason = f"the change journal could not be read ({error}); set aside as {aside.name}"
+        if self.effects.dry_run:
+            log.error("dry run: %s would be done; %s", reason, "journal kept")
+            return None
+        os.replace(self._journal, aside)
+        held = self.held()
+        held[device] = reason
+        write_json_atomic(self._hold_file(), held)
+        log.error(
+            "UNREADABLE JOURNAL: %s; %s held until an operator checks it and runs"
+            " `blkpilot agent release %s`",
+            reason,
+            "every device" if device == "*" else device,
+            device,
+        )
+        return None
 
     def applied(self, device: str) -> Values | None:
         path = self._applied_file(device)

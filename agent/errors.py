@@ -24,7 +24,10 @@ class ChangeRefused(AgentError):
 
 class ChangeFailed(AgentError):
     def __init__(self, message: str, *, restored: bool) -> None:
-        super().__init__(message + ("" if restored else " (restoring the snapshot ALSO failed)"))
+        super().__init__(
+            message
+            + ("; the snapshot was restored" if restored else "; restoring the snapshot failed too")
+        )
         self.restored = restored
 
 

@@ -22,6 +22,8 @@ def node_status(cfg: AgentConfig, directory: Path) -> list[str]:
     applier = Applier(cfg.paths, directory)
     if (directory / "journal.json").exists():
         lines.append("an interrupted change is in the journal: it is undone when the agent starts")
+    for device, reason in sorted(applier.held().items()):
+        lines.append(f"HELD {'every device' if device == '*' else device}: {reason}")
     for applied in sorted((directory / "applied").glob("*.json")):
         name = applied.stem
         drift = applier.drift(name)

@@ -366,6 +366,21 @@ def rollback(
 
 
 @app.command()
+def release(
+    device: Annotated[str, typer.Argument(help="A device, or * for a hold on every device.")],
+    state_dir: StateDir,
+    config: ConfigFile = None,
+) -> None:
+    """Let blkpilot change a device again after an unreadable journal held it (check the
+    device's queue settings and the journal set aside in the state directory first)."""
+    cfg = load_config(config)
+    applier = Applier(cfg.paths, cfg.state_dir or state_dir)
+    if not applier.release(device):
+        raise fail(AgentError(f"{device} is not held"))
+    typer.echo(f"released {device}")
+
+
+@app.command()
 def status(state_dir: StateDir, config: ConfigFile = None) -> None:
     """Enrollment, changes blkpilot made and whether they still hold, and the spool."""
     from agent.status import node_status

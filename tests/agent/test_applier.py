@@ -14,6 +14,7 @@ from agent.effects import Effects
 from agent.errors import ChangeFailed, ChangeRefused, NoSnapshot
 from agent.host import HostPaths
 from tests.agent.conftest import LoopFactory
+from tests.proc import BLKPILOT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -174,8 +175,67 @@ class TestRecovery:
         assert "[bfq]" in queue_state(device)["scheduler"]  # half-applied
         assert (state_dir / "journal.json").exists()
 
+        # a dry run changes nothing, the journal included: it did delete it, unrestored
+        half_changed = queue_state(device)
+        dry = Applier(HostPaths(), state_dir, Effects(dry_run=True))
+        assert dry.recover() is None
+        dry.apply(device, DeviceConfig(scheduler=Scheduler.MQ_DEADLINE))
+        assert (state_dir / "journal.json").exists()
+        assert queue_state(device) == half_changed
+        assert not (state_dir / "snapshots").exists() or not list(
+            (state_dir / "snapshots").iterdir()
+        )
+
         restarted = Applier(HostPaths(), state_dir)
         assert restarted.recover() == device
         assert queue_state(device) == original
         assert not (state_dir / "journal.json").exists()
         assert restarted.recover() is None
+
+    @pytest.mark.parametrize("keep", [60, 3])  # the device's name survives, or not even that
+    def test_an_unreadable_journal_is_set_aside_and_the_device_held(
+        self, tmp_path: Path, loop_device: LoopFactory, keep: int
+    ) -> None:
+        """A truncated journal stopped `agent run` at every start (JSONDecodeError). It is
+        moved aside, the device it names (or every device) is held until an operator
+        releases it, and nothing else stops."""
+        device, other = loop_device(), loop_device()
+        state_dir = tmp_path / "agent"
+        state_dir.mkdir()
+        journal = (
+            f'{{"txid": "ab12", "device": "{device}", "snapshot": {{"scheduler": "none"}},'
+            ' "writes": {"scheduler": "bfq"}}'
+        )
+        (state_dir / "journal.json").write_text(journal[:keep])
+        applier = Applier(HostPaths(), state_dir)
+        assert applier.recover() is None  # no exception
+        assert not (state_dir / "journal.json").exists()
+        (aside,) = state_dir.glob("journal.unreadable-*.json")
+        assert aside.read_text() == journal[:keep]
+        held = device if keep == 60 else "*"
+        assert list(applier.held()) == [held]
+        with pytest.raises(ChangeRefused, match="held"):
+            applier.apply(device, DeviceConfig(scheduler=Scheduler.BFQ))
+        if held == device:  # the other device is not held
+            applier.apply(other, DeviceConfig(scheduler=Scheduler.BFQ))
+            applier.rollback(other)
+        assert "[none]" in queue_state(device)["scheduler"]
+        status = subprocess.run(
+            [BLKPILOT, "agent", "status", "--state-dir", str(state_dir)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert "HELD" in status.stdout, status.stdout + status.stderr
+        released = subprocess.run(
+            [BLKPILOT, "agent", "release", held, "--state-dir", str(state_dir)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert released.returncode == 0, released.stderr
+        assert applier.held() == {}
+        applier.apply(device, DeviceConfig(scheduler=Scheduler.BFQ))
+        applier.rollback(device)
