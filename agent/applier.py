@@ -23,11 +23,13 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from agent.contract.tunables import (
+    JIFFY_TUNABLES,
     QUEUE_LIMITS,
     SCHEDULER_TUNABLES,
     CompletionMode,
     DeviceConfig,
     Scheduler,
+    jiffy_readbacks,
 )
 from agent.discovery import KernelFacts, parse_scheduler
 from agent.effects import Effects, SysfsWriteError
@@ -283,8 +285,26 @@ class Applier:
             actual = self.read(device, attribute)
             if attribute == "io_poll" and not self.kernel.io_poll_writable:
                 continue  # ignored by the kernel since 5.16: nothing to read back
+            if actual != value and self._rounded_to_a_tick(device, attribute, value, actual):
+                log.info("%s: %s=%s reads back %s (jiffies)", device, attribute, value, actual)
+                writes[attribute] = str(actual)  # what the device holds, for drift
+                continue
             if actual != value:
                 raise _ReadBackMismatch(f"read-back of {attribute} gave {actual!r}, not {value!r}")
+
+    def _rounded_to_a_tick(
+        self, device: str, attribute: str, value: str, actual: str | None
+    ) -> bool:
+        """Whether a read-back differs only by the kernel's rounding to a jiffy."""
+        scheduler = parse_scheduler(read_text(self._queue(device) / "scheduler") or "")[1]
+        name = attribute.removeprefix("iosched/")
+        jiffies = JIFFY_TUNABLES.get(Scheduler(scheduler)) if scheduler in set(Scheduler) else None
+        if not jiffies or name not in jiffies or actual is None:
+            return False
+        try:
+            return int(actual) in jiffy_readbacks(int(value), self.kernel.hz)
+        except ValueError:
+            return False
 
     def _restore(self, device: str, values: Values) -> bool:
         """Scheduler first (switching resets the rest), then its tunables, then the queue."""

@@ -29,6 +29,7 @@ KNOWN_SCHEDULERS = {s.value: s for s in Scheduler}
 class KernelFacts:
     release: str
     version: tuple[int, int]
+    hz: int | None = None  # CONFIG_HZ, where the kernel's configuration can be read
 
     @property
     def hybrid_polling(self) -> bool:
@@ -41,7 +42,25 @@ class KernelFacts:
     @classmethod
     def of(cls, paths: HostPaths) -> KernelFacts:
         release = paths.kernel_release()
-        return cls(release, parse_kernel_version(release))
+        return cls(release, parse_kernel_version(release), kernel_hz(paths, release))
+
+
+def kernel_hz(paths: HostPaths, release: str) -> int | None:
+    """CONFIG_HZ from /proc/config.gz (CONFIG_IKCONFIG_PROC) or /boot/config-<release>."""
+    import gzip
+
+    for path, opener in (
+        (paths.proc / "config.gz", gzip.open),
+        (paths.proc.parent / "boot" / f"config-{release}", open),
+    ):
+        try:
+            with opener(path, "rt") as config:
+                for line in config:
+                    if line.startswith("CONFIG_HZ="):
+                        return int(line.split("=", 1)[1])
+        except (OSError, ValueError, EOFError):
+            continue
+    return None
 
 
 @dataclass(frozen=True)

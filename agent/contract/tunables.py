@@ -69,6 +69,27 @@ SCHEDULER_TUNABLES: dict[Scheduler, dict[str, tuple[int, int]]] = {
     },
 }
 
+# Tunables the kernel keeps in jiffies and shows in ms: a value reads back rounded up to the
+# next tick (HZ 250: read_expire 250 -> 252, timeout_sync 125 -> 128). The rest are exact.
+JIFFY_TUNABLES: dict[Scheduler, frozenset[str]] = {
+    Scheduler.MQ_DEADLINE: frozenset({"read_expire", "write_expire", "prio_aging_expire"}),
+    Scheduler.BFQ: frozenset({"timeout_sync"}),
+}
+KERNEL_HZ = (100, 250, 300, 1000)  # CONFIG_HZ's choices
+
+
+def jiffy_readback(ms: int, hz: int) -> int:
+    """What the kernel shows after `ms` was written to a jiffies tunable: msecs_to_jiffies
+    rounds up, jiffies_to_msecs rounds down (include/linux/jiffies.h)."""
+    jiffies = -(-ms * hz // 1000)
+    return jiffies * 1000 // hz
+
+
+def jiffy_readbacks(ms: int, hz: int | None = None) -> set[int]:
+    """The read-backs `ms` can have: at this HZ, or at any of CONFIG_HZ's when not known."""
+    return {jiffy_readback(ms, h) for h in ((hz,) if hz else KERNEL_HZ)}
+
+
 QUEUE_LIMITS: dict[str, tuple[int, int]] = {
     "nr_requests": (4, 65_536),
     "read_ahead_kb": (0, 65_536),

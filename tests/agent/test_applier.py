@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from agent.applier import Applier
-from agent.contract.tunables import CompletionMode, DeviceConfig, Scheduler
+from agent.contract.tunables import (
+    KERNEL_HZ,
+    CompletionMode,
+    DeviceConfig,
+    Scheduler,
+    jiffy_readback,
+    jiffy_readbacks,
+)
 from agent.effects import Effects
 from agent.errors import ChangeFailed, ChangeRefused, NoSnapshot
 from agent.host import HostPaths
@@ -128,6 +135,44 @@ class TestApply:
         applier.apply(device, DeviceConfig(scheduler=Scheduler.MQ_DEADLINE, read_ahead_kb=64))
         assert [Path(p).name for p, _ in applier.effects.writes] == ["scheduler", "read_ahead_kb"]
         assert queue_state(device) == original
+
+
+class TestJiffies:
+    """HZ 250 here (and on Debian): ms tunables kept in jiffies read back rounded to a tick.
+    The agent took 250 -> 252 for a failed write, rolled it back, and did so at every policy
+    fetch; the service's policy showed rolled_back for a value the kernel had accepted."""
+
+    @pytest.mark.parametrize(
+        ("scheduler", "tunable", "value"),
+        [(Scheduler.MQ_DEADLINE, "read_expire", 250), (Scheduler.BFQ, "timeout_sync", 125)],
+    )
+    def test_a_value_rounded_to_a_tick_is_applied_and_does_not_drift(
+        self,
+        applier: Applier,
+        loop_device: LoopFactory,
+        scheduler: Scheduler,
+        tunable: str,
+        value: int,
+    ) -> None:
+        device = loop_device()
+        assert applier.kernel.hz in KERNEL_HZ
+        expected = jiffy_readback(value, applier.kernel.hz or 250)
+        result = applier.apply(
+            device, DeviceConfig(scheduler=scheduler, scheduler_tunables={tunable: value})
+        )
+        on_device = Path(f"/sys/block/{device}/queue/iosched/{tunable}").read_text().strip()
+        assert int(on_device) == expected
+        assert result.after[f"iosched/{tunable}"] == on_device
+        assert applier.drift(device) == []
+        applier.rollback(device)
+
+    def test_the_rounding_follows_the_kernel(self) -> None:
+        assert jiffy_readback(250, 250) == 252
+        assert jiffy_readback(125, 250) == 128
+        assert jiffy_readback(250, 1000) == 250
+        assert jiffy_readback(1, 100) == 10
+        assert jiffy_readbacks(250) == {250, 252}  # HZ 100, 300, 1000 keep 250
+        assert jiffy_readbacks(125) == {128, 130, 126, 125}
 
 
 class TestDrift:
