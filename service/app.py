@@ -18,12 +18,16 @@ from service.audit.endpoints import router as audit_router
 from service.dashboard.views import install as install_dashboard
 from service.db import Database
 from service.devices.endpoints import router as devices_router
-from service.errors import BlkpilotError, ErrorBody
+from service.errors import BlkpilotError, ErrorBody, PayloadTooLarge
 from service.nodes.endpoints import router as nodes_router
 from service.observations.endpoints import router as observations_router
 from service.ops import metrics
 from service.ops.endpoints import router as ops_router
-from service.ops.middleware import BodySizeLimitMiddleware, RequestMetricsMiddleware
+from service.ops.middleware import (
+    BODY_TOO_LARGE,
+    BodySizeLimitMiddleware,
+    RequestMetricsMiddleware,
+)
 from service.policies.endpoints import router as policies_router
 from service.recommendations.endpoints import router as recommendations_router
 from service.rollouts.endpoints import router as rollouts_router
@@ -43,7 +47,7 @@ _HTTP_ERRORS = {
 
 
 def _error(status: int, body: ErrorBody) -> JSONResponse:
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=status)
+    return JSONResponse(body.model_dump(), status_code=status)
 
 
 def _field(error: Any) -> dict[str, Any]:
@@ -79,6 +83,9 @@ def _allowed_methods(request: Request) -> str:
 
 async def _http_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
+    limit = request.scope.get(BODY_TOO_LARGE)
+    if limit is not None:  # the body was cut off at the limit while FastAPI read it
+        return _error(413, PayloadTooLarge(f"request body exceeds {limit} bytes").body())
     if error.status_code == 400:
         # FastAPI's "error parsing the body" (e.g. bytes that are not UTF-8): a bad payload,
         # reported like every other bad payload.

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class ErrorBody(BaseModel):
+    """Every error's one shape; `fields` names what was wrong in the request, empty when the
+    error is not about a field (a missing token, an unknown id, a body too large)."""
+
     error: str
     detail: str
-    fields: list[dict[str, Any]] | None = None
+    fields: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class BlkpilotError(Exception):
@@ -32,7 +35,7 @@ class BlkpilotError(Exception):
         self.fields = fields
 
     def body(self) -> ErrorBody:
-        return ErrorBody(error=self.error, detail=self.detail, fields=self.fields)
+        return ErrorBody(error=self.error, detail=self.detail, fields=self.fields or [])
 
 
 class Unauthorized(BlkpilotError):

@@ -44,6 +44,9 @@ class RequestMetricsMiddleware:
             )
 
 
+BODY_TOO_LARGE = "blkpilot.body_too_large"  # in the ASGI scope: the limit a body passed
+
+
 class BodySizeLimitMiddleware:
     """Refuse bodies over the limit with 413, whether or not Content-Length is given."""
 
@@ -68,6 +71,9 @@ class BodySizeLimitMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
+                    # FastAPI turns an error while it reads the body into its own 400: the
+                    # mark tells the error handler it was this (a chunked body, no length)
+                    scope[BODY_TOO_LARGE] = self.max_bytes
                     raise _BodyTooLarge
             return message
 
@@ -85,7 +91,7 @@ class BodySizeLimitMiddleware:
 
     async def _refuse(self, send: Send) -> None:
         error = PayloadTooLarge(f"request body exceeds {self.max_bytes} bytes")
-        body = json.dumps(error.body().model_dump(exclude_none=True)).encode()
+        body = json.dumps(error.body().model_dump()).encode()
         await send(
             {
                 "type": "http.response.start",

@@ -84,6 +84,7 @@ class TestListNodes:
         assert response.json() == {
             "error": "unauthorized",
             "detail": "missing bearer token (Authorization: Bearer <token>)",
+            "fields": [],
         }
 
     def test_wrong_token_is_401(self, client: TestClient) -> None:

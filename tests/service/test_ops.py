@@ -97,7 +97,7 @@ class TestErrorShape:
     def test_unknown_route_is_404_in_the_one_shape(self, client: TestClient) -> None:
         response = client.get("/api/v1/nothing-here")
         assert response.status_code == 404
-        assert response.json() == {"error": "not_found", "detail": "Not Found"}
+        assert response.json() == {"error": "not_found", "detail": "Not Found", "fields": []}
 
     def test_wrong_method_is_405_in_the_one_shape(self, client: TestClient) -> None:
         response = client.delete("/api/v1/api-tokens")

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -228,6 +229,40 @@ class TestIngestBatch:
         )
         assert response.status_code == 413
         assert response.json()["error"] == "payload_too_large"
+
+    def test_a_chunked_body_over_the_limit_without_a_length_is_413(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        """No Content-Length: the limit is met while the body is read (it was a 422)."""
+        _, token = node
+        payload = json.dumps({"batch_id": str(uuid.uuid4()), "windows": [], "pad": "x" * (5 << 20)})
+
+        def chunks() -> Iterator[bytes]:
+            data = payload.encode()
+            for at in range(0, len(data), 64 << 10):
+                yield data[at : at + (64 << 10)]
+
+        response = client.post(
+            URL, content=chunks(), headers={**bearer(token), "Content-Type": "application/json"}
+        )
+        assert "content-length" not in {k.lower() for k in response.request.headers}
+        assert response.status_code == 413, response.text
+        assert response.json() == {
+            "error": "payload_too_large",
+            "detail": "request body exceeds 4194304 bytes",
+            "fields": [],
+        }
+        assert _stored(session) == 0
+
+    def test_every_error_has_the_one_shape(self, client: TestClient) -> None:
+        """error, detail and fields, whatever the status (fields was left out but for 422)."""
+        for response in (
+            client.post(URL, json=_batch(telemetry_window())),  # 401
+            client.get("/api/v1/devices/00000000-0000-0000-0000-000000000000"),  # 401
+            client.delete(URL),  # 405
+        ):
+            assert response.status_code in (401, 404, 405)
+            assert set(response.json()) == {"error", "detail", "fields"}, response.json()
 
     def test_empty_batch_is_rejected(self, client: TestClient, node: tuple[Node, str]) -> None:
         _, token = node
