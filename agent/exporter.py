@@ -190,6 +190,17 @@ def agent_families(agent: Agent) -> Iterator[Family]:
         "blkpilot_agent_spool_bytes", "Bytes waiting to be sent.", value=view.spool_bytes
     )
     yield CounterMetricFamily(
+        "blkpilot_agent_windows_collected",
+        "Telemetry windows collected (each is spooled before it is sent).",
+        value=counts.windows_collected,
+    )
+    yield CounterMetricFamily(
+        "blkpilot_agent_windows_sent",
+        "Telemetry windows the service stored; collected minus sent is in the spool, dropped"
+        " or rejected.",
+        value=counts.windows_sent,
+    )
+    yield CounterMetricFamily(
         "blkpilot_agent_spool_dropped_batches", "Dropped: spool full.", value=counts.spool_dropped
     )
     yield CounterMetricFamily(

@@ -243,6 +243,7 @@ class Agent:
             if self._reported is not None:
                 result = self.spool.drain(self.client.send_telemetry)
                 self.counters.spool_rejected += result.rejected
+                self.counters.windows_sent += result.windows
                 if not result.stopped:
                     self.view = _replace(self.view, last_push_ok=time.time())
                 else:

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt
 from agent.errors import ServiceRejected, ServiceUnreachable
 from agent.fsutil import remove_durably, write_json_atomic
@@ -25,6 +27,7 @@ RETRY_LATER = {401, 403, 408, 429}  # the service may take it later: keep it
 @dataclass
 class DrainResult:
     sent: int = 0
+    windows: int = 0  # in the batches sent (not the duplicates)
     duplicates: int = 0
     rejected: int = 0
     stopped: str = ""  # why draining stopped early, if it did
@@ -69,7 +72,12 @@ class Spool:
     def drain(self, send: Callable[[TelemetryBatch], TelemetryBatchReceipt]) -> DrainResult:
         result = DrainResult()
         for path in self.pending():
-            batch = TelemetryBatch.model_validate_json(path.read_text())
+            try:
+                batch = TelemetryBatch.model_validate_json(path.read_bytes())
+            except ValidationError as error:  # written by an agent with other rules
+                self._reject(path, f"not a batch this agent can send: {error}")
+                result.rejected += 1
+                continue
             try:
                 receipt = send(batch)
             except ServiceUnreachable as error:
@@ -79,15 +87,20 @@ class Spool:
                 if error.status >= 500 or error.status in RETRY_LATER:
                     result.stopped = str(error)
                     break
-                self.rejected_dir.mkdir(exist_ok=True)
-                path.rename(self.rejected_dir / path.name)
-                (self.rejected_dir / f"{path.stem}.reason").write_text(str(error) + "\n")
+                self._reject(path, str(error))
                 result.rejected += 1
                 log.error("service refused batch %s for good: %s", batch.batch_id, error)
                 continue
             if receipt.accepted:
                 result.sent += 1
+                result.windows += len(batch.windows)
             else:
                 result.duplicates += 1
             remove_durably(path)
         return result
+
+    def _reject(self, path: Path, reason: str) -> None:
+        """Kept for an operator, out of the way of the batches still to send."""
+        self.rejected_dir.mkdir(exist_ok=True)
+        path.rename(self.rejected_dir / path.name)
+        (self.rejected_dir / f"{path.stem}.reason").write_text(reason + "\n")

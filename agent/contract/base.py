@@ -22,8 +22,24 @@ MAX_CLOCK_SKEW = timedelta(minutes=5)
 MAX_DEVICES_PER_NODE = 1_024
 INT64_MAX = 2**63 - 1
 
-# A counter: what the kernel counts in 64 bits, and what PostgreSQL's BIGINT holds.
-Counter = Annotated[int, Field(ge=0, le=INT64_MAX)]
+# A counter: what the kernel counts in 64 bits, and what PostgreSQL's BIGINT holds. Strict:
+# "123" and true are not counts (they were stored as 123 and 1).
+Counter = Annotated[int, Field(ge=0, le=INT64_MAX, strict=True)]
+
+
+def measure(high: float) -> Any:
+    """A non-negative measurement, a JSON number, no larger than any device or node makes
+    (1e308 IOPS was stored, and ranked first on every page)."""
+    return Field(ge=0.0, le=high, strict=True)
+
+
+Iops = Annotated[float, measure(1e8)]  # the fastest devices do about 1e7
+Micros = Annotated[float, measure(3.6e9)]  # a latency: up to an hour
+Bytes = Annotated[float, measure(float(1 << 32))]  # a mean request size
+Depth = Annotated[float, measure(1e6)]  # requests in flight
+PerSecond = Annotated[float, measure(1e10)]  # events per second on a node
+Watts = Annotated[float, measure(1e6)]
+Joules = Annotated[float, measure(1e12)]
 
 
 def reject_nul(value: object) -> None:

@@ -5,9 +5,9 @@ is exactly a change the agent may make."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, StrictInt, model_validator
 
 from agent.contract.base import WireModel
 
@@ -105,14 +105,14 @@ def _in_range(name: str, value: int, limits: tuple[int, int]) -> None:
 
 def _queue_limit(name: str) -> Any:
     low, high = QUEUE_LIMITS[name]
-    return Field(default=None, ge=low, le=high)
+    return Field(default=None, ge=low, le=high, strict=True)  # 64, not "64"
 
 
 class DeviceConfig(WireModel):
     """A configuration of one device: what a policy asks for and what an agent reports."""
 
     scheduler: Scheduler | None = None
-    scheduler_tunables: dict[str, int] = Field(default_factory=dict)
+    scheduler_tunables: dict[str, StrictInt] = Field(default_factory=dict)
     nr_requests: int | None = _queue_limit("nr_requests")
     read_ahead_kb: int | None = _queue_limit("read_ahead_kb")
     completion: CompletionMode | None = None
@@ -133,3 +133,17 @@ class DeviceConfig(WireModel):
                 )
             _in_range(name, value, allowed[name])
         return self
+
+
+def _asks_for_something(config: DeviceConfig) -> DeviceConfig:
+    if config == DeviceConfig():
+        raise ValueError(
+            "the configuration asks for nothing: name a scheduler, its tunables, nr_requests,"
+            " read_ahead_kb or a completion mode"
+        )
+    return config
+
+
+# What a policy or a rollout asks a device to run: {} would create a version that changes
+# nothing, and an agent would refuse it at every fetch.
+WantedConfig = Annotated[DeviceConfig, AfterValidator(_asks_for_something)]

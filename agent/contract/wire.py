@@ -14,7 +14,6 @@ from pydantic import (
     AfterValidator,
     AwareDatetime,
     Field,
-    NonNegativeFloat,
     NonNegativeInt,
     model_validator,
 )
@@ -26,8 +25,15 @@ from agent.contract.base import (
     MAX_DEVICES_PER_NODE,
     MAX_WINDOW_SPAN,
     MAX_WINDOWS_PER_BATCH,
+    Bytes,
     Counter,
+    Depth,
     InputModel,
+    Iops,
+    Joules,
+    Micros,
+    PerSecond,
+    Watts,
     WireModel,
 )
 from agent.contract.labels import Labels
@@ -172,8 +178,8 @@ class PowerReading(WireModel):
     source: PowerSource
     zone: Annotated[str, Field(max_length=128)]
     scope: PowerScope
-    watts: NonNegativeFloat
-    energy_joules: NonNegativeFloat
+    watts: Watts
+    energy_joules: Joules
 
 
 class IoOperation(StrEnum):
@@ -210,10 +216,10 @@ class OperationLatency(WireModel):
     device_ns: Histogram
     queue_ns: Histogram = Field(default_factory=list)
     size_bytes: Histogram
-    p50_us: NonNegativeFloat
-    p95_us: NonNegativeFloat
-    p99_us: NonNegativeFloat
-    p999_us: NonNegativeFloat
+    p50_us: Micros
+    p95_us: Micros
+    p99_us: Micros
+    p999_us: Micros
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -244,16 +250,16 @@ class TelemetryWindow(WireModel):
     write_ios: Counter
     read_bytes: Counter
     write_bytes: Counter
-    iops: NonNegativeFloat
-    read_share: Annotated[float, Field(ge=0.0, le=1.0)]
-    mean_request_bytes: NonNegativeFloat
-    mean_latency_us: NonNegativeFloat
-    queue_depth: NonNegativeFloat
-    utilisation: Annotated[float, Field(ge=0.0, le=1.0)]
-    cpu_utilisation: Annotated[float | None, Field(ge=0.0, le=1.0)] = None  # the node's
-    context_switches_per_s: NonNegativeFloat | None = None  # the node's
-    power_watts: NonNegativeFloat | None = None
-    energy_joules: NonNegativeFloat | None = None
+    iops: Iops
+    read_share: Annotated[float, Field(ge=0.0, le=1.0, strict=True)]
+    mean_request_bytes: Bytes
+    mean_latency_us: Micros
+    queue_depth: Depth
+    utilisation: Annotated[float, Field(ge=0.0, le=1.0, strict=True)]
+    cpu_utilisation: Annotated[float | None, Field(ge=0.0, le=1.0, strict=True)] = None
+    context_switches_per_s: PerSecond | None = None  # the node's
+    power_watts: Watts | None = None
+    energy_joules: Joules | None = None
     power_scope: PowerScope | None = None
     power_source: PowerSource | None = None
     power_readings: list[PowerReading] = Field(default_factory=list, max_length=32)

@@ -7,12 +7,12 @@ from typing import Annotated
 from pydantic import BaseModel, Field
 
 from agent.contract.base import InputModel
-from agent.contract.tunables import DeviceConfig
+from agent.contract.tunables import DeviceConfig, WantedConfig
 from agent.contract.wire import AppliedStatus
 
 
 class PolicySet(InputModel):
-    config: DeviceConfig
+    config: WantedConfig
     reason: Annotated[str, Field(min_length=3, max_length=2_000, description="why, for the audit")]
 
 

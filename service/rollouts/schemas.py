@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent.contract.base import InputModel, SafeText
-from agent.contract.tunables import DeviceConfig
+from agent.contract.tunables import DeviceConfig, WantedConfig
 from agent.contract.wire import DeviceClass
 
 RolloutStatus = Literal["running", "paused", "rolling_back", "succeeded", "rolled_back", "failed"]
@@ -59,7 +59,7 @@ class Guardrails(InputModel):
 
 class RolloutCreate(InputModel):
     name: Annotated[str, Field(min_length=1, max_length=128)]
-    config: DeviceConfig
+    config: WantedConfig
     target: TargetSelector
     stages: list[StageSpec] = Field(
         default_factory=lambda: ["1", "10%", "50%", "100%"],

@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.config import AgentConfig, PowerConfig
-from agent.exporter import registry_for
+from agent.exporter import AgentCollector, registry_for
 from agent.runner import Agent
 from agent.state import NodeState
 from tests.agent.conftest import LoopFactory, enroll_lab_node
@@ -100,6 +100,17 @@ def test_outage_spools_and_delivers_every_window_once(
     stored = _stored(service, node)
     total = sum(len(windows) for windows in stored.values())
     assert total == agent.counters.windows_collected
+    assert agent.counters.windows_sent == total  # delivery checkable against collection
+    exported = {
+        s.name: s.value
+        for f in AgentCollector(agent).collect()
+        for s in f.samples
+        if s.name.startswith("blkpilot_agent_windows")
+    }
+    assert exported == {
+        "blkpilot_agent_windows_collected_total": total,
+        "blkpilot_agent_windows_sent_total": total,
+    }
     for name, windows in stored.items():
         starts = [w["window_start"] for w in windows]
         assert len(starts) == len(set(starts)), f"{name} has duplicate windows"
@@ -275,6 +286,8 @@ def test_agent_run_command_serves_metrics_and_spools_offline(
             "blkpilot_node_cpu_utilisation_ratio",
             "blkpilot_node_context_switches",
             "blkpilot_agent_spool_batches",
+            "blkpilot_agent_windows_collected",
+            "blkpilot_agent_windows_sent",
             "blkpilot_agent_collector_success",
         ):
             assert expected in names, expected

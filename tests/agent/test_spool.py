@@ -107,3 +107,20 @@ def test_bounds_drop_the_oldest_and_count_them(tmp_path: Path) -> None:
     service = Service()
     spool.drain(service.send)
     assert service.stored == [b.batch_id for b in batches[2:]]
+
+
+def test_a_spooled_file_that_is_no_batch_is_set_aside_and_the_rest_sent(tmp_path: Path) -> None:
+    """A file an older agent wrote under laxer rules (here a count as a string), or a torn
+    one, no longer stops the drain at every push: it is set aside with the reason."""
+    spool = Spool(tmp_path)
+    spool.put(_batch(0))
+    spool.put(_batch(1))
+    first = spool.pending()[0]
+    first.write_text(first.read_text().replace('"read_ios": 1000', '"read_ios": "1000"'))
+    assert '"1000"' in first.read_text()
+    service = Service()
+    result = spool.drain(service.send)
+    assert (result.sent, result.rejected, result.windows) == (1, 1, 1)
+    (reason,) = spool.rejected_dir.glob("*.reason")
+    assert "read_ios" in reason.read_text()
+    assert spool.pending() == []

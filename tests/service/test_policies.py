@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -88,6 +89,26 @@ class TestSetPolicy:
         assert "does not offer fios" in response.json()["detail"]
         assert _count(session, Policy) == 0
         assert _count(session, AuditEvent) == audit_before
+
+    @pytest.mark.parametrize(
+        "config",
+        [
+            {},  # a version that asks for nothing
+            {"nr_requests": "64"},  # a string where a number belongs
+            {"nr_requests": True},
+            {"scheduler": "bfq", "scheduler_tunables": {"low_latency": "0"}},
+            {"read_ahead_kb": 128.0},
+        ],
+    )
+    def test_lax_or_empty_configurations_are_422(
+        self, client: TestClient, session: Session, config: dict[str, Any]
+    ) -> None:
+        """These were stored (and an empty one created a version an agent refuses)."""
+        _, _, device, operator = _setup(session)
+        response = client.put(_url(device), json=_set(config), headers=bearer(operator))
+        assert response.status_code == 422, response.text
+        assert response.json()["fields"][0]["loc"][:2] == ["body", "config"]
+        assert _count(session, Policy) == 0
 
     def test_tunable_off_the_allow_list_is_422(self, client: TestClient, session: Session) -> None:
         _, _, device, operator = _setup(session)

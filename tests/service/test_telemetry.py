@@ -66,6 +66,29 @@ class TestIngestBatch:
         assert any(f["loc"][:3] == ["body", "windows", 1] for f in response.json()["fields"])
         assert _stored(session) == 0
 
+    @pytest.mark.parametrize(
+        "lax",
+        [
+            {"read_ios": "123"},  # a numeric string: was stored as 123
+            {"write_ios": True},  # a boolean: was stored as 1
+            {"iops": 1e308},  # was stored, and ranked first
+            {"mean_latency_us": 1e308},
+            {"read_share": "0.5"},
+            {"queue_depth": 2e6},
+        ],
+    )
+    def test_lax_numbers_are_refused(
+        self, client: TestClient, session: Session, node: tuple[Node, str], lax: dict[str, Any]
+    ) -> None:
+        _, token = node
+        response = client.post(
+            URL, json=_batch(telemetry_window("loop0", **lax)), headers=bearer(token)
+        )
+        assert response.status_code == 422, response.text
+        (field,) = lax
+        assert response.json()["fields"][0]["loc"] == ["body", "windows", 0, field]
+        assert _stored(session) == 0
+
     def test_a_window_ahead_by_more_than_the_clock_skew_is_refused(
         self, client: TestClient, session: Session, node: tuple[Node, str]
     ) -> None:
