@@ -55,6 +55,8 @@ REDFISH_POWER = {
     ],
 }
 
+WALL = 1_790_000_000.0  # 2026-09: windows start after 2000 (agent.contract.base)
+
 
 class TestDiskstats:
     def test_parses_this_machines_file(self) -> None:
@@ -90,11 +92,9 @@ def _disk(
 
 class TestWindows:
     def test_rates_shares_and_latency(self) -> None:
-        before = Collection(
-            1000.0, 50.0, {"sdb": _disk(0, 0, 0, 0, 0, 0)}, CpuStat(100, 1000, 5000)
-        )
+        before = Collection(WALL, 50.0, {"sdb": _disk(0, 0, 0, 0, 0, 0)}, CpuStat(100, 1000, 5000))
         after = Collection(
-            1002.0, 52.0, {"sdb": _disk(3000, 1000, 60, 40, 1000, 3000)}, CpuStat(300, 1400, 9000)
+            WALL + 2, 52.0, {"sdb": _disk(3000, 1000, 60, 40, 1000, 3000)}, CpuStat(300, 1400, 9000)
         )
         _, (window,) = windows(before, after, {"sdb"})
         assert window.iops == 2000.0
@@ -106,7 +106,7 @@ class TestWindows:
         assert window.utilisation == 0.5
         assert window.cpu_utilisation == 0.5
         assert window.context_switches_per_s == 2000.0
-        assert window.start == datetime.fromtimestamp(1000.0, UTC)
+        assert window.start == datetime.fromtimestamp(WALL, UTC)
         # no power source on this node: no number, not zero
         assert (window.power_watts, window.energy_joules, window.power_readings) == (None, None, [])
 
@@ -129,8 +129,8 @@ class TestWindows:
             ),
             PowerSample("ipmi", "dcmi", PowerScope.SYSTEM, 10.0, watts=220.0),
         ]
-        before = Collection(0.0, 0.0, disks, power=power_before)
-        after = Collection(10.0, 10.0, {"sdb": _disk(100, 0, 1, 0, 1, 1)}, power=power_after)
+        before = Collection(WALL, 0.0, disks, power=power_before)
+        after = Collection(WALL + 10, 10.0, {"sdb": _disk(100, 0, 1, 0, 1, 1)}, power=power_after)
         _, (window,) = windows(before, after, {"sdb"})
         assert window.power_source == "ipmi"
         assert window.power_scope is PowerScope.SYSTEM
