@@ -206,6 +206,9 @@ def start_workload(
         "--group_reporting",
         "--output-format=json",
         "--randrepeat=0",
+        # total latency's percentiles too (submission + completion): with io_uring a request
+        # reaches the device inside the submitting call, before fio's completion clock starts
+        "--lat_percentiles=1",
     ]
     if rate_iops:
         argv.append(f"--rate_iops={max(1, rate_iops // jobs)}")

@@ -33,7 +33,7 @@ from agent.telemetry import Collection, windows
 from kernel.lab.devices import TMPFS, DataDevice, data_device, start_workload, stop_workload
 
 BUCKET = 0.125
-PATH_US = {"p50": 8.0, "p99": 40.0}
+PATH_US = {"p50": 8.0}  # µs above the device at the median: syscall, page, wake-up
 
 
 @pytest.fixture(scope="module")
@@ -72,18 +72,24 @@ def test_percentiles_agree_with_fio_for_the_same_io(
     # the same I/Os: every read fio made reached the device once (no cache, direct I/O); the
     # filesystem may add a few metadata reads of its own
     assert job["total_ios"] <= reads.count <= job["total_ios"] * 1.01 + 16
-    clat = {
-        k: job["clat_ns"]["percentile"][v] / 1000
-        for k, v in {"p50": "50.000000", "p99": "99.000000"}.items()
-    }
+
+    def percentiles(kind: str) -> dict[str, float]:
+        found = job[kind]["percentile"]
+        return {k: found[v] / 1000 for k, v in {"p50": "50.000000", "p99": "99.000000"}.items()}
+
+    # fio's total latency (submission and completion) holds the device's time whole; its
+    # completion latency starts after the submitting call returned, which with io_uring is
+    # after the request reached the device. Device time lies between the two: never above the
+    # total (within a bucket's width), at the median at most the completion path below the
+    # completion latency. Under CPU contention both fio figures grow by the time fio waits
+    # for a CPU — above the device — so the tail is held to order only
+    total, completion = percentiles("lat_ns"), percentiles("clat_ns")
     measured = {"p50": reads.p50_us, "p99": reads.p99_us}
     for name in ("p50", "p99"):
-        assert measured[name] <= clat[name] * (1 + BUCKET) + 1, (name, measured, clat)
-        assert clat[name] - measured[name] <= BUCKET * clat[name] + PATH_US[name], (
-            name,
-            measured,
-            clat,
-        )
+        assert measured[name] <= total[name] * (1 + BUCKET) + 1, (name, measured, total)
+    low = completion["p50"] * (1 - BUCKET) - PATH_US["p50"]
+    assert measured["p50"] >= low, (measured, completion)
+    assert measured["p50"] <= measured["p99"]
     # 4 KiB requests, all of them; sizes and counts agree
     assert reads.size_bytes == [(12, reads.count)]
 
