@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from agent.contract import __version__
+from agent.contract.logs import REQUEST_ID_HEADER, request_id
 from service.audit.endpoints import router as audit_router
 from service.dashboard.views import install as install_dashboard
 from service.db import Database
@@ -26,6 +27,7 @@ from service.ops.endpoints import router as ops_router
 from service.ops.middleware import (
     BODY_TOO_LARGE,
     BodySizeLimitMiddleware,
+    RequestIdMiddleware,
     RequestMetricsMiddleware,
 )
 from service.policies.endpoints import router as policies_router
@@ -107,10 +109,19 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
 
 
 async def _unexpected_error(_: Request, error: Exception) -> JSONResponse:
-    log.exception("unhandled error", exc_info=error)
-    return _error(
-        500, ErrorBody(error="internal_error", detail="internal error; see the service log")
+    """The traceback was logged with the request's id (RequestIdMiddleware); the caller gets
+    the id to quote."""
+    rid = request_id.get()
+    response = _error(
+        500,
+        ErrorBody(
+            error="internal_error",
+            detail=f"internal error; see the service log (request {rid})",
+        ),
     )
+    if rid:
+        response.headers[REQUEST_ID_HEADER] = rid
+    return response
 
 
 def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
@@ -180,4 +191,5 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
     # Outermost last: metrics see every request, including those refused for their size.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestMetricsMiddleware)
+    app.add_middleware(RequestIdMiddleware)  # outermost: every line logged inside has the id
     return app

@@ -1,18 +1,83 @@
-"""ASGI middleware: request metrics and a cap on request body size."""
+"""ASGI middleware: request ids and the access log, request metrics, a cap on body size."""
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agent.contract.logs import (
+    REQUEST_ID_HEADER,
+    accepted_request_id,
+    new_request_id,
+    request_id,
+)
 from service.errors import PayloadTooLarge
 from service.ops import metrics
+
+log = logging.getLogger("blkpilot.access")
+_HEADER = REQUEST_ID_HEADER.lower().encode()
 
 
 class _BodyTooLarge(Exception):
     pass
+
+
+class RequestIdMiddleware:
+    """Each request's id: the caller's X-Request-ID when well formed, else a new one. Set for
+    every log line written while the request is handled, returned in the response, and
+    logged with the request's outcome (one access-log line per request)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = next((v.decode("latin-1") for k, v in scope["headers"] if k == _HEADER), None)
+        rid = accepted_request_id(given) or new_request_id()
+        token = request_id.set(rid)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message = {
+                    **message,
+                    "headers": [*message.get("headers", []), (_HEADER, rid.encode())],
+                }
+            await send(message)
+
+        failed = False
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            # logged here, with the id; Starlette's outermost handler then answers 500 and
+            # names the id (the variable is left set for it)
+            failed = True
+            log.exception("unhandled error in %s %s", scope["method"], scope["path"])
+            raise
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            log.info(
+                "%s %s %d",
+                scope["method"],
+                scope["path"],
+                status,
+                extra={
+                    "method": scope["method"],
+                    "route": route,
+                    "status": status,
+                    "duration_ms": round(1000 * (time.perf_counter() - started), 2),
+                },
+            )
+            if not failed:
+                request_id.reset(token)
 
 
 class RequestMetricsMiddleware:

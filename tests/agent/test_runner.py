@@ -101,13 +101,13 @@ def test_outage_spools_and_delivers_every_window_once(
     total = sum(len(windows) for windows in stored.values())
     assert total == agent.counters.windows_collected
     assert agent.counters.windows_sent == total  # delivery checkable against collection
-    exported = {
+    delivery = {
         s.name: s.value
         for f in AgentCollector(agent).collect()
         for s in f.samples
         if s.name.startswith("blkpilot_agent_windows")
     }
-    assert exported == {
+    assert delivery == {
         "blkpilot_agent_windows_collected_total": total,
         "blkpilot_agent_windows_sent_total": total,
     }
