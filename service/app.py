@@ -27,8 +27,7 @@ from service.ops.endpoints import router as ops_router
 from service.ops.middleware import (
     BODY_TOO_LARGE,
     BodySizeLimitMiddleware,
-    RequestIdMiddleware,
-    RequestMetricsMiddleware,
+    RequestObservationMiddleware,
 )
 from service.policies.endpoints import router as policies_router
 from service.recommendations.endpoints import router as recommendations_router
@@ -188,8 +187,8 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected_error)
-    # Outermost last: metrics see every request, including those refused for their size.
+    # Outermost last: every request is observed (its id on every line logged inside, the
+    # access log, the metrics), including those refused for their size.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
-    app.add_middleware(RequestMetricsMiddleware)
-    app.add_middleware(RequestIdMiddleware)  # outermost: every line logged inside has the id
+    app.add_middleware(RequestObservationMiddleware)
     return app

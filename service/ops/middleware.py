@@ -1,4 +1,4 @@
-"""ASGI middleware: request ids and the access log, request metrics, a cap on body size."""
+"""ASGI middleware: each request observed (id, access log, metrics), a cap on body size."""
 
 from __future__ import annotations
 
@@ -25,10 +25,11 @@ class _BodyTooLarge(Exception):
     pass
 
 
-class RequestIdMiddleware:
-    """Each request's id: the caller's X-Request-ID when well formed, else a new one. Set for
-    every log line written while the request is handled, returned in the response, and
-    logged with the request's outcome (one access-log line per request)."""
+class RequestObservationMiddleware:
+    """Each request observed once: its id (the caller's X-Request-ID when well formed, else a
+    new one), set for every log line written while it is handled and returned in the
+    response; then its outcome, as one access-log line and as the request metrics (requests
+    by method, route template and status; duration)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -64,6 +65,10 @@ class RequestIdMiddleware:
             raise
         finally:
             route = getattr(scope.get("route"), "path", None) or "unmatched"
+            seconds = time.perf_counter() - started
+            method = scope["method"]
+            metrics.HTTP_REQUESTS.labels(method=method, route=route, status=str(status)).inc()
+            metrics.HTTP_DURATION.labels(method=method, route=route).observe(seconds)
             log.info(
                 "%s %s %d",
                 scope["method"],
@@ -73,40 +78,11 @@ class RequestIdMiddleware:
                     "method": scope["method"],
                     "route": route,
                     "status": status,
-                    "duration_ms": round(1000 * (time.perf_counter() - started), 2),
+                    "duration_ms": round(1000 * seconds, 2),
                 },
             )
             if not failed:
                 request_id.reset(token)
-
-
-class RequestMetricsMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def send_and_record(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_and_record)
-        finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
-            method = scope["method"]
-            metrics.HTTP_REQUESTS.labels(method=method, route=template, status=str(status)).inc()
-            metrics.HTTP_DURATION.labels(method=method, route=template).observe(
-                time.perf_counter() - started
-            )
 
 
 BODY_TOO_LARGE = "blkpilot.body_too_large"  # in the ASGI scope: the limit a body passed
