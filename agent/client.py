@@ -9,6 +9,7 @@ from typing import Any, Self
 import httpx
 from pydantic import BaseModel
 
+from agent.contract.logs import REQUEST_ID_HEADER, new_request_id, request_id
 from agent.contract.wire import (
     AppliedStateReport,
     CanaryDone,
@@ -54,22 +55,32 @@ class ServiceClient:
         self.close()
 
     def _request(self, method: str, path: str, body: BaseModel | None = None) -> Any:
+        """One call, with its own request id: logged here while it runs, sent to the service
+        (whose log lines for it carry the same id), and named in any error."""
+        rid = new_request_id()
+        headers = {REQUEST_ID_HEADER: rid}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        token = request_id.set(rid)
         try:
             response = self._http.request(
                 method,
                 API + path,
                 content=body.model_dump_json() if body is not None else None,
-                headers={"Content-Type": "application/json"} if body is not None else None,
+                headers=headers,
             )
         except httpx.TransportError as error:
-            raise ServiceUnreachable(f"{self._http.base_url}: {error}") from error
+            raise ServiceUnreachable(f"{self._http.base_url}: {error} (request {rid})") from error
+        finally:
+            request_id.reset(token)
         if response.is_error:
             try:
                 payload = response.json()
                 name, detail = str(payload["error"]), str(payload["detail"])
             except (ValueError, KeyError, TypeError):
                 name, detail = "http_error", response.text[:500]
-            raise ServiceRejected(response.status_code, name, detail)
+            rid = response.headers.get(REQUEST_ID_HEADER, rid)
+            raise ServiceRejected(response.status_code, name, detail, request_id=rid)
         return response.json() if response.content else None
 
     def enroll(self, request: EnrollRequest) -> EnrollResponse:

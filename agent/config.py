@@ -44,6 +44,7 @@ class AgentConfig(BaseModel):
     metrics_port: Annotated[int, Field(ge=0, le=65_535)] = 9477  # 0: no exporter
     devices: list[str] | None = None  # only these devices; default: every one discovered
     apply_policies: bool = True
+    log_format: Literal["json", "text"] = "json"  # json: one object per line, with request ids
     calibrate_fios: bool = True  # measure fios' costs on scratch devices when a policy picks it
     calibration_seconds: Seconds = 2.0  # per calibration point (4 points)
     dry_run: bool = False  # log sysfs writes instead of making them

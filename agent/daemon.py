@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
 from collections.abc import Callable
@@ -11,6 +10,7 @@ from pathlib import Path
 from prometheus_client import start_http_server
 
 from agent.config import AgentConfig
+from agent.contract.logs import configure as configure_logs
 from agent.exporter import registry_for
 from agent.runner import Agent
 from agent.state import NodeState
@@ -20,9 +20,7 @@ def run_until_signalled(
     cfg: AgentConfig, state: NodeState | None, directory: Path, echo: Callable[[str], None]
 ) -> None:
     """Runs the agent (offline when `state` is None: it collects and spools) until a signal."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logs(cfg.log_format)
     agent = Agent(cfg, state, directory)
     server = None
     if cfg.metrics_port:

@@ -52,8 +52,10 @@ class ServiceUnreachable(ServiceError):
 
 
 class ServiceRejected(ServiceError):
-    def __init__(self, status: int, error: str, detail: str) -> None:
-        super().__init__(f"{status} {error}: {detail}")
+    def __init__(self, status: int, error: str, detail: str, request_id: str = "") -> None:
+        named = f" (request {request_id})" if request_id else ""
+        super().__init__(f"{status} {error}: {detail}{named}")
         self.status = status
         self.error = error
         self.detail = detail
+        self.request_id = request_id  # the service's log lines for this call carry it

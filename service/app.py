@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from agent.contract import __version__
+from agent.contract.logs import REQUEST_ID_HEADER, request_id
 from service.audit.endpoints import router as audit_router
 from service.dashboard.views import install as install_dashboard
 from service.db import Database
@@ -26,7 +27,7 @@ from service.ops.endpoints import router as ops_router
 from service.ops.middleware import (
     BODY_TOO_LARGE,
     BodySizeLimitMiddleware,
-    RequestMetricsMiddleware,
+    RequestObservationMiddleware,
 )
 from service.policies.endpoints import router as policies_router
 from service.recommendations.endpoints import router as recommendations_router
@@ -107,10 +108,19 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
 
 
 async def _unexpected_error(_: Request, error: Exception) -> JSONResponse:
-    log.exception("unhandled error", exc_info=error)
-    return _error(
-        500, ErrorBody(error="internal_error", detail="internal error; see the service log")
+    """The traceback was logged with the request's id (RequestIdMiddleware); the caller gets
+    the id to quote."""
+    rid = request_id.get()
+    response = _error(
+        500,
+        ErrorBody(
+            error="internal_error",
+            detail=f"internal error; see the service log (request {rid})",
+        ),
     )
+    if rid:
+        response.headers[REQUEST_ID_HEADER] = rid
+    return response
 
 
 def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
@@ -177,7 +187,8 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected_error)
-    # Outermost last: metrics see every request, including those refused for their size.
+    # Outermost last: every request is observed (its id on every line logged inside, the
+    # access log, the metrics), including those refused for their size.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
-    app.add_middleware(RequestMetricsMiddleware)
+    app.add_middleware(RequestObservationMiddleware)
     return app

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -24,6 +24,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BLKPILOT_", extra="ignore")
 
     environment: Environment = Environment.DEVELOPMENT
+    log_format: Literal["json", "text"] = "json"  # BLKPILOT_LOG_FORMAT=text for a terminal
     # Unset: an embedded PostgreSQL (pgserver) is started in data_dir.
     database_url: str | None = None
     data_dir: Path = Field(default_factory=_default_data_dir)

@@ -7,7 +7,6 @@ runs, so it can be registered on a node that has only the agent extra installed.
 from __future__ import annotations
 
 import importlib.util
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -34,16 +33,16 @@ def load_settings() -> Settings:
         raise typer.Exit(code=2)
     from pydantic import ValidationError
 
+    from agent.contract.logs import configure as configure_logs
     from service.settings import Settings
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     try:
-        return Settings()
+        settings = Settings()
     except ValidationError as error:
         typer.secho(f"invalid configuration: {error}", err=True, fg=typer.colors.RED)
         raise typer.Exit(code=2) from error
+    configure_logs(settings.log_format)
+    return settings
 
 
 def serve(
@@ -71,7 +70,8 @@ def serve(
                 host=host or settings.host,
                 port=port or settings.port,
                 log_level="info",
-                access_log=False,
+                log_config=None,  # uvicorn's lines through the same (JSON) handler
+                access_log=False,  # RequestIdMiddleware writes one, with the request id
             )
         finally:
             if worker is not None:

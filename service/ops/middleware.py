@@ -1,21 +1,36 @@
-"""ASGI middleware: request metrics and a cap on request body size."""
+"""ASGI middleware: each request observed (id, access log, metrics), a cap on body size."""
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agent.contract.logs import (
+    REQUEST_ID_HEADER,
+    accepted_request_id,
+    new_request_id,
+    request_id,
+)
 from service.errors import PayloadTooLarge
 from service.ops import metrics
+
+log = logging.getLogger("blkpilot.access")
+_HEADER = REQUEST_ID_HEADER.lower().encode()
 
 
 class _BodyTooLarge(Exception):
     pass
 
 
-class RequestMetricsMiddleware:
+class RequestObservationMiddleware:
+    """Each request observed once: its id (the caller's X-Request-ID when well formed, else a
+    new one), set for every log line written while it is handled and returned in the
+    response; then its outcome, as one access-log line and as the request metrics (requests
+    by method, route template and status; duration)."""
+
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
@@ -23,25 +38,51 @@ class RequestMetricsMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        given = next((v.decode("latin-1") for k, v in scope["headers"] if k == _HEADER), None)
+        rid = accepted_request_id(given) or new_request_id()
+        token = request_id.set(rid)
         started = time.perf_counter()
         status = 500
 
-        async def send_and_record(message: Message) -> None:
+        async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message = {
+                    **message,
+                    "headers": [*message.get("headers", []), (_HEADER, rid.encode())],
+                }
             await send(message)
 
+        failed = False
         try:
-            await self.app(scope, receive, send_and_record)
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            # logged here, with the id; Starlette's outermost handler then answers 500 and
+            # names the id (the variable is left set for it)
+            failed = True
+            log.exception("unhandled error in %s %s", scope["method"], scope["path"])
+            raise
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            seconds = time.perf_counter() - started
             method = scope["method"]
-            metrics.HTTP_REQUESTS.labels(method=method, route=template, status=str(status)).inc()
-            metrics.HTTP_DURATION.labels(method=method, route=template).observe(
-                time.perf_counter() - started
+            metrics.HTTP_REQUESTS.labels(method=method, route=route, status=str(status)).inc()
+            metrics.HTTP_DURATION.labels(method=method, route=route).observe(seconds)
+            log.info(
+                "%s %s %d",
+                scope["method"],
+                scope["path"],
+                status,
+                extra={
+                    "method": scope["method"],
+                    "route": route,
+                    "status": status,
+                    "duration_ms": round(1000 * seconds, 2),
+                },
             )
+            if not failed:
+                request_id.reset(token)
 
 
 BODY_TOO_LARGE = "blkpilot.body_too_large"  # in the ASGI scope: the limit a body passed
