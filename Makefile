@@ -84,6 +84,8 @@ bench: setup
 	python -m bench.agent_footprint --load
 	python -m bench.lab_overhead
 	python -m bench.lab_flash
+	python -m bench.fleet_gaps
+	python -m bench.fleet_gaps --hog
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache .site
