@@ -3,6 +3,7 @@ whether they hold data, and their class."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -47,11 +48,17 @@ class KernelFacts:
 
 def kernel_hz(paths: HostPaths, release: str) -> int | None:
     """CONFIG_HZ from /proc/config.gz (CONFIG_IKCONFIG_PROC) or /boot/config-<release>."""
+    return _config_hz(paths.proc, release)
+
+
+@functools.lru_cache(maxsize=8)
+def _config_hz(proc: Path, release: str) -> int | None:
+    """Read once per process: every Applier asks, and the configuration is ~200 kB."""
     import gzip
 
     for path, opener in (
-        (paths.proc / "config.gz", gzip.open),
-        (paths.proc.parent / "boot" / f"config-{release}", open),
+        (proc / "config.gz", gzip.open),
+        (proc.parent / "boot" / f"config-{release}", open),
     ):
         try:
             with opener(path, "rt") as config:
