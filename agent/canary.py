@@ -4,7 +4,11 @@ Baseline (A) and candidate (B) run the same workload on the same device in count
 rounds (A B B A A B …), so slow drifts of a shared machine fall on both alike. Each run is one
 sample per metric. For every metric that matters, a two-sided Mann-Whitney U test, the
 Hodges-Lehmann shift (median of all candidate-minus-baseline differences) and its confidence
-interval (Moses' distribution-free interval, as Kayenta reports) are kept.
+interval (Moses' distribution-free interval, as Kayenta reports) are kept. (Not paired by
+round: on the lab's loop devices the log-ratio of a round's two runs varies as much as the runs
+do — 11-32 % — so pairing buys no precision, and with few rounds it has less power; adjacent
+runs under a bursty neighbour are not independent pairs either. The live canary, with 40 short
+pairs, is paired: agent/live_judge.py.)
 
 The verdict is one of non-inferiority, per metric with a tolerance θ (relative to the
 baseline's median):
@@ -12,9 +16,13 @@ baseline's median):
   and the shift is worse than θ — a real, material regression;
 - pass: even the interval's worst end is within θ — the candidate is shown not to be worse;
 - inconclusive: neither, the samples cannot tell.
-The canary passes only if every metric passes, fails if any fails. Interval levels are
-Bonferroni-adjusted for the number of metrics, so a candidate equal to the baseline fails no
-more often than the chosen alpha overall.
+The canary passes only if every metric passes, fails if any fails.
+
+Sequential, with a bounded budget: the first look comes after `rounds` rounds; while the
+verdict is inconclusive more rounds run, and the canary looks again, until `max_rounds` —
+inconclusive only when the budget is spent. Interval levels are Bonferroni-adjusted for the
+number of metrics and of planned looks, so a candidate equal to the baseline fails (or a worse
+one passes) no more often than the chosen alpha overall however many looks it takes.
 """
 
 from __future__ import annotations
@@ -173,7 +181,7 @@ class CanaryResult:
     verdict: CanaryVerdict
     per_metric: list[MetricStatistics]
     samples: dict[str, dict[str, list[float]]]  # arm -> metric -> samples
-    rounds: int
+    rounds: int  # run
     alpha: float
     seconds: float = 0.0
     kept_candidate: bool = False
@@ -181,13 +189,19 @@ class CanaryResult:
     # what the baseline arm ran, when that is certain (not on a device that can poll, whose
     # completion mode the queue does not tell): its rounds are a measurement of it too
     baseline: DeviceConfig | None = None
+    budget: Budget | None = None  # the sequential canary's: when it looks
+    looks: int = 1  # taken
 
     def statistics(self) -> dict[str, float]:
         found: dict[str, float] = {
             "rounds": float(self.rounds),
             "alpha": self.alpha,
             "wall_seconds": self.seconds,
+            "looks": float(self.looks),
         }
+        if self.budget is not None:
+            found["budget_rounds"] = float(self.budget.max_rounds)
+            found["planned_looks"] = float(len(self.budget.looks()))
         for stats in self.per_metric:
             found.update(stats.as_statistics())
         return found
@@ -198,29 +212,79 @@ def evaluate(
     rules: tuple[MetricRule, ...],
     alpha: float,
 ) -> tuple[CanaryVerdict, list[MetricStatistics]]:
-    """Statistics for every rule whose metric both arms measured."""
+    """Statistics for every rule whose metric both arms measured, at a family-wise alpha over
+    those metrics (Bonferroni)."""
     usable = [r for r in rules if samples["A"].get(r.metric) and samples["B"].get(r.metric)]
     if not usable:
         raise ValueError("no metric measured in both arms")
-    confidence = 1 - alpha / len(usable)  # Bonferroni
+    confidence = 1 - alpha / len(usable)
     per_metric = [
         compare(samples["A"][r.metric], samples["B"][r.metric], r, confidence) for r in usable
     ]
     return overall(per_metric), per_metric
 
 
-def run_rounds(
-    rounds: int,
+@dataclass(frozen=True)
+class Budget:
+    """When the canary looks: after `rounds` rounds, then every `step` more while the verdict
+    is inconclusive, up to `max_rounds`."""
+
+    rounds: int
+    max_rounds: int
+    step: int
+
+    @classmethod
+    def of(cls, rounds: int, max_rounds: int | None = None, step: int | None = None) -> Budget:
+        """By default three times the first look's rounds, looking again every `rounds`."""
+        if rounds < 3:
+            raise ValueError("a canary needs at least 3 rounds")
+        limit = 3 * rounds if max_rounds is None else max_rounds
+        if limit < rounds:
+            raise ValueError(f"max_rounds {limit} is fewer than the first look's {rounds}")
+        return cls(rounds, limit, max(1, step or rounds))
+
+    def looks(self) -> list[int]:
+        found = [self.rounds]
+        while found[-1] < self.max_rounds:
+            found.append(min(self.max_rounds, found[-1] + self.step))
+        return found
+
+
+@dataclass
+class Sequential:
+    verdict: CanaryVerdict
+    per_metric: list[MetricStatistics]
+    samples: dict[str, dict[str, list[float]]]
+    rounds: int
+    looks: int
+
+
+def run_sequential(
+    budget: Budget,
     use: Callable[[str], None],
     sample: Callable[[], dict[str, float]],
-) -> dict[str, dict[str, list[float]]]:
-    """Switch to each arm in the counterbalanced order and take one sample of every metric."""
+    rules: tuple[MetricRule, ...],
+    alpha: float,
+) -> Sequential:
+    """Rounds in the counterbalanced order, a look at each of the budget's points; stops at
+    the first pass or fail. Each look's intervals are at alpha / the number of planned looks,
+    so the error rates hold over all of them (a union bound: no look is free)."""
+    planned = budget.looks()
+    per_look = alpha / len(planned)
+    order = schedule(budget.max_rounds)
     samples: dict[str, dict[str, list[float]]] = {"A": {}, "B": {}}
-    for arm in schedule(rounds):
-        use(arm)
-        for metric, value in sample().items():
-            samples[arm].setdefault(metric, []).append(value)
-    return samples
+    done = 0
+    for look, rounds in enumerate(planned, start=1):
+        for arm in order[2 * done : 2 * rounds]:
+            use(arm)
+            for metric, value in sample().items():
+                samples[arm].setdefault(metric, []).append(value)
+        done = rounds
+        verdict, per_metric = evaluate(samples, rules, per_look)
+        if verdict is not CanaryVerdict.INCONCLUSIVE or look == len(planned):
+            return Sequential(verdict, per_metric, samples, rounds, look)
+        log.info("canary inconclusive after %d rounds: %d more", rounds, planned[look] - rounds)
+    raise AssertionError("unreachable: the last look returns")
 
 
 def describe(result: CanaryResult) -> list[dict[str, Any]]:
@@ -246,14 +310,18 @@ def run_canary(
     *,
     workdir: Path,
     rounds: int = 8,
+    max_rounds: int | None = None,
     round_seconds: float = 1.0,
     warmup_seconds: float = 0.2,
     rules: tuple[MetricRule, ...] = DEFAULT_RULES,
     alpha: float = 0.05,
     meter: EnergyMeter | None = None,
 ) -> CanaryResult:
-    """Baseline = the device's configuration now. The candidate is kept only on pass;
-    otherwise the device ends as it began, which is checked before returning."""
+    """Baseline = the device's configuration now. The first look after `rounds` rounds, more
+    while inconclusive up to `max_rounds` (three times `rounds` unless given). The candidate is
+    kept only on pass; otherwise the device ends as it began, which is checked before
+    returning."""
+    budget = Budget.of(rounds, max_rounds)
     with applier.device_lock(device):
         return _run_canary(
             applier,
@@ -261,7 +329,7 @@ def run_canary(
             workload,
             candidate,
             workdir=workdir,
-            rounds=rounds,
+            budget=budget,
             round_seconds=round_seconds,
             warmup_seconds=warmup_seconds,
             rules=rules,
@@ -277,7 +345,7 @@ def _run_canary(
     candidate: DeviceConfig,
     *,
     workdir: Path,
-    rounds: int,
+    budget: Budget,
     round_seconds: float,
     warmup_seconds: float,
     rules: tuple[MetricRule, ...],
@@ -308,22 +376,23 @@ def _run_canary(
 
     started = time.monotonic()
     try:
-        samples = run_rounds(rounds, use, sample)
-        verdict, per_metric = evaluate(samples, rules, alpha)
+        found = run_sequential(budget, use, sample, rules, alpha)
     except BaseException:
         use("A")  # whatever happened, the device goes back to its baseline
         raise
-    keep = verdict is CanaryVerdict.PASS
+    keep = found.verdict is CanaryVerdict.PASS
     use("B" if keep else "A")
     result = CanaryResult(
-        verdict,
-        per_metric,
-        samples,
-        rounds,
+        found.verdict,
+        found.per_metric,
+        found.samples,
+        found.rounds,
         alpha,
         time.monotonic() - started,
         keep,
         baseline=baseline,
+        budget=budget,
+        looks=found.looks,
     )
     now = applier.read(device, "scheduler")
     expected = candidate.scheduler.value if keep and candidate.scheduler else baseline_scheduler

@@ -64,6 +64,7 @@ def run_any_canary(
     *,
     mode: Mode = "auto",
     rounds: int = 8,
+    max_rounds: int | None = None,
     round_seconds: float = 1.0,
     alpha: float = 0.05,
     live: LiveSettings | None = None,
@@ -86,6 +87,7 @@ def run_any_canary(
         candidate,
         workdir=directory / "bench",
         rounds=rounds,
+        max_rounds=max_rounds,
         round_seconds=round_seconds,
         alpha=alpha,
         meter=EnergyMeter(power_collectors(cfg)),
@@ -139,6 +141,7 @@ def scheduled_canaries(
     limit: int,
     rounds: int,
     round_seconds: float,
+    max_rounds: int | None = None,
 ) -> int:
     """List this node's scheduled canaries, best first; with `run`, run the first `limit` of
     them, record each verdict and close it. Returns how many were scheduled."""
@@ -161,7 +164,7 @@ def scheduled_canaries(
             echo(item.describe())
             if not run:
                 continue
-            measured = _measure(cfg, directory, item, rounds, round_seconds)
+            measured = _measure(cfg, directory, item, rounds, max_rounds, round_seconds)
             result = measured.result
             canary, baseline = canary_observations(
                 item.device_id, measured.workload, item.candidate, result, measured.statistics()
@@ -178,7 +181,12 @@ def scheduled_canaries(
 
 
 def _measure(
-    cfg: AgentConfig, directory: Path, item: ScheduledCanaryRun, rounds: int, round_seconds: float
+    cfg: AgentConfig,
+    directory: Path,
+    item: ScheduledCanaryRun,
+    rounds: int,
+    max_rounds: int | None,
+    round_seconds: float,
 ) -> CanaryRun:
     """The canary as a measurement: whatever the verdict, the device ends where it began."""
     run = run_any_canary(
@@ -188,6 +196,7 @@ def _measure(
         item.workload,
         item.candidate,
         rounds=rounds,
+        max_rounds=max_rounds,
         round_seconds=round_seconds,
     )
     if run.result.kept_candidate:

@@ -237,6 +237,9 @@ def test_bad_input_is_refused_before_anything_changes(fleet: Fleet) -> None:
     assert "last stage must reach every one of the 3 nodes" in short.json()["detail"]
     workload = fleet.start(config={"scheduler": "none"}, canary={"workload": "no-such"})
     assert workload.status_code == 422
+    budget = fleet.start(config={"scheduler": "none"}, canary={"rounds": 8, "max_rounds": 6})
+    assert budget.status_code == 422
+    assert "max_rounds 6 is fewer than rounds 8" in budget.text
     viewer = fleet.service.api("POST", "/api-tokens", json={"name": "viewer-r", "role": "viewer"})
     refused = httpx.post(
         f"{fleet.service.base_url}/api/v1/rollouts",
@@ -303,6 +306,8 @@ def test_a_staged_rollout_succeeds_and_can_be_rolled_back(fleet: Fleet) -> None:
     # each node's agent sent its canary's verdict and statistics to the service
     canaries = fleet.service.api("GET", "/observations", params={"kind": "canary"}).json()
     assert {o["device_id"] for o in canaries} >= {h.device_id for h in fleet.hosts.values()}
+    # with the budget the service sent: 8 rounds before the first look, up to 24
+    assert {o["statistics"]["budget_rounds"] for o in canaries} == {24.0}
 
     # ... and back: every device as the rollout found it, the policies it set removed
     aborted = fleet.service.api(

@@ -252,7 +252,18 @@ def canary(
             " workload run on the device; auto: live where the device holds data."
         ),
     ] = "auto",
-    rounds: Annotated[int, typer.Option(min=3, max=100, help="Synthetic: samples per arm.")] = 8,
+    rounds: Annotated[
+        int, typer.Option(min=3, max=100, help="Synthetic: rounds before the first look.")
+    ] = 8,
+    max_rounds: Annotated[
+        int | None,
+        typer.Option(
+            min=3,
+            max=300,
+            help="Synthetic: the budget; more rounds while inconclusive, up to this many"
+            " (default 3 x --rounds).",
+        ),
+    ] = None,
     round_seconds: Annotated[
         float, typer.Option(min=0.1, max=600, help="Synthetic: seconds per sample.")
     ] = 1.0,
@@ -281,6 +292,8 @@ def canary(
     spec = workload_option(workload, workload_file)
     candidate = candidate_option(config_file, scheduler, tunable, nr_requests, read_ahead_kb)
     live = LiveSettings(pairs=pairs, interval_s=interval, alpha=alpha, guard_ratio=guard_ratio)
+    if max_rounds is not None and max_rounds < rounds:
+        raise typer.BadParameter(f"at least --rounds ({rounds})", param_hint="--max-rounds")
     try:
         run = run_any_canary(
             cfg,
@@ -290,6 +303,7 @@ def canary(
             candidate,
             mode=mode,  # type: ignore[arg-type]
             rounds=rounds,
+            max_rounds=max_rounds,
             round_seconds=round_seconds,
             alpha=alpha,
             live=live,
@@ -304,7 +318,8 @@ def canary(
     kind = "live" if run.live is not None else "synthetic"
     outcome = "candidate kept" if result.kept_candidate else "baseline restored"
     typer.echo(
-        f"verdict: {result.verdict.value} ({kind}) after {result.rounds} rounds in"
+        f"verdict: {result.verdict.value} ({kind}) after {result.rounds} rounds"
+        f" ({result.looks} look{'s' if result.looks > 1 else ''}) in"
         f" {result.seconds:.1f} s; {outcome}"
     )
     if report:
@@ -322,7 +337,11 @@ def canaries(
     state_dir: StateDir,
     run: Annotated[bool, typer.Option("--run", help="Run them (else only list).")] = False,
     limit: Annotated[int, typer.Option(min=1, help="At most this many, best first.")] = 1,
-    rounds: Annotated[int, typer.Option(min=3, max=100, help="Samples per arm.")] = 8,
+    rounds: Annotated[int, typer.Option(min=3, max=100, help="Rounds before the first look.")] = 8,
+    max_rounds: Annotated[
+        int | None,
+        typer.Option(min=3, max=300, help="The budget (default 3 x --rounds)."),
+    ] = None,
     round_seconds: Annotated[float, typer.Option(min=0.1, max=600)] = 1.0,
     config: ConfigFile = None,
 ) -> None:
@@ -342,6 +361,7 @@ def canaries(
             run=run,
             limit=limit,
             rounds=rounds,
+            max_rounds=max_rounds,
             round_seconds=round_seconds,
         )
     except AgentError as error:

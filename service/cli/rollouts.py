@@ -45,7 +45,13 @@ def start(
     workload: Annotated[
         str, typer.Option(help="The canary's workload.")
     ] = "hs23-single-randread-4k-qd1",
-    rounds: Annotated[int, typer.Option(min=3, max=100)] = 8,
+    rounds: Annotated[
+        int, typer.Option(min=3, max=100, help="Canary rounds before its first look.")
+    ] = 8,
+    max_rounds: Annotated[
+        int | None,
+        typer.Option(min=3, max=300, help="The canary's budget (default 3 x --rounds)."),
+    ] = None,
     round_seconds: Annotated[float, typer.Option(min=0.1, max=600)] = 1.0,
     wait: Annotated[bool, typer.Option(help="Follow it until it ends.")] = False,
     url: Url = DEFAULT_URL,
@@ -73,7 +79,12 @@ def start(
         "serial": serial,
         "max_fail_percentage": max_fail_percentage,
         "soak_seconds": soak,
-        "canary": {"workload": workload, "rounds": rounds, "round_seconds": round_seconds},
+        "canary": {
+            "workload": workload,
+            "rounds": rounds,
+            "round_seconds": round_seconds,
+            **({"max_rounds": max_rounds} if max_rounds is not None else {}),
+        },
     }
     row = api(url, token, "POST", "/rollouts", json=body)
     assert isinstance(row, dict)

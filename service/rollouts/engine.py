@@ -214,6 +214,8 @@ class Engine:
             ),
             "rollout_workload": rollout.workload_name,
             "rollout_rounds": canary["rounds"],
+            # stored before the budget existed: the agent's default, three times the rounds
+            "rollout_max_rounds": canary.get("max_rounds") or 3 * canary["rounds"],
             "rollout_round_seconds": canary["round_seconds"],
             "rollout_alpha": canary["alpha"],
             "rollout_serial": rollout.serial,

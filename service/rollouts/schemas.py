@@ -43,9 +43,17 @@ class CanarySettings(InputModel):
     """The agent's canary on each device: the candidate against what the device runs now."""
 
     workload: Annotated[str, Field(min_length=1, max_length=128)] = "hs23-single-randread-4k-qd1"
-    rounds: Annotated[int, Field(ge=3, le=100)] = 8
+    rounds: Annotated[int, Field(ge=3, le=100)] = 8  # before the first look
+    # the budget: more rounds while inconclusive, up to this many (default 3 x rounds)
+    max_rounds: Annotated[int | None, Field(ge=3, le=300)] = None
     round_seconds: Annotated[float, Field(ge=0.1, le=600)] = 1.0
     alpha: Annotated[float, Field(ge=0.001, le=0.5)] = 0.05
+
+    @model_validator(mode="after")
+    def _budget_covers_the_first_look(self) -> Self:
+        if self.max_rounds is not None and self.max_rounds < self.rounds:
+            raise ValueError(f"max_rounds {self.max_rounds} is fewer than rounds {self.rounds}")
+        return self
 
 
 class Guardrails(InputModel):

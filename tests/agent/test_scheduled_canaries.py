@@ -87,6 +87,8 @@ def test_nightly_schedules_and_the_agent_runs_a_canary(
             "--run",
             "--rounds",
             "3",
+            "--max-rounds",
+            "6",
             "--round-seconds",
             "0.3",
         ],
@@ -103,7 +105,12 @@ def test_nightly_schedules_and_the_agent_runs_a_canary(
 
     (observation,) = service.api("GET", "/observations", params={"kind": "canary"}).json()
     assert observation["verdict"] in ("pass", "fail", "inconclusive")
-    assert observation["statistics"]["rounds"] == 3
+    stats = observation["statistics"]
+    assert stats["budget_rounds"] == 6
+    assert stats["planned_looks"] == 2
+    # inconclusive after 3 rounds: 3 more, then the verdict stands
+    assert stats["rounds"] == (6 if stats["looks"] == 2 else 3), stats
+    assert stats["looks"] == 2 or observation["verdict"] != "inconclusive"
     # the baseline arm measured `none` as well: a benchmark of it, with the canary's medians
     benchmarks = service.api("GET", "/observations", params={"kind": "benchmark"}).json()
     assert len(benchmarks) == len(WORKLOADS) + 1
