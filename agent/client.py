@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import time
 import uuid
+from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any, Self
 
@@ -21,9 +24,30 @@ from agent.contract.wire import (
     TelemetryBatch,
     TelemetryBatchReceipt,
 )
-from agent.errors import ServiceRejected, ServiceUnreachable
+from agent.errors import RateLimited, ServiceRejected, ServiceUnreachable
 
 API = "/api/v1"
+# without a usable Retry-After, a 429 holds the client off this long
+DEFAULT_RETRY_AFTER_S = 5.0
+MAX_RETRY_AFTER_S = 3600.0
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float:
+    """Retry-After as seconds: a number of seconds or an HTTP date (RFC 9110 10.2.3); a
+    missing or unreadable value gives the default, and no wait is longer than an hour."""
+    if value is None:
+        return DEFAULT_RETRY_AFTER_S
+    value = value.strip()
+    try:
+        seconds = float(value) if value.isdigit() else None
+        if seconds is None:
+            when = parsedate_to_datetime(value).timestamp()
+            seconds = when - (time.time() if now is None else now)
+    except (ValueError, TypeError, OverflowError):
+        return DEFAULT_RETRY_AFTER_S
+    if math.isnan(seconds):
+        return DEFAULT_RETRY_AFTER_S
+    return min(MAX_RETRY_AFTER_S, max(0.0, seconds))
 
 
 class ServiceClient:
@@ -39,6 +63,7 @@ class ServiceClient:
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
         )
+        self._not_before = 0.0  # monotonic: the service asked for no calls until then (429)
 
     def close(self) -> None:
         self._http.close()
@@ -58,6 +83,9 @@ class ServiceClient:
         """One call, with its own request id: logged here while it runs, sent to the service
         (whose log lines for it carry the same id), and named in any error."""
         rid = new_request_id()
+        wait = self._not_before - time.monotonic()
+        if wait > 0:
+            raise RateLimited(wait, f"holding off {wait:.1f} s more, as the service asked (429)")
         headers = {REQUEST_ID_HEADER: rid}
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -80,6 +108,10 @@ class ServiceClient:
             except (ValueError, KeyError, TypeError):
                 name, detail = "http_error", response.text[:500]
             rid = response.headers.get(REQUEST_ID_HEADER, rid)
+            if response.status_code == 429:
+                wait = retry_after_seconds(response.headers.get("Retry-After"))
+                self._not_before = time.monotonic() + wait
+                raise RateLimited(wait, detail, request_id=rid)
             raise ServiceRejected(response.status_code, name, detail, request_id=rid)
         return response.json() if response.content else None
 

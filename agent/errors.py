@@ -5,6 +5,7 @@ AgentError
 └── ServiceError
     ├── ServiceUnreachable    connection refused, timed out, DNS (retry later; spool)
     └── ServiceRejected       the service answered with an error (4xx/5xx): .status, .error
+        └── RateLimited       429: not before .retry_after seconds (the client holds off)
 """
 
 from __future__ import annotations
@@ -59,3 +60,12 @@ class ServiceRejected(ServiceError):
         self.error = error
         self.detail = detail
         self.request_id = request_id  # the service's log lines for this call carry it
+
+
+class RateLimited(ServiceRejected):
+    """The service said 429: retry after `retry_after` seconds. Raised as well, without a
+    request, for calls made before that time has passed."""
+
+    def __init__(self, retry_after: float, detail: str, request_id: str = "") -> None:
+        super().__init__(429, "rate_limited", detail, request_id)
+        self.retry_after = retry_after

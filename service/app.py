@@ -19,7 +19,7 @@ from service.audit.endpoints import router as audit_router
 from service.dashboard.views import install as install_dashboard
 from service.db import Database
 from service.devices.endpoints import router as devices_router
-from service.errors import BlkpilotError, ErrorBody, PayloadTooLarge
+from service.errors import BlkpilotError, ErrorBody, PayloadTooLarge, TooManyRequests, responses
 from service.nodes.endpoints import router as nodes_router
 from service.observations.endpoints import router as observations_router
 from service.ops import metrics
@@ -29,6 +29,7 @@ from service.ops.middleware import (
     BodySizeLimitMiddleware,
     RequestObservationMiddleware,
 )
+from service.ops.ratelimit import RateLimitMiddleware
 from service.policies.endpoints import router as policies_router
 from service.recommendations.endpoints import router as recommendations_router
 from service.rollouts.endpoints import router as rollouts_router
@@ -161,6 +162,8 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
         title="blkpilot",
         version=__version__,
         description="Control plane for tuning Linux block I/O across a fleet.",
+        # any call can pass its caller's rate limit (service/ops/ratelimit.py)
+        responses=responses(TooManyRequests),
     )
     app.state.settings = settings
     app.state.database = database
@@ -190,5 +193,7 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
     # Outermost last: every request is observed (its id on every line logged inside, the
     # access log, the metrics), including those refused for their size.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
+    # inside the observation: a 429 is logged and counted with its request id
+    app.add_middleware(RateLimitMiddleware, limits_text=settings.rate_limit)
     app.add_middleware(RequestObservationMiddleware)
     return app

@@ -73,6 +73,13 @@ class PayloadTooLarge(BlkpilotError):
     error = "payload_too_large"
 
 
+class TooManyRequests(BlkpilotError):
+    """Over the caller's rate limit: retry after the seconds in Retry-After."""
+
+    status_code = 429
+    error = "rate_limited"
+
+
 class Unprocessable(BlkpilotError):
     """The request is well-formed but cannot be accepted."""
 

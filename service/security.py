@@ -9,6 +9,8 @@ from enum import StrEnum
 from uuid import UUID
 
 OPERATOR_TOKEN_PREFIX = "bpo_"
+# the dashboard's cookie: it holds the operator's API token
+SESSION_COOKIE = "blkpilot_ui"
 NODE_TOKEN_PREFIX = "bpn_"
 ENROLLMENT_TOKEN_PREFIX = "bpe_"
 

@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     db_pool_size: int = Field(default=10, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
     max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1_024)
+    # per bearer token (unauthenticated callers: per address), in each service process;
+    # `limits`' notation. An agent makes a few requests per push interval.
+    rate_limit: str = "50/second;1000/minute"
     enrollment_token_ttl_hours: float = Field(default=24.0, gt=0, le=24 * 30)
     # Rollouts: `serve` runs a worker that carries them out with ansible-runner.
     rollout_worker: bool = True
@@ -41,6 +44,20 @@ class Settings(BaseSettings):
     rollout_host_vars: Path | None = None
     rollout_poll_seconds: float = Field(default=2.0, gt=0, le=3_600)
     rollout_lease_seconds: float = Field(default=30.0, ge=5, le=3_600)
+
+    @model_validator(mode="after")
+    def _rate_limit_parses(self) -> Self:
+        from limits import parse_many
+
+        try:
+            if not parse_many(self.rate_limit):
+                raise ValueError("empty")
+        except ValueError as error:
+            raise ValueError(
+                f"BLKPILOT_RATE_LIMIT {self.rate_limit!r} is not a rate limit such as"
+                f" '50/second;1000/minute': {error}"
+            ) from None
+        return self
 
     @model_validator(mode="after")
     def _refuse_unsafe_defaults(self) -> Self:

@@ -31,12 +31,12 @@ from service.deps import SessionDep, principal_for_token
 from service.errors import BlkpilotError
 from service.recommendations import service as recommendations
 from service.rollouts import service as rollouts
-from service.security import Principal, Role
+from service.security import SESSION_COOKIE, Principal, Role
 from service.tables import Observation, Policy, TelemetryWindowRow
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
-SESSION, CSRF = "blkpilot_ui", "blkpilot_csrf"
+SESSION, CSRF = SESSION_COOKIE, "blkpilot_csrf"
 METRICS = {
     "lat_p50_us": ("p50 latency", "µs"),
     "lat_p99_us": ("p99 latency", "µs"),

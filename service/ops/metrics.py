@@ -12,6 +12,12 @@ from sqlalchemy.pool import QueuePool
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
+RATE_LIMITED = Counter(
+    "blkpilot_rate_limited_requests",
+    "Requests refused with 429 for passing their caller's rate limit, by kind of caller.",
+    ["caller"],
+    registry=REGISTRY,
+)
 HTTP_REQUESTS = Counter(
     "blkpilot_http_requests",
     "HTTP requests handled, by route template, method and status code.",

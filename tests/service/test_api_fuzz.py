@@ -35,7 +35,11 @@ from tests.factories import (
 # The spec needs no database: the engine here never connects. Each test binds the app to its
 # own transaction through the session dependency (see `bound_app`).
 APP = create_app(
-    Settings(database_url="postgresql://fuzz@/unused", data_dir=Path(tempfile.gettempdir())),
+    Settings(
+        database_url="postgresql://fuzz@/unused",
+        data_dir=Path(tempfile.gettempdir()),
+        rate_limit="1000000/second",  # fuzzing, not load: every case reaches the endpoint
+    ),
     Database(create_db_engine("postgresql://fuzz@/unused")),
 )
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)

@@ -1,0 +1,159 @@
+"""A rate limit per token: one agent that floods the service gets 429 with Retry-After, the
+others are served meanwhile, and the agent's client holds off as told without losing a
+telemetry window (the spool keeps them)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from agent.client import DEFAULT_RETRY_AFTER_S, ServiceClient, retry_after_seconds
+from agent.contract.wire import TelemetryBatch
+from agent.errors import RateLimited
+from agent.spool import Spool
+from service.security import Role
+from service.settings import Settings
+from service.tables import TelemetryWindowRow
+from tests.factories import (
+    create_api_token,
+    create_node,
+    device_inventory,
+    report_inventory,
+    telemetry_window,
+)
+
+LIMIT = "4/second"
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> Settings:
+    return Settings(database_url=database_url, data_dir=tmp_path, rate_limit=LIMIT)
+
+
+@pytest.fixture
+def limited(app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client
+
+
+def test_a_flooding_token_is_refused_and_the_others_are_served(
+    limited: TestClient, session: Session
+) -> None:
+    flood = {"Authorization": f"Bearer {create_api_token(session, role=Role.ADMIN)}"}
+    other = {"Authorization": f"Bearer {create_api_token(session, role=Role.VIEWER)}"}
+    codes = [limited.get("/api/v1/nodes", headers=flood).status_code for _ in range(12)]
+    assert codes.count(200) <= 4 < codes.count(429) + codes.count(200)
+    assert 429 in codes
+    refused = limited.get("/api/v1/nodes", headers=flood)
+    assert refused.status_code == 429
+    assert int(refused.headers["Retry-After"]) >= 1
+    body = refused.json()
+    assert body["error"] == "rate_limited"
+    assert "4 per 1 second" in body["detail"]
+    assert body["fields"] == []
+    # the other token has its own budget: not starved by the flood
+    assert limited.get("/api/v1/nodes", headers=other).status_code == 200
+    # probes are never limited; the refusals are counted by kind of caller
+    assert all(limited.get("/healthz").status_code == 200 for _ in range(10))
+    scraped = limited.get("/metrics").text
+    assert 'blkpilot_rate_limited_requests_total{caller="operator"}' in scraped
+
+
+def test_unauthenticated_callers_are_limited_by_address(limited: TestClient) -> None:
+    codes = {limited.get("/api/v1/nodes").status_code for _ in range(10)}
+    assert codes == {401, 429}
+
+
+def test_a_bad_limit_setting_is_refused(database_url: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="BLKPILOT_RATE_LIMIT 'lots'"):
+        Settings(database_url=database_url, data_dir=tmp_path, rate_limit="lots")
+
+
+def test_retry_after_as_seconds_or_a_date() -> None:
+    assert retry_after_seconds("7") == 7.0
+    now = time.time()
+    later = format_datetime(datetime.fromtimestamp(now, UTC) + timedelta(seconds=30), usegmt=True)
+    assert retry_after_seconds(later, now=now) == pytest.approx(30, abs=1)
+    assert retry_after_seconds(None) == DEFAULT_RETRY_AFTER_S
+    assert retry_after_seconds("soon") == DEFAULT_RETRY_AFTER_S
+    assert retry_after_seconds("99999999") == 3600.0
+
+
+def test_the_agent_holds_off_and_loses_no_window(
+    limited: TestClient, session: Session, tmp_path: Path
+) -> None:
+    node, node_token = create_node(session)
+    report_inventory(session, node, device_inventory("loop0"))
+    agent = ServiceClient(
+        str(limited.base_url),
+        node_token,
+        transport=limited._transport,  # the app, in process
+    )
+    spool = Spool(tmp_path / "spool", max_batches=100, max_bytes=10 << 20)
+    batches = [
+        TelemetryBatch.model_validate(
+            {"batch_id": str(uuid.uuid4()), "windows": [telemetry_window("loop0", index=i)]}
+        )
+        for i in range(10)
+    ]
+    for batch in batches:
+        spool.put(batch)
+    sent, requests_made = 0, []
+    deadline = time.monotonic() + 60
+    while spool.pending() and time.monotonic() < deadline:
+        before = _served(limited)
+        result = spool.drain(agent.send_telemetry)
+        requests_made.append(_served(limited) - before)
+        sent += result.sent
+        if result.stopped:
+            assert "429" in result.stopped
+            # held off: a call now does not reach the service at all
+            with pytest.raises(RateLimited) as held:
+                agent.send_telemetry(batches[0])
+            assert 0 < held.value.retry_after <= 1.0
+            assert _served(limited) == before + requests_made[-1]
+            time.sleep(held.value.retry_after)
+    assert not spool.pending(), "windows left in the spool"
+    assert sent == len(batches)  # every window delivered once, none dropped or rejected
+    assert not list((tmp_path / "spool" / "rejected").glob("*"))
+    assert len(requests_made) > 1  # it was limited on the way
+    assert session.scalar(select(func.count()).select_from(TelemetryWindowRow)) == len(batches)
+
+
+def _served(client: TestClient) -> float:
+    """Telemetry batch requests the service answered (any status), from its own metrics."""
+    total = 0.0
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("blkpilot_http_requests_total{") and "/telemetry/batches" in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_the_dashboards_cookie_counts_against_its_token(
+    limited: TestClient, session: Session
+) -> None:
+    token = create_api_token(session, role=Role.VIEWER)
+    limited.cookies.set("blkpilot_ui", token)
+    codes = [limited.get("/ui/").status_code for _ in range(8)]
+    assert 429 in codes
+    limited.cookies.clear()
+    # the same token as a bearer shares that budget; another caller does not
+    assert (
+        limited.get("/api/v1/nodes", headers={"Authorization": f"Bearer {token}"}).status_code
+        == 429
+    )
+    fresh = create_api_token(session, role=Role.VIEWER)
+    assert (
+        limited.get("/api/v1/nodes", headers={"Authorization": f"Bearer {fresh}"}).status_code
+        == 200
+    )
