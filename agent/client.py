@@ -23,6 +23,7 @@ from agent.contract.wire import (
     ObservationCreate,
     TelemetryBatch,
     TelemetryBatchReceipt,
+    TokenIssued,
 )
 from agent.errors import RateLimited, ServiceRejected, ServiceUnreachable
 
@@ -117,7 +118,20 @@ class ServiceClient:
 
     def enroll(self, request: EnrollRequest) -> EnrollResponse:
         data = self._request("POST", "/nodes", request)
-        return EnrollResponse(node_id=data["node"]["id"], node_token=data["node_token"])
+        return EnrollResponse(
+            node_id=data["node"]["id"],
+            node_token=data["node_token"],
+            expires_at=data.get("expires_at"),
+            renew_after=data.get("renew_after"),
+        )
+
+    def renew_token(self, node_id: uuid.UUID) -> TokenIssued:
+        """A new node token; the one this client holds stays good for the service's grace
+        period. The client goes on with the one it holds until told (use_token)."""
+        return TokenIssued.model_validate(self._request("POST", f"/nodes/{node_id}/token"))
+
+    def use_token(self, token: str) -> None:
+        self._http.headers["Authorization"] = f"Bearer {token}"
 
     def heartbeat(self, node_id: uuid.UUID, beat: Heartbeat) -> dict[str, Any]:
         result: dict[str, Any] = self._request("POST", f"/nodes/{node_id}/heartbeat", beat)

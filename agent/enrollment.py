@@ -33,6 +33,8 @@ def enroll_node(
         node_id=enrolled.node_id,
         node_token=enrolled.node_token,
         hostname=hostname,
+        token_expires_at=enrolled.expires_at,
+        renew_after=enrolled.renew_after,
     )
     state.save(state_dir)
     return state

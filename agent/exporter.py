@@ -201,6 +201,17 @@ def agent_families(agent: Agent) -> Iterator[Family]:
         value=counts.windows_sent,
     )
     yield CounterMetricFamily(
+        "blkpilot_agent_token_renewals",
+        "Node tokens renewed before they expired.",
+        value=counts.token_renewals,
+    )
+    if agent.state is not None and agent.state.token_expires_at is not None:
+        yield GaugeMetricFamily(
+            "blkpilot_agent_token_expiry_timestamp_seconds",
+            "When the node token expires (Unix time): alert when it comes near.",
+            value=agent.state.token_expires_at.timestamp(),
+        )
+    yield CounterMetricFamily(
         "blkpilot_agent_spool_dropped_batches", "Dropped: spool full.", value=counts.spool_dropped
     )
     yield CounterMetricFamily(

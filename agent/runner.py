@@ -3,12 +3,14 @@ the node's devices current, apply desired policies and report what happened, not
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import platform
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from agent.state import NodeState
 from agent.telemetry import Collection, NodeWindow, windows
 
 log = logging.getLogger(__name__)
+RENEW_RETRY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class Counters:
     spool_dropped: int = 0
     spool_rejected: int = 0
     windows_sent: int = 0
+    token_renewals: int = 0
     applies: dict[str, int] = field(default_factory=lambda: {"applied": 0, "failed": 0})
     drift_reports: int = 0
 
@@ -111,6 +115,7 @@ class Agent:
             dict(read_json(self._policy_file)) if self._policy_file.exists() else {}
         )
         self._due = dict.fromkeys(("collect", "push", "policy", "inventory"), 0.0)
+        self._renew_not_before = 0.0  # monotonic: after a failed renewal
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -130,6 +135,7 @@ class Agent:
 
     def step(self) -> float:
         """Do what is due; return the seconds until something is due again."""
+        self.renew_token_if_due()
         intervals = {
             "collect": self.config.interval_s,
             "push": self.config.push_interval_s,
@@ -160,6 +166,48 @@ class Agent:
             if self.client is not None:
                 self.client.close()
             self.collectors.close()
+
+    # --- identity ---------------------------------------------------------------------------
+
+    def renew_token_if_due(self) -> bool:
+        """Renew the node token once the service's renew-after time has passed: the new one is
+        saved (atomically) before it is used, so a crash in between leaves the old one, which
+        the service accepts for its grace period. A failure is retried a minute later, with a
+        third of the token's life left to do it in. Returns whether the token changed."""
+        state = self.state
+        if self.client is None or state is None or state.renew_after is None:
+            return False
+        now = datetime.now(UTC)
+        if now < state.renew_after or time.monotonic() < self._renew_not_before:
+            return False
+        try:
+            issued = self.client.renew_token(state.node_id)
+        except ServiceError as error:
+            self._renew_not_before = time.monotonic() + RENEW_RETRY_S
+            left = (
+                f"; it expires at {state.token_expires_at.isoformat()}"
+                if state.token_expires_at
+                else ""
+            )
+            log.warning("node token not renewed (will retry): %s%s", error, left)
+            return False
+        renewed = dataclasses.replace(
+            state,
+            node_token=issued.node_token,
+            token_expires_at=issued.expires_at,
+            renew_after=issued.renew_after,
+        )
+        try:
+            renewed.save(self.state_dir)
+        except OSError as error:
+            self._renew_not_before = time.monotonic() + RENEW_RETRY_S
+            log.error("renewed node token not saved, so not used (will retry): %s", error)
+            return False
+        self.client.use_token(renewed.node_token)
+        self.state = renewed
+        self.counters.token_renewals += 1
+        log.info("node token renewed; it expires at %s", issued.expires_at)
+        return True
 
     # --- devices ----------------------------------------------------------------------------
 

@@ -1,10 +1,12 @@
-"""The node's identity on disk: which service it enrolled with and its node token."""
+"""The node's identity on disk: which service it enrolled with, its node token, and when that
+token expires and should be renewed."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 
 from agent.errors import NotEnrolled
@@ -19,11 +21,17 @@ class NodeState:
     node_id: uuid.UUID
     node_token: str
     hostname: str
+    token_expires_at: datetime | None = None  # None: the service did not say
+    renew_after: datetime | None = None
 
     def save(self, state_dir: Path) -> Path:
         """Atomically, readable by root only: the token is a credential."""
         target = state_dir / STATE_FILE
-        write_json_atomic(target, {**asdict(self), "node_id": str(self.node_id)})
+        data = {**asdict(self), "node_id": str(self.node_id)}
+        for key in ("token_expires_at", "renew_after"):
+            when = getattr(self, key)
+            data[key] = when.isoformat() if when is not None else None
+        write_json_atomic(target, data)
         return target
 
     @classmethod
@@ -40,4 +48,10 @@ class NodeState:
             node_id=uuid.UUID(data["node_id"]),
             node_token=data["node_token"],
             hostname=data["hostname"],
+            token_expires_at=_when(data.get("token_expires_at")),
+            renew_after=_when(data.get("renew_after")),
         )
+
+
+def _when(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -12,6 +13,7 @@ from sqlalchemy.orm import Session
 from service.db import get_session
 from service.errors import Forbidden, Unauthorized
 from service.nodes import repository as node_repository
+from service.nodes import tokens as node_tokens
 from service.security import (
     NODE_TOKEN_PREFIX,
     OPERATOR_TOKEN_PREFIX,
@@ -45,24 +47,33 @@ def authenticate(
 ) -> Principal:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
-    principal = principal_for_token(session, credentials.credentials)
+    principal, refused = identify(session, credentials.credentials)
     if principal is None:
-        raise Unauthorized("unknown or revoked token")
+        raise Unauthorized(refused)
     return principal
 
 
 def principal_for_token(session: Session, token: str) -> Principal | None:
-    """Who a token is (an operator's API token or a node's), or None if it is unknown."""
+    """Who a token is (an operator's API token or a node's), or None if it is refused."""
+    return identify(session, token)[0]
+
+
+def identify(session: Session, token: str) -> tuple[Principal | None, str]:
+    """Who a token is, or None and why it is refused."""
     digest = token_digest(token)
     if token.startswith(OPERATOR_TOKEN_PREFIX):
         api_token = token_repository.get_active_api_token_by_digest(session, digest)
         if api_token is not None:
-            return Principal(name=f"token:{api_token.name}", role=Role(api_token.role))
+            return Principal(name=f"token:{api_token.name}", role=Role(api_token.role)), ""
     elif token.startswith(NODE_TOKEN_PREFIX):
         node = node_repository.get_by_token_digest(session, digest)
         if node is not None:
-            return Principal(name=f"node:{node.hostname}/{str(node.id)[:8]}", node_id=node.id)
-    return None
+            refused = node_tokens.refusal(node, digest, datetime.now(UTC))
+            if refused is not None:
+                return None, refused
+            name = f"node:{node.hostname}/{str(node.id)[:8]}"
+            return Principal(name=name, node_id=node.id, token_digest=digest), ""
+    return None, "unknown or revoked token"
 
 
 AnyPrincipal = Annotated[Principal, Depends(authenticate)]

@@ -44,6 +44,7 @@ class Principal:
     name: str
     role: Role | None = None  # operators only
     node_id: UUID | None = None  # nodes only
+    token_digest: str = ""  # nodes: the token this call was made with (rotation needs it)
 
     @property
     def is_node(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
@@ -9,6 +10,8 @@ from typing import Literal, Self
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.nodes.tokens import Lifetime
 
 
 class Environment(StrEnum):
@@ -36,6 +39,10 @@ class Settings(BaseSettings):
     # per bearer token (unauthenticated callers: per address), in each service process;
     # `limits`' notation. An agent makes a few requests per push interval.
     rate_limit: str = "50/second;1000/minute"
+    # a node token's lifetime; its agent renews it after two thirds of it
+    node_token_ttl_hours: float = Field(default=24.0 * 30, gt=0, le=24 * 365)
+    # how long the token a renewal replaced is still accepted
+    node_token_grace_seconds: float = Field(default=600.0, ge=0, le=7 * 24 * 3600)
     enrollment_token_ttl_hours: float = Field(default=24.0, gt=0, le=24 * 30)
     # Rollouts: `serve` runs a worker that carries them out with ansible-runner.
     rollout_worker: bool = True
@@ -67,6 +74,13 @@ class Settings(BaseSettings):
                 " the embedded database is for development and demos"
             )
         return self
+
+
+def token_lifetime(settings: Settings) -> Lifetime:
+    return Lifetime(
+        timedelta(hours=settings.node_token_ttl_hours),
+        timedelta(seconds=settings.node_token_grace_seconds),
+    )
 
 
 @lru_cache(maxsize=1)

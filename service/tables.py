@@ -79,6 +79,13 @@ class Node(Base):
     hostname: Mapped[str] = mapped_column(String(253), index=True)
     labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    token_expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # the token the last rotation replaced: still accepted until its grace period ends, so an
+    # agent whose renewal answer was lost is not locked out
+    previous_token_sha256: Mapped[str | None] = mapped_column(String(64), unique=True)
+    previous_token_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # a revoked node's tokens are refused at once; its devices and history stay
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     agent_version: Mapped[str] = mapped_column(String(255), default="")
     kernel_version: Mapped[str] = mapped_column(String(255), default="")
     enrolled_at: Mapped[datetime] = _now()

@@ -82,10 +82,11 @@ class ServiceProcess:
     port: int = field(default_factory=free_port)
     admin: str = ""
     process: subprocess.Popen[str] | None = None
+    settings: dict[str, str] = field(default_factory=dict)  # BLKPILOT_* for `serve`
 
     @property
     def env(self) -> dict[str, str]:
-        return clean_env(self.data_dir)
+        return {**clean_env(self.data_dir), **self.settings}
 
     @property
     def base_url(self) -> str:

@@ -82,9 +82,16 @@ class EnrollRequest(WireModel):
     kernel_version: ShortText = ""
 
 
-class EnrollResponse(WireModel):
-    node_id: uuid.UUID
+class TokenIssued(WireModel):
+    """A node token with when it expires and when the agent should renew it."""
+
     node_token: str
+    expires_at: AwareDatetime | None = None  # None: a service from before tokens expired
+    renew_after: AwareDatetime | None = None
+
+
+class EnrollResponse(TokenIssued):
+    node_id: uuid.UUID
 
 
 class Heartbeat(WireModel):

@@ -1,16 +1,27 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
 from agent.contract.base import SafeText
 from agent.contract.wire import EnrollRequest, Heartbeat
-from service.deps import API_PREFIX, MAX_OFFSET, AnyPrincipal, CurrentNode, SessionDep, ViewerAuth
-from service.errors import Forbidden, NotFound, Unauthorized, Unprocessable, responses
+from service.deps import (
+    API_PREFIX,
+    MAX_OFFSET,
+    AdminAuth,
+    AnyPrincipal,
+    CurrentNode,
+    SessionDep,
+    SettingsDep,
+    ViewerAuth,
+)
+from service.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable, responses
 from service.nodes import service
-from service.nodes.schemas import NodeEnrolled, NodeRead
+from service.nodes.schemas import NodeEnrolled, NodeRead, NodeRevoke, NodeTokenIssued
+from service.settings import token_lifetime
 
 router = APIRouter(prefix=f"{API_PREFIX}/nodes", tags=["nodes"])
 
@@ -21,10 +32,50 @@ router = APIRouter(prefix=f"{API_PREFIX}/nodes", tags=["nodes"])
     response_model=NodeEnrolled,
     responses=responses(Unauthorized),
 )
-def enroll_node(body: EnrollRequest, session: SessionDep) -> NodeEnrolled:
-    """Authenticated by the one-time enrollment token in the body; returns the node token."""
-    node, secret = service.enroll(session, body)
-    return NodeEnrolled(node=NodeRead.model_validate(node), node_token=secret)
+def enroll_node(body: EnrollRequest, session: SessionDep, settings: SettingsDep) -> NodeEnrolled:
+    """Authenticated by the one-time enrollment token in the body; returns the node token,
+    with when it expires and when the agent should renew it."""
+    lifetime = token_lifetime(settings)
+    node, secret = service.enroll(session, body, lifetime)
+    return NodeEnrolled(
+        node=NodeRead.model_validate(node),
+        node_token=secret,
+        expires_at=node.token_expires_at,
+        renew_after=lifetime.renew_after(datetime.now(UTC)),
+    )
+
+
+@router.post(
+    "/{node_id}/token",
+    status_code=status.HTTP_201_CREATED,
+    response_model=NodeTokenIssued,
+    responses=responses(Unauthorized, Forbidden, NotFound),
+)
+def renew_node_token(
+    node_id: uuid.UUID, session: SessionDep, node: CurrentNode, settings: SettingsDep
+) -> NodeTokenIssued:
+    """A node renews its own token before it expires. The token this call was made with
+    stays good for the grace period (BLKPILOT_NODE_TOKEN_GRACE_SECONDS), then is refused."""
+    lifetime = token_lifetime(settings)
+    found, secret = service.renew_token(session, node, node_id, lifetime)
+    return NodeTokenIssued(
+        node_token=secret,
+        expires_at=found.token_expires_at,
+        renew_after=lifetime.renew_after(datetime.now(UTC)),
+    )
+
+
+@router.post(
+    "/{node_id}/revoke",
+    response_model=NodeRead,
+    responses=responses(Unauthorized, Forbidden, NotFound, Conflict, Unprocessable),
+)
+def revoke_node(
+    node_id: uuid.UUID, body: NodeRevoke, session: SessionDep, admin: AdminAuth
+) -> NodeRead:
+    """Refuse the node's tokens at once (a lost or compromised host). Its devices, telemetry,
+    policies and audit history stay; to come back it enrolls again, as a new node."""
+    return NodeRead.model_validate(service.revoke(session, admin, node_id, body.reason))
 
 
 @router.get(

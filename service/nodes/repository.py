@@ -4,7 +4,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from service.tables import Node
@@ -15,7 +15,10 @@ def get(session: Session, node_id: uuid.UUID, *, lock: bool = False) -> Node | N
 
 
 def get_by_token_digest(session: Session, digest: str) -> Node | None:
-    return session.scalar(select(Node).where(Node.token_sha256 == digest))
+    """The node whose token, or whose token before the last rotation, has this digest."""
+    return session.scalar(
+        select(Node).where(or_(Node.token_sha256 == digest, Node.previous_token_sha256 == digest))
+    )
 
 
 def list_nodes(
@@ -40,6 +43,7 @@ def add(
     hostname: str,
     labels: dict[str, str],
     digest: str,
+    expires_at: datetime,
     agent_version: str,
     kernel_version: str,
     now: datetime,
@@ -48,6 +52,7 @@ def add(
         hostname=hostname,
         labels=labels,
         token_sha256=digest,
+        token_expires_at=expires_at,
         agent_version=agent_version,
         kernel_version=kernel_version,
         last_seen_at=now,

@@ -2,20 +2,25 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
 from agent.contract.wire import EnrollRequest, Heartbeat
 from service.audit import service as audit
-from service.errors import Forbidden, NotFound, Unauthorized, Unprocessable
+from service.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable
 from service.nodes import repository
+from service.nodes.tokens import Lifetime, rotate
 from service.security import NODE_TOKEN_PREFIX, Principal, Role, new_token, token_digest
 from service.tables import Node
 from service.tokens import repository as token_repository
 
+DEFAULT_LIFETIME = Lifetime(timedelta(days=30), timedelta(minutes=10))
 
-def enroll(session: Session, request: EnrollRequest) -> tuple[Node, str]:
+
+def enroll(
+    session: Session, request: EnrollRequest, lifetime: Lifetime = DEFAULT_LIFETIME
+) -> tuple[Node, str]:
     """Trade a one-time enrollment token for a node and its own token."""
     now = datetime.now(UTC)
     enrollment = token_repository.claim_enrollment_token(
@@ -31,6 +36,7 @@ def enroll(session: Session, request: EnrollRequest) -> tuple[Node, str]:
         hostname=request.hostname,
         labels=labels,
         digest=token_digest(secret),
+        expires_at=lifetime.expiry(now),
         agent_version=request.agent_version,
         kernel_version=request.kernel_version,
         now=now,
@@ -45,6 +51,52 @@ def enroll(session: Session, request: EnrollRequest) -> tuple[Node, str]:
         after={"hostname": node.hostname, "labels": labels, "enrollment_token": str(enrollment.id)},
     )
     return node, secret
+
+
+def renew_token(
+    session: Session, node: Principal, node_id: uuid.UUID, lifetime: Lifetime
+) -> tuple[Node, str]:
+    """A new token for the calling node; the one it called with stays good for the grace
+    period. Only a node renews, and only its own."""
+    if node.node_id != node_id:
+        raise Forbidden("a node may renew only its own token")
+    found = repository.get(session, node_id, lock=True)
+    if found is None:
+        raise NotFound(f"no node {node_id}")
+    now = datetime.now(UTC)
+    secret = new_token(NODE_TOKEN_PREFIX)
+    rotate(found, token_digest(secret), node.token_digest, lifetime, now)
+    repository.touch(session, found, now)
+    audit.record(
+        session,
+        node.name,
+        "node.token_renewed",
+        target_type="node",
+        target_id=found.id,
+        after={"expires_at": found.token_expires_at.isoformat()},
+    )
+    return found, secret
+
+
+def revoke(session: Session, by: Principal, node_id: uuid.UUID, reason: str) -> Node:
+    """Refuse the node's tokens from now on; its devices, telemetry and history stay."""
+    found = repository.get(session, node_id, lock=True)
+    if found is None:
+        raise NotFound(f"no node {node_id}")
+    if found.revoked_at is not None:
+        raise Conflict(f"node {node_id} was already revoked at {found.revoked_at.isoformat()}")
+    found.revoked_at = datetime.now(UTC)  # both its tokens are refused, saying why
+    session.flush()
+    audit.record(
+        session,
+        by.name,
+        "node.revoked",
+        target_type="node",
+        target_id=found.id,
+        detail=reason,
+        after={"revoked_at": found.revoked_at.isoformat()},
+    )
+    return found
 
 
 def get_node(session: Session, principal: Principal, node_id: uuid.UUID) -> Node:
