@@ -19,7 +19,6 @@ from agent.bench.energy import EnergyMeter
 from agent.bench.report import canary_observations
 from agent.bench.target import device_target
 from agent.canary import CanaryResult, run_canary
-from agent.client import ServiceClient
 from agent.collectors.blklat import DEFAULT_OBJECT, BlkLatCollector
 from agent.config import AgentConfig
 from agent.contract.tunables import DeviceConfig
@@ -99,7 +98,7 @@ def report_canary(directory: Path, device: str, candidate: DeviceConfig, run: Ca
     """Send the verdict (and the baseline arm as a benchmark) to the service; says what
     happened. Raises AgentError when the service cannot be told."""
     node = NodeState.load(directory)
-    with ServiceClient(node.server_url, node.node_token) as client:
+    with node.client() as client:
         ids = {d["name"]: d["id"] for d in client.devices(node.node_id)}
         if device not in ids:
             return f"not reported: the service does not know {device} yet (agent run reports it)"
@@ -146,7 +145,7 @@ def scheduled_canaries(
     """List this node's scheduled canaries, best first; with `run`, run the first `limit` of
     them, record each verdict and close it. Returns how many were scheduled."""
     node = NodeState.load(directory)
-    with ServiceClient(node.server_url, node.node_token) as client:
+    with node.client() as client:
         names = {d["id"]: d["name"] for d in client.devices(node.node_id)}
         scheduled = [
             ScheduledCanaryRun(

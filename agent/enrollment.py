@@ -16,9 +16,13 @@ def enroll_node(
     *,
     hostname: str,
     labels: dict[str, str],
+    ca_bundle: Path | None = None,
 ) -> NodeState:
-    """Enroll with the service and keep the node's identity in state_dir."""
-    with ServiceClient(server_url) as client:
+    """Enroll with the service and keep the node's identity in state_dir (with the CA bundle
+    its certificate is verified against, for every later call)."""
+    if ca_bundle is not None:
+        ca_bundle = ca_bundle.resolve()
+    with ServiceClient(server_url, ca_bundle=ca_bundle) as client:
         enrolled = client.enroll(
             EnrollRequest(
                 enrollment_token=enrollment_token,
@@ -35,6 +39,7 @@ def enroll_node(
         hostname=hostname,
         token_expires_at=enrolled.expires_at,
         renew_after=enrolled.renew_after,
+        ca_bundle=ca_bundle,
     )
     state.save(state_dir)
     return state

@@ -17,7 +17,6 @@ from typing import Any
 from agent import calibrate
 from agent.applier import Applier, Drift
 from agent.bench.target import device_target
-from agent.client import ServiceClient
 from agent.collectors import CollectorSet, collectors_for, is_power_source
 from agent.collectors.blklat import LatencySnapshot
 from agent.collectors.diskstats import DiskStats
@@ -98,7 +97,7 @@ class Agent:
         )
         self.collectors = CollectorSet(collectors_for(config))
         self.power_sources = {c.name for c in self.collectors.collectors if is_power_source(c)}
-        self.client = ServiceClient(state.server_url, state.node_token) if state else None
+        self.client = state.client() if state else None
         self.view = AgentView()
         self.counters = Counters()
         self._last: Collection | None = None

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
+from agent.client import ServiceClient
 from agent.errors import NotEnrolled
 from agent.fsutil import write_json_atomic
 
@@ -23,6 +24,11 @@ class NodeState:
     hostname: str
     token_expires_at: datetime | None = None  # None: the service did not say
     renew_after: datetime | None = None
+    ca_bundle: Path | None = None  # the CAs the service's certificate must chain to
+
+    def client(self) -> ServiceClient:
+        """A client for the service this node enrolled with, as this node."""
+        return ServiceClient(self.server_url, self.node_token, ca_bundle=self.ca_bundle)
 
     def save(self, state_dir: Path) -> Path:
         """Atomically, readable by root only: the token is a credential."""
@@ -31,6 +37,7 @@ class NodeState:
         for key in ("token_expires_at", "renew_after"):
             when = getattr(self, key)
             data[key] = when.isoformat() if when is not None else None
+        data["ca_bundle"] = str(self.ca_bundle) if self.ca_bundle is not None else None
         write_json_atomic(target, data)
         return target
 
@@ -50,6 +57,7 @@ class NodeState:
             hostname=data["hostname"],
             token_expires_at=_when(data.get("token_expires_at")),
             renew_after=_when(data.get("renew_after")),
+            ca_bundle=Path(data["ca_bundle"]) if data.get("ca_bundle") else None,
         )
 
 

@@ -33,6 +33,10 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=_default_data_dir)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65_535)
+    # https: the service serves TLS itself with this certificate (chain, PEM) and key; or it
+    # sits behind a proxy that terminates TLS (docs/deploy.md) and both stay unset
+    tls_certfile: Path | None = None
+    tls_keyfile: Path | None = None
     db_pool_size: int = Field(default=10, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
     max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1_024)
@@ -51,6 +55,16 @@ class Settings(BaseSettings):
     rollout_host_vars: Path | None = None
     rollout_poll_seconds: float = Field(default=2.0, gt=0, le=3_600)
     rollout_lease_seconds: float = Field(default=30.0, ge=5, le=3_600)
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Self:
+        given = [p for p in (self.tls_certfile, self.tls_keyfile) if p is not None]
+        if len(given) == 1:
+            raise ValueError("BLKPILOT_TLS_CERTFILE and BLKPILOT_TLS_KEYFILE go together")
+        for path in given:
+            if not path.is_file():
+                raise ValueError(f"TLS file {path} does not exist")
+        return self
 
     @model_validator(mode="after")
     def _rate_limit_parses(self) -> Self:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -37,14 +38,16 @@ def run(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.Com
     )
 
 
-def wait_ready(url: str, process: subprocess.Popen[str], timeout: float) -> float:
+def wait_ready(
+    url: str, process: subprocess.Popen[str], timeout: float, verify: ssl.SSLContext | bool = True
+) -> float:
     """Seconds until GET url answers 200; fails if the process dies first."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         if process.poll() is not None:
             raise AssertionError(f"process exited with {process.returncode} before it was ready")
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
+            if httpx.get(url, timeout=2, verify=verify).status_code == 200:
                 return time.monotonic() - started
         except httpx.TransportError:
             pass
@@ -83,6 +86,7 @@ class ServiceProcess:
     admin: str = ""
     process: subprocess.Popen[str] | None = None
     settings: dict[str, str] = field(default_factory=dict)  # BLKPILOT_* for `serve`
+    ca_bundle: Path | None = None  # with BLKPILOT_TLS_*: what its certificate chains to
 
     @property
     def env(self) -> dict[str, str]:
@@ -90,11 +94,18 @@ class ServiceProcess:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if "BLKPILOT_TLS_CERTFILE" in self.settings else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        if self.ca_bundle is None:
+            return True
+        return ssl.create_default_context(cafile=str(self.ca_bundle))
 
     def start(self) -> None:
         self.process = start_serve(self.data_dir, self.env, self.port)
-        wait_ready(f"{self.base_url}/readyz", self.process, timeout=90)
+        wait_ready(f"{self.base_url}/readyz", self.process, timeout=90, verify=self.verify)
 
     def stop(self) -> int:
         assert self.process is not None
@@ -110,4 +121,6 @@ class ServiceProcess:
 
     def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.admin}"}
-        return httpx.request(method, f"{self.base_url}/api/v1{path}", headers=headers, **kwargs)
+        return httpx.request(
+            method, f"{self.base_url}/api/v1{path}", headers=headers, verify=self.verify, **kwargs
+        )

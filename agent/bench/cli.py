@@ -116,7 +116,6 @@ def sweep(
 def _sender(state: Path, device: str | None) -> Callable[[Measurement, DeviceConfig], None] | None:
     """Send results as observations, if this node is enrolled and the device is known."""
     from agent.bench.report import benchmark_observation
-    from agent.client import ServiceClient
     from agent.errors import NotEnrolled, ServiceRejected
     from agent.state import NodeState
 
@@ -126,7 +125,7 @@ def _sender(state: Path, device: str | None) -> Callable[[Measurement, DeviceCon
         return None
 
     def send(measurement: Measurement, config: DeviceConfig) -> None:
-        with ServiceClient(node.server_url, node.node_token) as client:
+        with node.client() as client:
             ids = {d["name"]: d["id"] for d in client.devices(node.node_id)}
             if device not in ids:
                 raise ServiceRejected(404, "not_found", f"the service does not know {device}")

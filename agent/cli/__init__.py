@@ -43,13 +43,28 @@ def enroll(
     state_dir: StateDir,
     label: Annotated[list[str], typer.Option(help="key=value; repeatable.")] = [],  # noqa: B006
     hostname: Annotated[str, typer.Option(help="Name to enroll under.")] = socket.gethostname(),
+    ca_bundle: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="BLKPILOT_CA_BUNDLE",
+            exists=True,
+            dir_okay=False,
+            help="PEM CAs the service's https certificate must chain to (default: the"
+            " system's); kept for every later call.",
+        ),
+    ] = None,
 ) -> None:
     """Trade a one-time enrollment token for this node's own token, kept in the state dir."""
     from agent.enrollment import enroll_node
 
     try:
         state = enroll_node(
-            server, token, state_dir, hostname=hostname, labels=labels_option(label)
+            server,
+            token,
+            state_dir,
+            hostname=hostname,
+            labels=labels_option(label),
+            ca_bundle=ca_bundle,
         )
     except AgentError as error:
         raise fail(error) from error
@@ -59,13 +74,12 @@ def enroll(
 @app.command()
 def heartbeat(state_dir: StateDir) -> None:
     """Tell the service this node is alive."""
-    from agent.client import ServiceClient
     from agent.contract.wire import Heartbeat
     from agent.state import NodeState
 
     try:
         state = NodeState.load(state_dir)
-        with ServiceClient(state.server_url, state.node_token) as client:
+        with state.client() as client:
             client.heartbeat(
                 state.node_id,
                 Heartbeat(agent_version=__version__, kernel_version=platform.release()),

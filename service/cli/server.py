@@ -72,6 +72,8 @@ def serve(
                 log_level="info",
                 log_config=None,  # uvicorn's lines through the same (JSON) handler
                 access_log=False,  # RequestIdMiddleware writes one, with the request id
+                ssl_certfile=settings.tls_certfile,
+                ssl_keyfile=settings.tls_keyfile,
             )
         finally:
             if worker is not None:
