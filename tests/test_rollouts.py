@@ -38,7 +38,7 @@ from tests.proc import BLKPILOT, ServiceProcess, clean_env
 ROOT = Path(__file__).resolve().parents[1]
 HOSTS = ("node-a", "node-b", "node-c")
 WORKLOAD = "hs23-single-randread-4k-qd32"  # see above: the gaps at depth 1 are too small here
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(1200)  # canaries may take their whole budget on a busy host
 
 
 @dataclass
@@ -117,7 +117,7 @@ class Fleet:
             assert response.status_code in (204, 404), response.text
             host.set_scheduler(scheduler, *tunables)
 
-    def wait(self, rollout_id: str, until: tuple[str, ...], timeout: float = 400) -> Any:
+    def wait(self, rollout_id: str, until: tuple[str, ...], timeout: float = 600) -> Any:
         """Until the rollout is in one of these states. A pause on an inconclusive canary is
         met as an operator would meet it: resume, so the canary runs again (at most 3 times;
         on this shared 2-core machine a p99 interval is sometimes too wide to decide)."""
