@@ -115,6 +115,8 @@ class Agent:
         )
         self._due = dict.fromkeys(("collect", "push", "policy", "inventory"), 0.0)
         self._renew_not_before = 0.0  # monotonic: after a failed renewal
+        # device -> (policy version, the scheduler it asks for), from the last policy fetch
+        self._wanted_schedulers: dict[str, tuple[int, str | None]] = {}
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -260,6 +262,7 @@ class Agent:
         if self._last is not None:
             node, found = windows(self._last, current, self.device_names)
             self._pending.extend(found)
+            self._spool_pending()  # durable at once: a kill -9 loses no collected window
             self.counters.windows_collected += len(found)
             self._latest.update({w.device: w for w in found})
             for energy in node.energies:
@@ -277,12 +280,15 @@ class Agent:
             latency=current.latency,
         )
 
-    def push(self) -> DrainResult | None:
-        """Spool what was collected (durably), then send the spool if the service answers."""
+    def _spool_pending(self) -> None:
         while self._pending:
             chunk = self._pending[:MAX_WINDOWS_PER_BATCH]
-            del self._pending[:MAX_WINDOWS_PER_BATCH]
             self.spool.put(TelemetryBatch(batch_id=uuid.uuid4(), windows=chunk))
+            del self._pending[:MAX_WINDOWS_PER_BATCH]
+
+    def push(self) -> DrainResult | None:
+        """Spool what was collected (durably), then send the spool if the service answers."""
+        self._spool_pending()
         result = None
         if self.client is not None:
             if self._reported is None:
@@ -320,6 +326,10 @@ class Agent:
         except ServiceError as error:
             log.warning("policies not fetched (will retry): %s", error)
             return
+        self._wanted_schedulers = {
+            str(p["device_name"]): (int(p["version"]), p["config"].get("scheduler"))
+            for p in policies
+        }
         for policy in policies:
             name, version = str(policy["device_name"]), int(policy["version"])
             if self._policy_versions.get(name) != version and name in self.device_names:
@@ -406,6 +416,8 @@ class Agent:
             if name not in self.device_names:
                 continue
             found = self.applier.drift(name)
+            if not any(d.attribute == "scheduler" for d in found):
+                found += self._policy_drift(name)
             if found:
                 drift[name] = found
             if tuple(found) == self._drift_seen.get(name, ()):
@@ -426,6 +438,24 @@ class Agent:
                     ),
                 )
         self.view = _replace(self.view, drift=drift)
+
+    def _policy_drift(self, name: str) -> list[Drift]:
+        """The scheduler the device's policy asks for, when another blkpilot change came after
+        it (a rollout's restore, an operator's `agent apply`): the applier's record then holds
+        that change, not the policy. A device a canary or sweep holds is between
+        configurations, and left alone."""
+        version, wanted = self._wanted_schedulers.get(name, (None, None))
+        if wanted is None or self._policy_versions.get(name) != version:
+            return []
+        try:
+            if self.applier.busy(name):
+                return []
+            actual = self.applier.read(name, "scheduler")
+        except ChangeRefused:
+            return []
+        if actual == wanted:
+            return []
+        return [Drift("scheduler (policy)", wanted, actual)]
 
     def _current_config(self, name: str) -> DeviceConfig:
         return self.applier.current(name)

@@ -14,11 +14,14 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent.applier import Applier
 from agent.config import AgentConfig, PowerConfig
+from agent.contract.tunables import DeviceConfig, Scheduler
 from agent.exporter import AgentCollector, registry_for
+from agent.host import HostPaths
 from agent.runner import Agent
 from agent.state import NodeState
-from tests.agent.conftest import LoopFactory, enroll_lab_node
+from tests.agent.conftest import NO_POWER, LoopFactory, enroll_lab_node
 from tests.proc import ServiceProcess, clean_env, free_port, stop
 
 pytestmark = pytest.mark.slow
@@ -194,6 +197,43 @@ def test_policies_are_applied_reported_and_drift_is_noticed(
     }
     assert samples[("blkpilot_device_drift", good, None)] == 2
     assert samples[("blkpilot_agent_policy_applies_total", None, None)] >= 0
+
+
+def test_another_blkpilot_change_after_the_policy_is_drift_from_the_policy(
+    service: ServiceProcess, loop_device: LoopFactory, tmp_path: Path
+) -> None:
+    """Found by bench/soak.py: a rollout's recovery put back a capture taken before the agent
+    re-applied the device's policy, and the policy showed applied and in sync over a device on
+    another scheduler. A change through blkpilot itself (the applier's record then holds it,
+    not the policy) is now drift from the policy — except while a canary holds the device."""
+    device = loop_device()
+    state_dir = tmp_path / "agent"
+    node = enroll_lab_node(service, state_dir)
+    config = AgentConfig(devices=[device], metrics_port=0, power=NO_POWER)
+    agent = Agent(config, node, state_dir)
+    agent.start()
+    (found,) = service.api("GET", "/devices", params={"node_id": str(node.node_id)}).json()
+    body = {"config": {"scheduler": "kyber"}, "reason": "test"}
+    assert service.api("PUT", f"/devices/{found['id']}/policy", json=body).status_code == 200
+    agent.sync_policies()
+    policy = service.api("GET", f"/devices/{found['id']}/policy").json()
+    assert policy["in_sync"] is True
+
+    other = Applier(HostPaths(), state_dir)  # what a rollout's restore does, in its own process
+    with other.device_lock(device):
+        other.apply(device, DeviceConfig(scheduler=Scheduler.MQ_DEADLINE))
+        agent.sync_policies()  # held: between configurations, not drift
+        assert device not in agent.view.drift
+    agent.sync_policies()
+    (drift,) = agent.view.drift[device]
+    assert (drift.attribute, drift.expected, drift.actual) == (
+        "scheduler (policy)",
+        "kyber",
+        "mq-deadline",
+    )
+    policy = service.api("GET", f"/devices/{found['id']}/policy").json()
+    assert policy["in_sync"] is False
+    assert policy["applied"]["status"] == "drift"
 
 
 def test_a_configuration_changed_outside_policies_is_reported_at_the_next_check(
