@@ -86,6 +86,8 @@ bench: setup
 	python -m bench.lab_flash
 	python -m bench.fleet_gaps
 	python -m bench.fleet_gaps --hog
+	python -m bench.canary --hog
+	python -m bench.soak
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache .site
