@@ -62,9 +62,14 @@ class ServiceClient:
         timeout: float = 10.0,
         transport: httpx.BaseTransport | None = None,
         ca_bundle: Path | None = None,
+        max_wait_s: float = 60.0,
     ) -> None:
         """`ca_bundle`: the CAs an https service's certificate must chain to (PEM); default,
-        the system's. Certificates are always verified: name, dates and chain."""
+        the system's. Certificates are always verified: name, dates and chain.
+        `max_wait_s`: how long one call may wait out the service's Retry-After (a command, a
+        bulk report); the agent's loop passes 0 — it never blocks, its spool holds the
+        telemetry."""
+        self._max_wait_s = max_wait_s
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         verify: ssl.SSLContext | bool = True
         if ca_bundle is not None:
@@ -96,12 +101,29 @@ class ServiceClient:
         self.close()
 
     def _request(self, method: str, path: str, body: BaseModel | None = None) -> Any:
-        """One call, with its own request id: logged here while it runs, sent to the service
+        """One call. Over the rate limit (429), the client waits out Retry-After and tries again
+        while the waits fit in `max_wait_s`; past that it raises RateLimited, and until the
+        time the service named its calls fail at once, without reaching the service."""
+        waited = 0.0
+        while True:
+            wait = self._not_before - time.monotonic()
+            if wait > 0:
+                if waited + wait > self._max_wait_s:
+                    raise RateLimited(
+                        wait, f"holding off {wait:.1f} s more, as the service asked (429)"
+                    )
+                time.sleep(wait)
+                waited += wait
+            try:
+                return self._send(method, path, body)
+            except RateLimited:
+                if waited + self._not_before - time.monotonic() > self._max_wait_s:
+                    raise
+
+    def _send(self, method: str, path: str, body: BaseModel | None) -> Any:
+        """One request, with its own request id: logged here while it runs, sent to the service
         (whose log lines for it carry the same id), and named in any error."""
         rid = new_request_id()
-        wait = self._not_before - time.monotonic()
-        if wait > 0:
-            raise RateLimited(wait, f"holding off {wait:.1f} s more, as the service asked (429)")
         headers = {REQUEST_ID_HEADER: rid}
         if body is not None:
             headers["Content-Type"] = "application/json"

@@ -97,7 +97,8 @@ class Agent:
         )
         self.collectors = CollectorSet(collectors_for(config))
         self.power_sources = {c.name for c in self.collectors.collectors if is_power_source(c)}
-        self.client = state.client() if state else None
+        # never blocked by a rate limit: a 429 leaves telemetry in the spool for later
+        self.client = state.client(max_wait_s=0) if state else None
         self.view = AgentView()
         self.counters = Counters()
         self._last: Collection | None = None

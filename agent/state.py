@@ -26,9 +26,11 @@ class NodeState:
     renew_after: datetime | None = None
     ca_bundle: Path | None = None  # the CAs the service's certificate must chain to
 
-    def client(self) -> ServiceClient:
+    def client(self, *, max_wait_s: float = 60.0) -> ServiceClient:
         """A client for the service this node enrolled with, as this node."""
-        return ServiceClient(self.server_url, self.node_token, ca_bundle=self.ca_bundle)
+        return ServiceClient(
+            self.server_url, self.node_token, ca_bundle=self.ca_bundle, max_wait_s=max_wait_s
+        )
 
     def save(self, state_dir: Path) -> Path:
         """Atomically, readable by root only: the token is a credential."""

@@ -128,6 +128,8 @@ def main() -> int:
 
     data_dir = Path(tempfile.mkdtemp(prefix="blkpilot-bench-"))
     extra = {"BLKPILOT_DATABASE_URL": args.database_url} if args.database_url else {}
+    # the ingest path's capacity is measured, not the per-token rate limit in front of it
+    extra["BLKPILOT_RATE_LIMIT"] = "1000000/second"
     env = clean_env(data_dir, **extra)
     port = free_port()
     base = f"http://127.0.0.1:{port}"

@@ -98,6 +98,7 @@ def test_the_agent_holds_off_and_loses_no_window(
         str(limited.base_url),
         node_token,
         transport=limited._transport,  # the app, in process
+        max_wait_s=0,  # the agent's loop: never blocked, the spool holds the windows
     )
     spool = Spool(tmp_path / "spool", max_batches=100, max_bytes=10 << 20)
     batches = [
@@ -157,3 +158,38 @@ def test_the_dashboards_cookie_counts_against_its_token(
         limited.get("/api/v1/nodes", headers={"Authorization": f"Bearer {fresh}"}).status_code
         == 200
     )
+
+
+def test_a_command_waits_out_retry_after_and_gets_through(
+    limited: TestClient, session: Session
+) -> None:
+    """Bulk reporters (a lab's observations, a canary's report) honour Retry-After by waiting
+    and trying again, within their bound; past the bound they are told."""
+    node, node_token = create_node(session)
+    report_inventory(session, node, device_inventory("loop0"))
+    patient = ServiceClient(
+        str(limited.base_url), node_token, transport=limited._transport, max_wait_s=30
+    )
+    refused_before = _refused(limited)
+    started = time.monotonic()
+    for _ in range(10):  # 10 calls through 4 per second
+        assert patient.devices(node.id)[0]["name"] == "loop0"
+    assert _refused(limited) > refused_before  # it was limited on the way ...
+    assert time.monotonic() - started >= 1.0  # ... and waited rather than failed
+    impatient = ServiceClient(
+        str(limited.base_url), node_token, transport=limited._transport, max_wait_s=0
+    )
+    answered = 0
+    with pytest.raises(RateLimited):  # noqa: PT012 — which call is refused depends on the clock
+        for _ in range(10):
+            impatient.devices(node.id)
+            answered += 1
+    assert answered < 10
+
+
+def _refused(client: TestClient) -> float:
+    total = 0.0
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("blkpilot_rate_limited_requests_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
