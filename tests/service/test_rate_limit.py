@@ -32,12 +32,18 @@ from tests.factories import (
     telemetry_window,
 )
 
-LIMIT = "4/second"
+# Counting tests use a budget per minute, which no slowness of a busy machine can stretch; the
+# tests of waiting use one per second, and send at a pace a busy machine still passes.
+PER_MINUTE, PER_SECOND = "4/minute", "2/second"
 
 
 @pytest.fixture
-def settings(tmp_path: Path, database_url: str) -> Settings:
-    return Settings(database_url=database_url, data_dir=tmp_path, rate_limit=LIMIT)
+def settings(request: pytest.FixtureRequest, tmp_path: Path, database_url: str) -> Settings:
+    limit = getattr(request, "param", PER_SECOND)
+    return Settings(database_url=database_url, data_dir=tmp_path, rate_limit=limit)
+
+
+per_minute = pytest.mark.parametrize("settings", [PER_MINUTE], indirect=True)
 
 
 @pytest.fixture
@@ -46,20 +52,20 @@ def limited(app: FastAPI) -> Iterator[TestClient]:
         yield client
 
 
+@per_minute
 def test_a_flooding_token_is_refused_and_the_others_are_served(
     limited: TestClient, session: Session
 ) -> None:
     flood = {"Authorization": f"Bearer {create_api_token(session, role=Role.ADMIN)}"}
     other = {"Authorization": f"Bearer {create_api_token(session, role=Role.VIEWER)}"}
     codes = [limited.get("/api/v1/nodes", headers=flood).status_code for _ in range(12)]
-    assert codes.count(200) <= 4 < codes.count(429) + codes.count(200)
-    assert 429 in codes
+    assert codes == [200] * 4 + [429] * 8
     refused = limited.get("/api/v1/nodes", headers=flood)
     assert refused.status_code == 429
     assert int(refused.headers["Retry-After"]) >= 1
     body = refused.json()
     assert body["error"] == "rate_limited"
-    assert "4 per 1 second" in body["detail"]
+    assert "4 per 1 minute" in body["detail"]
     assert body["fields"] == []
     # the other token has its own budget: not starved by the flood
     assert limited.get("/api/v1/nodes", headers=other).status_code == 200
@@ -69,6 +75,7 @@ def test_a_flooding_token_is_refused_and_the_others_are_served(
     assert 'blkpilot_rate_limited_requests_total{caller="operator"}' in scraped
 
 
+@per_minute
 def test_unauthenticated_callers_are_limited_by_address(limited: TestClient) -> None:
     codes = {limited.get("/api/v1/nodes").status_code for _ in range(10)}
     assert codes == {401, 429}
@@ -140,6 +147,7 @@ def _served(client: TestClient) -> float:
     return total
 
 
+@per_minute
 def test_the_dashboards_cookie_counts_against_its_token(
     limited: TestClient, session: Session
 ) -> None:
@@ -172,10 +180,10 @@ def test_a_command_waits_out_retry_after_and_gets_through(
     )
     refused_before = _refused(limited)
     started = time.monotonic()
-    for _ in range(10):  # 10 calls through 4 per second
+    for _ in range(10):  # 10 calls through 2 per second
         assert patient.devices(node.id)[0]["name"] == "loop0"
     assert _refused(limited) > refused_before  # it was limited on the way ...
-    assert time.monotonic() - started >= 1.0  # ... and waited rather than failed
+    assert time.monotonic() - started >= 2.0  # ... and waited rather than failed
     impatient = ServiceClient(
         str(limited.base_url), node_token, transport=limited._transport, max_wait_s=0
     )
