@@ -421,9 +421,20 @@ class Agent:
                 found += self._policy_drift(name)
             if found:
                 drift[name] = found
-            if tuple(found) == self._drift_seen.get(name, ()):
+            before = self._drift_seen.get(name, ())
+            if tuple(found) == before:
                 continue  # reported already (or still none)
             self._drift_seen[name] = tuple(found)
+            if not found and name in self._device_ids:  # back in line: say so
+                self._report(
+                    self._device_ids[name],
+                    AppliedStateReport(
+                        policy_version=self._policy_versions[name],
+                        status=AppliedStatus.APPLIED,
+                        config=self._current_config(name),
+                        detail="drift resolved: the device is back on what was applied",
+                    ),
+                )
             if found and name in self._device_ids:
                 self.counters.drift_reports += 1
                 detail = "; ".join(

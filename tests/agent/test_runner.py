@@ -234,6 +234,14 @@ def test_another_blkpilot_change_after_the_policy_is_drift_from_the_policy(
     policy = service.api("GET", f"/devices/{found['id']}/policy").json()
     assert policy["in_sync"] is False
     assert policy["applied"]["status"] == "drift"
+    # put back (a rollout's recovery did it in the soak): the service hears it is in line again
+    other.apply(device, DeviceConfig(scheduler=Scheduler.KYBER))
+    agent.sync_policies()
+    assert device not in agent.view.drift
+    policy = service.api("GET", f"/devices/{found['id']}/policy").json()
+    assert policy["in_sync"] is True
+    assert policy["applied"]["status"] == "applied"
+    assert "drift resolved" in policy["applied"]["detail"]
 
 
 def test_a_configuration_changed_outside_policies_is_reported_at_the_next_check(
