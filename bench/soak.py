@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,18 +36,13 @@ import httpx
 
 from bench.record import provenance, record
 from kernel.lab import devices as lab
+from tests.proc import free_port
 
 BLKPILOT = str(Path(sys.executable).parent / "blkpilot")
 HOSTS = ("soak-a", "soak-b", "soak-c")
 INTERVAL_S = 1.0
 MARGIN_S = 3.0  # around a restart: answers in flight may fail
 WORKLOAD = "hs23-single-randread-4k-qd32"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def log(message: str) -> None:

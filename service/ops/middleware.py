@@ -14,7 +14,7 @@ from agent.contract.logs import (
     new_request_id,
     request_id,
 )
-from service.errors import PayloadTooLarge
+from service.errors import BlkpilotError, PayloadTooLarge
 from service.ops import metrics
 
 log = logging.getLogger("blkpilot.access")
@@ -131,16 +131,23 @@ class BodySizeLimitMiddleware:
                 await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
-        error = PayloadTooLarge(f"request body exceeds {self.max_bytes} bytes")
-        body = json.dumps(error.body().model_dump()).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": error.status_code,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_error(send, PayloadTooLarge(f"request body exceeds {self.max_bytes} bytes"))
+
+
+async def send_error(
+    send: Send, error: BlkpilotError, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """An error answered by middleware, before any endpoint, in the one error shape."""
+    body = json.dumps(error.body().model_dump()).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": error.status_code,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

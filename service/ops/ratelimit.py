@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
 import time
 from http.cookies import CookieError, SimpleCookie
@@ -22,6 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.errors import TooManyRequests
 from service.ops import metrics
+from service.ops.middleware import send_error
 from service.security import NODE_TOKEN_PREFIX, OPERATOR_TOKEN_PREFIX, SESSION_COOKIE
 
 EXEMPT = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -87,16 +87,4 @@ class RateLimitMiddleware:
             f"rate limit {'; '.join(str(i) for i in exceeded)} exceeded for this token;"
             f" retry after {retry_after} s"
         )
-        body = json.dumps(error.body().model_dump()).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": error.status_code,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"retry-after", str(retry_after).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_error(send, error, [(b"retry-after", str(retry_after).encode())])
