@@ -10,11 +10,15 @@ from typing import Any
 
 
 def write_json_atomic(path: Path, data: Any, *, mode: int = 0o600) -> None:
+    write_bytes_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode(), mode=mode)
+
+
+def write_bytes_atomic(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=1, sort_keys=True)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)

@@ -36,6 +36,8 @@ class Collection:
 def histogram_delta(before: dict[int, int], after: dict[int, int]) -> histograms.Sparse:
     """Counts added between two cumulative histograms (all of `after` if the map entry was
     re-created in between, which shows as a count going down)."""
+    if after is before:  # the collector hands back an unchanged histogram as the same object
+        return []
     if any(after.get(slot, 0) < count for slot, count in before.items()):
         before = {}
     return [(s, c - before.get(s, 0)) for s, c in sorted(after.items()) if c > before.get(s, 0)]

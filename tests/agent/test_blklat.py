@@ -29,7 +29,7 @@ from agent.config import AgentConfig
 from agent.contract import histograms
 from agent.contract.wire import IoOperation, LatencySource, TelemetryWindow
 from agent.host import HostPaths
-from agent.telemetry import Collection, windows
+from agent.telemetry import Collection, histogram_delta, windows
 from kernel.lab.devices import TMPFS, DataDevice, data_device, start_workload, stop_workload
 
 BUCKET = 0.125
@@ -114,6 +114,34 @@ def test_windows_carry_queue_time_where_a_scheduler_queues(
     _, (window,) = windows(before, after, {device.name})
     reads = next(o for o in window.operations if o.op is IoOperation.READ)
     assert histograms.check(reads.queue_ns, histograms.LATENCY_SLOTS) > 0
+
+
+def test_only_histograms_that_moved_are_decoded_again(
+    device: DataDevice, collector: BlkLatCollector
+) -> None:
+    """Decoding every histogram at every collection was most of the agent's CPU at 1 s windows
+    (bench/agent_footprint.py): a histogram whose count has not moved is handed back as it was,
+    one that moved is read anew, and the window between them counts exactly the new I/O."""
+    stop_workload_after(start_workload(device.data_file, iodepth=1, seconds=0.5), 3)
+    first = collector.collect(0)
+    again = collector.collect(0)
+    mine = [key for key in first.histograms if key[0] == device.name]
+    assert mine, first.histograms.keys()
+    for key in mine:
+        assert again.histograms[key] is first.histograms[key]
+    stop_workload_after(start_workload(device.data_file, iodepth=1, seconds=0.5), 3)
+    moved = collector.collect(0)
+    reads = [k for k in mine if k[1] is IoOperation.READ and k[2] == "device_ns"]
+    assert any(moved.histograms[k] is not first.histograms[k] for k in reads)
+    grown = sum(
+        sum(moved.histograms[k].values()) - sum(first.histograms[k].values()) for k in reads
+    )
+    assert grown > 0
+    assert grown == sum(
+        count
+        for k in reads
+        for _, count in histogram_delta(first.histograms[k], moved.histograms[k])
+    )
 
 
 def test_without_ebpf_windows_carry_means_only(device: DataDevice, tmp_path: Path) -> None:

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt, TelemetryWindow
 from agent.errors import ServiceRejected, ServiceUnreachable
-from agent.spool import Spool
+from agent.spool import MEMO_BATCHES, Spool
 from tests.factories import telemetry_window
 
 
@@ -116,11 +118,37 @@ def test_a_spooled_file_that_is_no_batch_is_set_aside_and_the_rest_sent(tmp_path
     spool.put(_batch(0))
     spool.put(_batch(1))
     first = spool.pending()[0]
-    first.write_text(first.read_text().replace('"read_ios": 1000', '"read_ios": "1000"'))
+    first.write_text(first.read_text().replace('"read_ios":1000', '"read_ios":"1000"'))
     assert '"1000"' in first.read_text()
+    spool = Spool(tmp_path)  # the agent that finds it: the files are all it has
     service = Service()
     result = spool.drain(service.send)
     assert (result.sent, result.rejected, result.windows) == (1, 1, 1)
     (reason,) = spool.rejected_dir.glob("*.reason")
     assert "read_ios" in reason.read_text()
     assert spool.pending() == []
+
+
+def test_what_is_sent_from_memory_is_what_is_on_disk(tmp_path: Path) -> None:
+    """The spool sends what this process spooled from memory (to spare the agent parsing it
+    back), but only up to MEMO_BATCHES; the rest, and a restarted agent, read the files. Both
+    routes send the same batches, in the same order."""
+    count = MEMO_BATCHES + 5
+    spool = Spool(tmp_path / "a")
+    for index in range(count):
+        spool.put(_batch(index))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    from_memory, from_disk = Service(), Service()
+    sent: dict[str, list[TelemetryBatch]] = {"memory": [], "disk": []}
+
+    def recorder(name: str, service: Service) -> Callable[[TelemetryBatch], TelemetryBatchReceipt]:
+        def send(batch: TelemetryBatch) -> TelemetryBatchReceipt:
+            sent[name].append(batch)
+            return service.send(batch)
+
+        return send
+
+    assert spool.drain(recorder("memory", from_memory)).sent == count
+    assert Spool(tmp_path / "b").drain(recorder("disk", from_disk)).sent == count
+    assert sent["memory"] == sent["disk"]
+    assert spool.pending() == [] and spool._memo == {}
