@@ -42,10 +42,14 @@ def record(name: str, result: dict[str, Any], columns: dict[str, str]) -> None:
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     table = RESULTS / f"{name}.md"
     headers = ["when", "commit", *columns, "command"]
+    header = f"| {' | '.join(headers)} |\n|{'---|' * len(headers)}\n"
     if not table.exists():
-        table.write_text(
-            f"# {name} results\n\n| {' | '.join(headers)} |\n|{'---|' * len(headers)}\n"
-        )
+        table.write_text(f"# {name} results\n\n{header}")
+    else:
+        heads = [line for line in table.read_text().splitlines() if line.startswith("| when |")]
+        if not heads or heads[-1] != header.splitlines()[0]:
+            with table.open("a") as md:  # the columns changed: a new table under the old rows
+                md.write(f"\n{header}")
     cells = [result["when"], result["commit"], *(str(result[key]) for key in columns.values())]
     with table.open("a") as md:
         md.write(f"| {' | '.join(cells)} | `{result['command']}` |\n")

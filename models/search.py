@@ -384,7 +384,10 @@ def recommend(
     candidates_allowed = sorted(allowed)
     firsts = [candidates_allowed[int(np.argmax(v[candidates_allowed]))] for v in votes]
     confidence = sum(1 for first in firsts if first == order[0]) / len(firsts)
-    untried = [i for i in order if scored[i].observations == 0]
+    # the configuration the device runs is never a canary's candidate: every canary measures
+    # it anyway, as its baseline arm
+    running = config_key(current) if current is not None else None
+    untried = [i for i in order if scored[i].observations == 0 and keys[i] != running]
     next_canary, gain = None, 0.0
     if untried:
         # an untried cell is also uncertain for want of data: the model's spread between

@@ -7,13 +7,16 @@
  * 12.5 % wide), so that percentiles can be compared between canary intervals.
  *
  * CO-RE without vmlinux.h: the few kernel fields read are declared below with
- * preserve_access_index and relocated by libbpf against the running kernel's BTF.
+ * preserve_access_index and relocated by libbpf against the running kernel's BTF. The
+ * programs are tp_btf, so those fields are read directly through the typed request pointer,
+ * not with bpf_probe_read_kernel (BPF_CORE_READ): that, and timestamps written in place in one
+ * entry per request instead of a hash-map update and delete per I/O, took the programs from
+ * about 1,100 to about 470 ns per I/O on this machine (bench/agent_footprint.py --load).
  * Histograms are cumulative; the agent takes differences per window.
  */
 #include <linux/types.h>
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
-#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 
 #define MAX_SLOTS 320
@@ -53,9 +56,12 @@ struct hist {
 	__u64 sum;	/* ns for latencies, bytes for sizes */
 };
 
-struct issue {
-	__u64 ts;
-	__u64 start;	/* insert, or issue */
+/* one entry per request (keyed by its address), written in place: requests are recycled from
+ * each queue's tag set, so after the first I/O of each an issue or a completion costs a lookup,
+ * not a hash-map update and delete (those were two thirds of the programs' time) */
+struct started {
+	__u64 insert;	/* 0: not inserted into a scheduler since it last completed */
+	__u64 issue;	/* 0: not issued */
 	__u32 bytes;
 	__u32 pad;
 };
@@ -64,15 +70,8 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u64);
-	__type(value, __u64);
-} inserted SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u64);
-	__type(value, struct issue);
-} issued SEC(".maps");
+	__type(value, struct started);
+} requests SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -124,16 +123,16 @@ static __always_inline __u32 size_slot(__u64 bytes)
 
 static __always_inline __u32 dev_of(struct request *rq)
 {
-	struct gendisk *disk = BPF_CORE_READ(rq, q, disk);
+	struct gendisk *disk = rq->q->disk;
 
 	if (!disk)
 		return 0;
-	return ((__u32)BPF_CORE_READ(disk, major) << 20) | (__u32)BPF_CORE_READ(disk, first_minor);
+	return ((__u32)disk->major << 20) | (__u32)disk->first_minor;
 }
 
 static __always_inline __u8 op_of(struct request *rq)
 {
-	__u32 op = BPF_CORE_READ(rq, cmd_flags) & REQ_OP_MASK;
+	__u32 op = rq->cmd_flags & REQ_OP_MASK;
 
 	return op <= OP_DISCARD ? op : OP_OTHER;
 }
@@ -158,51 +157,68 @@ static __always_inline void record(__u32 dev, __u8 op, __u8 kind, __u32 bytes, _
 	__sync_fetch_and_add(&h->sum, value);
 }
 
+static __always_inline struct started *entry(struct request *rq)
+{
+	__u64 key = (__u64)rq;
+	struct started *found = bpf_map_lookup_elem(&requests, &key);
+	struct started fresh = {};
+
+	if (found)
+		return found;
+	bpf_map_update_elem(&requests, &key, &fresh, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&requests, &key);
+}
+
 SEC("tp_btf/block_rq_insert")
 int BPF_PROG(blklat_insert, struct request *rq)
 {
-	__u64 key = (__u64)rq, ts = bpf_ktime_get_ns();
+	struct started *s = entry(rq);
 
-	bpf_map_update_elem(&inserted, &key, &ts, BPF_ANY);
+	if (s)
+		s->insert = bpf_ktime_get_ns();
 	return 0;
 }
 
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(blklat_issue, struct request *rq)
 {
-	__u64 key = (__u64)rq, now = bpf_ktime_get_ns();
-	struct issue value = { .ts = now, .start = now, .bytes = BPF_CORE_READ(rq, __data_len) };
-	__u64 *queued = bpf_map_lookup_elem(&inserted, &key);
+	__u64 now = bpf_ktime_get_ns();
+	struct started *s = entry(rq);
+	__u32 bytes = rq->__data_len;
 
-	if (queued) {
-		if (now > *queued)
-			value.start = *queued;
-		if (now > *queued)
-			record(dev_of(rq), op_of(rq), KIND_QUEUE, value.bytes,
-			       latency_slot(now - *queued), now - *queued);
-		bpf_map_delete_elem(&inserted, &key);
-	}
-	bpf_map_update_elem(&issued, &key, &value, BPF_ANY);
+	if (!s)
+		return 0;
+	if (s->insert && now > s->insert)
+		record(dev_of(rq), op_of(rq), KIND_QUEUE, bytes, latency_slot(now - s->insert),
+		       now - s->insert);
+	s->issue = now;
+	s->bytes = bytes;
 	return 0;
 }
 
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(blklat_complete, struct request *rq, int error, unsigned int nr_bytes)
 {
-	__u64 key = (__u64)rq, now = bpf_ktime_get_ns(), delta, total;
-	struct issue *started = bpf_map_lookup_elem(&issued, &key);
+	__u64 key = (__u64)rq, now = bpf_ktime_get_ns(), delta, total, begin;
+	struct started *s = bpf_map_lookup_elem(&requests, &key);
 	__u32 dev;
 	__u8 op;
 
-	if (!started)
+	if (!s)
 		return 0;
-	delta = now > started->ts ? now - started->ts : 0;
-	total = now > started->start ? now - started->start : 0;
+	if (!s->issue) {	/* ended before it was issued: nothing to time, nothing left behind */
+		s->insert = 0;
+		return 0;
+	}
+	begin = s->insert && s->insert < s->issue ? s->insert : s->issue;
+	delta = now > s->issue ? now - s->issue : 0;
+	total = now > begin ? now - begin : 0;
+	s->insert = 0;
+	s->issue = 0;
 	dev = dev_of(rq);
 	op = op_of(rq);
-	record(dev, op, KIND_DEVICE, started->bytes, latency_slot(delta), delta);
-	record(dev, op, KIND_TOTAL, started->bytes, latency_slot(total), total);
-	bpf_map_delete_elem(&issued, &key);
+	record(dev, op, KIND_DEVICE, s->bytes, latency_slot(delta), delta);
+	record(dev, op, KIND_TOTAL, s->bytes, latency_slot(total), total);
 	return 0;
 }
 

@@ -151,4 +151,5 @@ def test_what_is_sent_from_memory_is_what_is_on_disk(tmp_path: Path) -> None:
     assert spool.drain(recorder("memory", from_memory)).sent == count
     assert Spool(tmp_path / "b").drain(recorder("disk", from_disk)).sent == count
     assert sent["memory"] == sent["disk"]
-    assert spool.pending() == [] and spool._memo == {}
+    assert spool.pending() == []
+    assert spool._memo == {}
