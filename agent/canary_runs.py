@@ -70,7 +70,7 @@ def run_any_canary(
 ) -> CanaryRun:
     applier = Applier(cfg.paths, directory)
     if live_for(cfg, device, mode):
-        collector = BlkLatCollector(cfg.paths, cfg.ebpf_object or DEFAULT_OBJECT)
+        collector = BlkLatCollector(cfg.paths, cfg.ebpf_object or DEFAULT_OBJECT, devices=[device])
         try:
             settings = live or LiveSettings(alpha=alpha)
             result, report, traffic = run_live_canary(

@@ -32,10 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.applier import Applier
-from agent.canary import CanaryResult, MetricStatistics
+from agent.canary import CanaryResult
 from agent.collectors.blklat import BlkLatCollector
 from agent.contract import histograms
 from agent.contract.tunables import DeviceConfig
+from agent.contract.verdict import MetricStatistics
 from agent.contract.wire import CanaryVerdict
 from agent.contract.workloads import WorkloadSpec
 from agent.errors import AgentError, ChangeFailed

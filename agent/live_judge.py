@@ -10,9 +10,9 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agent.canary import MetricRule, MetricStatistics, non_inferiority, overall
 from agent.collectors.blklat import LatencySnapshot
 from agent.contract import histograms
+from agent.contract.verdict import MetricRule, MetricStatistics, non_inferiority, overall
 from agent.contract.wire import CanaryVerdict, IoOperation
 from agent.contract.workloads import IOPattern, JobSpec, WorkloadSpec
 from agent.telemetry import device_deltas

@@ -9,6 +9,7 @@ import array
 import ctypes
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,9 +92,17 @@ class BlkLatCollector:
     name = "blklat"
 
     def __init__(
-        self, paths: HostPaths, object_path: Path = DEFAULT_OBJECT, effects: Effects | None = None
+        self,
+        paths: HostPaths,
+        object_path: Path = DEFAULT_OBJECT,
+        effects: Effects | None = None,
+        *,
+        devices: Iterable[str] | None = None,
     ) -> None:
+        """`devices`: only these devices' histograms are read (the programs trace every
+        device; reading the others' would cost the agent for nothing). Default: all."""
         self.paths = paths
+        self.devices = frozenset(devices) if devices is not None else None
         self.unavailable = ""
         self._bpf: BpfObject | None = None
         self._names: dict[int, str] = {}
@@ -128,17 +137,10 @@ class BlkLatCollector:
             return LatencySnapshot(unavailable=self.unavailable)
         found: Cumulative = {}
         sums = {}
-        for key, value in self._bpf.items(self._fd, HistKey, Hist):
+        for key, value in self._bpf.items(self._fd, HistKey, Hist, self._wanted):
             assert isinstance(key, HistKey)
             assert isinstance(value, Hist)
-            name = self._names.get(key.dev)
-            if name is None:
-                self._names = device_numbers(self.paths)
-                name = self._names.get(key.dev)
-                if name is None:
-                    continue  # a device that went away
-            if key.kind not in KINDS:
-                continue
+            name = self._names[key.dev]
             where = (name, OPERATIONS[min(key.op, 4)], KINDS[key.kind], key.size)
             count = int(value.count)
             seen = self._decoded.get(where)
@@ -154,6 +156,18 @@ class BlkLatCollector:
             del self._decoded[gone]
         return LatencySnapshot(found, sums=sums)
 
+    def _wanted(self, key: ctypes.Structure) -> bool:
+        assert isinstance(key, HistKey)
+        if key.kind not in KINDS:
+            return False
+        name = self._names.get(key.dev)
+        if name is None:
+            self._names = device_numbers(self.paths)
+            name = self._names.get(key.dev)
+            if name is None:
+                return False  # a device that went away
+        return self.devices is None or name in self.devices
+
     def close(self) -> None:
         if self._bpf is not None:
             self._bpf.close()
@@ -164,4 +178,6 @@ class BlkLatCollector:
 def _from_config(config: AgentConfig) -> BlkLatCollector | None:
     if not config.ebpf:
         return None
-    return BlkLatCollector(config.paths, config.ebpf_object or DEFAULT_OBJECT)
+    return BlkLatCollector(
+        config.paths, config.ebpf_object or DEFAULT_OBJECT, devices=config.devices
+    )

@@ -12,7 +12,7 @@ import ctypes
 import ctypes.util
 import os
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 LIBBPF_NAMES = ("libbpf.so.1", "libbpf.so")
@@ -96,9 +96,14 @@ class BpfObject:
         return fd
 
     def items(
-        self, fd: int, key_type: type[ctypes.Structure], value_type: type[ctypes.Structure]
+        self,
+        fd: int,
+        key_type: type[ctypes.Structure],
+        value_type: type[ctypes.Structure],
+        wanted: Callable[[ctypes.Structure], bool] | None = None,
     ) -> Iterator[tuple[ctypes.Structure, ctypes.Structure]]:
-        """Every (key, value) of a hash map, as copies."""
+        """Every (key, value) of a hash map, as copies; only the keys `wanted` says so of, if
+        given (the others' values are not read)."""
         key, following = key_type(), key_type()
         first = True
         while True:
@@ -107,6 +112,8 @@ class BpfObject:
                 return
             first = False
             ctypes.memmove(ctypes.byref(key), ctypes.byref(following), ctypes.sizeof(key))
+            if wanted is not None and not wanted(key):
+                continue
             value = value_type()
             if self.lib.bpf_map_lookup_elem(fd, ctypes.byref(key), ctypes.byref(value)) == 0:
                 copy = key_type()

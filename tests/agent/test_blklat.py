@@ -144,6 +144,19 @@ def test_only_histograms_that_moved_are_decoded_again(
     )
 
 
+def test_a_collector_for_some_devices_reads_only_theirs(device: DataDevice) -> None:
+    """The programs trace every device; an agent watching some reads only theirs."""
+    mine = BlkLatCollector(HostPaths(), devices=[device.name])
+    others = BlkLatCollector(HostPaths(), devices=["no-such-device"])
+    try:
+        stop_workload_after(start_workload(device.data_file, iodepth=1, seconds=0.5), 3)
+        assert {key[0] for key in mine.collect(0).histograms} == {device.name}
+        assert others.collect(0).histograms == {}
+    finally:
+        mine.close()
+        others.close()
+
+
 def test_without_ebpf_windows_carry_means_only(device: DataDevice, tmp_path: Path) -> None:
     unavailable = BlkLatCollector(HostPaths(), object_path=tmp_path / "missing.bpf.o")
     assert not unavailable.available

@@ -8,16 +8,16 @@ import pytest
 
 from agent.applier import Applier
 from agent.bench.library import library
-from agent.canary import (
+from agent.canary import run_canary
+from agent.contract.tunables import DeviceConfig, Scheduler
+from agent.contract.verdict import (
     Budget,
     MetricRule,
     compare,
     evaluate,
-    run_canary,
     run_sequential,
     schedule,
 )
-from agent.contract.tunables import DeviceConfig, Scheduler
 from agent.contract.wire import CanaryVerdict
 from agent.host import HostPaths
 from tests.agent.conftest import LoopFactory, enroll_lab_node
