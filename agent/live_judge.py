@@ -37,7 +37,8 @@ class LiveSettings:
     interval_s: float = 0.25  # the shortest; longer where traffic is thin (see min_ios)
     max_interval_s: float = 5.0
     settle_s: float = 0.05  # after a switch: requests queued under the old configuration drain
-    pairs: int = 40
+    pairs: int = 40  # at the first look; then as many more at each look while inconclusive
+    max_pairs: int | None = None  # the budget: by default three looks (120 pairs)
     extra_pairs: int = 4  # at most this many pairs run in place of those set aside
     mix_bound: float = 0.15  # total variation distance between a pair's two mixes
     load_ratio: float = 2.0  # a pair whose two intervals' I/O rates differ more is set aside

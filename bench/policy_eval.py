@@ -1,9 +1,12 @@
-"""`blkpilot eval` on the measured grid (bench/policy_grid.py): each cell held out of
-training in turn, the policy search's choice after at most 4 canaries against the oracle,
-and the fixed rules (kernel default, always none, none-for-non-rotational/bfq-for-rotational)
-judged the same way. Cells are Ray tasks on a local Ray.
+"""`blkpilot eval` on the measured grid (bench/policy_grid.py): each cell — or each whole
+device, or each whole workload (--holdout) — held out of training in turn; the model's pick
+before any canary and the kept choice after 1, 2 and 4 replayed canaries against the oracle,
+and the fixed rules (kernel default, always none, none-for-non-rotational/bfq-for-rotational,
+the strongest single configuration per device class) judged the same way, over --seeds
+random states. Cells are Ray tasks on a local Ray.
 
     python -m bench.policy_eval                         # every objective the grid measured
+    python -m bench.policy_eval --holdout device --seeds 3
 
 Records bench/results/policy_eval.json (summary per objective) and a row per objective in
 bench/results/policy_eval.md; every cell's trail is in bench/results/policy_eval_cells.json.
@@ -35,6 +38,8 @@ def main() -> int:
     )
     parser.add_argument("--grid", type=Path, default=GRID)
     parser.add_argument("--max-canaries", type=int, default=4)
+    parser.add_argument("--holdout", choices=evaluate.HOLDOUTS, default="cell")
+    parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--objective", action="append", choices=[o.value for o in Objective])
     parser.add_argument("--device", action="append", help="only these grid devices")
     args = parser.parse_args()
@@ -50,10 +55,16 @@ def main() -> int:
     started = time.monotonic()
     with ray_session() as where:
         reports = evaluate.evaluate(
-            grid, objectives, max_canaries=args.max_canaries, mapper=ray_map
+            grid,
+            objectives,
+            max_canaries=args.max_canaries,
+            holdout=args.holdout,
+            seeds=args.seeds,
+            mapper=ray_map,
         )
     minutes = round((time.monotonic() - started) / 60, 1)
-    (RESULTS / "policy_eval_cells.json").write_text(
+    suffix = "" if args.holdout == "cell" else f"_{args.holdout}"
+    (RESULTS / f"policy_eval{suffix}_cells.json").write_text(
         json.dumps(evaluate.as_json(reports), indent=1) + "\n"
     )
     devices = sorted(grid.devices)
@@ -65,6 +76,8 @@ def main() -> int:
         summary = report.summary()
         summaries[name] = summary
         baselines = summary["baselines"]
+        before = summary["model_pick_before_canaries"]
+        after = summary["after_canaries"]
         doc = {
             "benchmark": "policy_eval",
             "objective": name,
@@ -77,6 +90,22 @@ def main() -> int:
             "always_none_pct": round(100 * baselines["always-none"]["median_regret"], 2),
             "udev_rule_pct": round(100 * baselines["udev-rotational-rule"]["median_regret"], 2),
             "beats_every_baseline": summary["beats_every_baseline"],
+            "holdout": args.holdout,
+            "seeds": args.seeds,
+            "pick_median_pct": round(100 * before["median"], 2),
+            "pick_mean_pct": round(100 * before["mean"], 2),
+            "after1_median_pct": round(100 * after["1"]["median"], 2),
+            "after1_mean_pct": round(100 * after["1"]["mean"], 2),
+            "after1_within_noise": after["1"]["within_noise"],
+            "after4_median_pct": round(100 * after["4"]["median"], 2),
+            "fixed_rule_median_pct": round(
+                100 * baselines.get(evaluate.FIXED_RULE, {}).get("median_regret", float("nan")), 2
+            ),
+            "fixed_rule_mean_pct": round(
+                100 * baselines.get(evaluate.FIXED_RULE, {}).get("mean_regret", float("nan")), 2
+            ),
+            "none_mean_pct": round(100 * baselines["always-none"]["mean_regret"], 2),
+            "pick_beats_fixed_rules": summary["model_pick_beats_every_fixed_rule"],
             "noise_floor_pct": round(100 * summary["noise_floor_median"], 2),
             "repeat_cv_pct": round(100 * summary["repeat_cv_median"], 1),
             "devices": ", ".join(devices),
@@ -86,12 +115,17 @@ def main() -> int:
             "minutes": minutes,
             **provenance("policy_eval.py"),
         }
-        ok &= summary["median_regret"] <= 0.02 and summary["beats_every_baseline"]
+        # issue 17's bar: the pick before any canary beats every fixed rule; after one canary
+        # the median regret is at most 2 % or within the cells' noise
+        ok &= summary["model_pick_beats_every_fixed_rule"]
+        ok &= after["1"]["median"] <= 0.02 or after["1"]["within_noise"] >= 0.5
         ok &= summary["max_canaries"] <= args.max_canaries
         record(
             "policy_eval",
             doc,
             {
+                "holdout": "holdout",
+                "seeds": "seeds",
                 "objective": "objective",
                 "cells": "cells",
                 "median regret %": "median_regret_pct",
@@ -102,11 +136,21 @@ def main() -> int:
                 "always none %": "always_none_pct",
                 "udev rule %": "udev_rule_pct",
                 "beats all": "beats_every_baseline",
+                "pick median %": "pick_median_pct",
+                "pick mean %": "pick_mean_pct",
+                "after 1 median %": "after1_median_pct",
+                "after 1 mean %": "after1_mean_pct",
+                "after 1 within noise": "after1_within_noise",
+                "after 4 median %": "after4_median_pct",
+                "fixed rule median %": "fixed_rule_median_pct",
+                "fixed rule mean %": "fixed_rule_mean_pct",
+                "always none mean %": "none_mean_pct",
+                "pick beats every fixed rule": "pick_beats_fixed_rules",
                 "noise floor %": "noise_floor_pct",
                 "repeat CV %": "repeat_cv_pct",
             },
         )
-    (RESULTS / "policy_eval.json").write_text(json.dumps(summaries, indent=2) + "\n")
+    (RESULTS / f"policy_eval{suffix}.json").write_text(json.dumps(summaries, indent=2) + "\n")
     print(json.dumps(summaries, indent=2))
     return 0 if ok else 1
 

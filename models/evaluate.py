@@ -1,40 +1,60 @@
 """`blkpilot eval`: the policy search judged on a ground-truth grid (models.grid).
 
-For every cell (device, workload) and objective, the cell is held out of training: the
-models learn from every other cell — other workloads on the same device, the same workload on
-other devices — and the search recommends for the held-out cell from the device's current
-(kernel default) configuration. Then canaries: the search names the configuration most worth
-one, the canary "runs" (one measured repetition of that configuration on that cell, taken
-from the grid, a different repetition for each canary), its result joins the training data
-with a repetition of the configuration the device runs — the canary's baseline arm, which the
-agent records as well —, and the search recommends again, until it names no canary or
-`max_canaries` were run.
+What is held out (`holdout`): a cell (device, workload) — the models learn from every other
+cell, other workloads on the same device and the same workload on other devices; a whole
+device — the models have seen no run of it, and know it only by what its enrollment probe
+measures (QD1 read latency, write/read asymmetry, speed-up at depth: taken from its plain runs,
+as agent.probe and the calibration would); or a whole workload, on every device. The search
+recommends for each held-out cell from the device's current (kernel default) configuration.
+
+Then canaries. The search names the configuration most worth one — never the one the device
+runs: every canary measures that as its baseline arm. The canary is replayed as the agent runs
+it: the grid's repetitions of the candidate and of the configuration the device runs are its
+rounds (in an order drawn from the seed), judged by the canary's own rule
+(agent.contract.verdict: Mann-Whitney, the Hodges-Lehmann interval, non-inferiority with the
+objective's tolerance), not by one repetition's mean. Every round joins the training data; the
+candidate is kept only if its canary passed. The search recommends again, until it names no
+canary or `max_canaries` were run.
 
 The choice after k canaries is what blkpilot would keep: the best, by the search's estimate,
-of what is proven on that device — the configuration it runs and those a canary measured (a
-change is kept only after a canary); the model's own favourite is reported beside it.
+of what is proven on that device — the configuration it runs and the candidates whose canary
+passed. The model's own favourite, proven or not, is reported beside it: before any canary it
+is the model's pick, what the model knows before it spends device time.
 
 Regret of a choice: how much worse the configuration's true value (its mean over the grid's
 repetitions) is than the best configuration's, as a fraction (latency: chosen / best - 1;
-IOPS: 1 - chosen / best). The same for the fixed rules: the kernel's default, always none,
-and the udev rule none-for-non-rotational / bfq-for-rotational.
+IOPS: 1 - chosen / best); a choice is within noise when its regret is no larger than the half
+width of the best configuration's 95 % interval over its repetitions (or 2 %). The same for the
+fixed rules: the kernel's default, always none, the udev rule none-for-non-rotational /
+bfq-for-rotational, and the strongest fixed rule — the single configuration with the lowest mean
+regret over the training cells of devices of the same class, chosen without the held-out cell.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+import random
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
-from models.dataset import OBJECTIVE_METRIC, Sample, facts_for
-from models.features import config_key
+from agent.contract.verdict import DEFAULT_RULES, MetricRule, compare, non_inferiority
+from agent.contract.wire import CanaryVerdict
+from models.dataset import OBJECTIVE_METRIC, Sample, facts_for, measured_facts
+from models.features import DeviceFacts, config_key
 from models.grid import Grid
 from models.priors import Objective
 from models.search import fit, recommend
 
 WITHIN = 0.02  # "within 2 % of the oracle"
+Holdout = Literal["cell", "device", "workload"]
+HOLDOUTS: tuple[Holdout, ...] = ("cell", "device", "workload")
+FIXED_RULE = "best-fixed-for-class"
+CANARY_ALPHA = 0.05
+REPORTED_CANARIES = (1, 2, 4)
 
 
 def regret(value: float, best: float, higher_is_better: bool) -> float:
@@ -57,6 +77,17 @@ class CellResult:
     model_regrets: list[float] = field(default_factory=list)  # the model's favourite's
     noise_floor: float = 0.0  # regret of measuring every configuration once and taking the best
     repeat_cv: float = 0.0  # median over configurations of the repeats' spread / mean
+    holdout: str = "cell"
+    seed: int = 0
+    verdicts: list[str] = field(default_factory=list)  # each canary's
+    noise: float = WITHIN  # a regret this small is within the best configuration's interval
+
+    def after(self, canaries: int) -> float:
+        """The kept choice's regret after this many canaries (the last, if it stopped early)."""
+        return self.regrets[min(canaries, len(self.regrets) - 1)]
+
+    def within_noise(self, regret: float) -> bool:
+        return regret <= self.noise
 
     @property
     def final_regret(self) -> float:
@@ -133,6 +164,52 @@ class Report:
                 and self.mean_regret < self.baseline_mean(rule)
                 for rule in self.rules
             ),
+            **self.transfer(),
+        }
+
+    def transfer(self) -> dict[str, Any]:
+        """What the model knows before it canaries, and what k canaries buy: medians and means
+        over cells (and seeds), each seed's median beside them for the spread."""
+        seeds = sorted({c.seed for c in self.cells})
+
+        def figures(values: Callable[[CellResult], float]) -> dict[str, Any]:
+            per_seed = [
+                statistics.median(values(c) for c in self.cells if c.seed == seed) for seed in seeds
+            ]
+            return {
+                "median": round(statistics.median(values(c) for c in self.cells), 4),
+                "mean": round(statistics.fmean(values(c) for c in self.cells), 4),
+                "seed_medians": [round(v, 4) for v in per_seed],
+            }
+
+        before = figures(lambda c: c.model_regrets[0])
+        return {
+            "holdout": sorted({c.holdout for c in self.cells}),
+            "seeds": len(seeds),
+            "model_pick_before_canaries": {
+                **before,
+                "within_noise": round(
+                    statistics.fmean(c.within_noise(c.model_regrets[0]) for c in self.cells), 3
+                ),
+            },
+            "after_canaries": {
+                str(k): {
+                    **figures(functools.partial(CellResult.after, canaries=k)),
+                    "within_noise": round(
+                        statistics.fmean(c.within_noise(c.after(k)) for c in self.cells), 3
+                    ),
+                }
+                for k in REPORTED_CANARIES
+            },
+            "canary_verdicts": {
+                verdict.value: sum(v == verdict.value for c in self.cells for v in c.verdicts)
+                for verdict in CanaryVerdict
+            },
+            "model_pick_beats_every_fixed_rule": all(
+                before["median"] <= self.baseline_median(rule)
+                and before["mean"] < self.baseline_mean(rule)
+                for rule in self.rules
+            ),
         }
 
 
@@ -146,6 +223,99 @@ def objectives_for(grid: Grid, device: str, workload: str) -> list[Objective]:
     return found
 
 
+def held_out(grid: Grid, device: str, workload: str, holdout: Holdout) -> list[tuple[str, str]]:
+    """The cells the models may not see while the (device, workload) cell is judged."""
+    if holdout == "cell":
+        return [(device, workload)]
+    if holdout == "device":
+        return [cell for cell in grid.cells() if cell[0] == device]
+    if holdout == "workload":
+        return [cell for cell in grid.cells() if cell[1] == workload]
+    raise ValueError(f"unknown holdout {holdout!r}: one of {', '.join(HOLDOUTS)}")
+
+
+def probe_facts(grid: Grid, device: str) -> DeviceFacts:
+    """What a device's enrollment shows of it — its inventory row and what the probe and the
+    calibration measure (QD1 read latency, write/read asymmetry, speed-up at depth) — for a
+    device the models have seen no run of; taken from its plain runs in the grid."""
+    found = grid.devices[device]
+    runs = [grid.sample(r) for r in grid.runs if r.device == device]
+    return DeviceFacts.from_inventory(found.row, measured_facts(runs).get(found.id, {}))
+
+
+def canary_rule(objective: Objective) -> MetricRule:
+    """The live agent's rule for the objective's metric (its tolerance), or 5 %."""
+    metric, higher = OBJECTIVE_METRIC[objective]
+    for rule in DEFAULT_RULES:
+        if rule.metric == metric:
+            return rule
+    return MetricRule(metric, higher_is_better=higher, tolerance=0.05)
+
+
+def replay_canary(
+    baseline: list[float], candidate: list[float], rule: MetricRule, alpha: float = CANARY_ALPHA
+) -> CanaryVerdict:
+    """The canary's verdict on these rounds, by the agent's own rule. With fewer than three
+    rounds an arm's interval cannot be narrowed: the shift's interval is then the full range of
+    the candidate-minus-baseline differences (what Hodges-Lehmann's gives at its smallest)."""
+    if min(len(baseline), len(candidate)) >= 3:
+        return compare(baseline, candidate, rule, 1 - alpha).verdict
+    if not baseline or not candidate:
+        return CanaryVerdict.INCONCLUSIVE
+    differences = sorted(c - b for c in candidate for b in baseline)
+    scale = abs(statistics.median(baseline)) or 1.0
+    verdict, _ = non_inferiority(
+        rule,
+        statistics.median(differences) / scale,
+        differences[0] / scale,
+        differences[-1] / scale,
+    )
+    return verdict
+
+
+def interval_noise(values: list[float], higher: bool) -> float:
+    """Half the width of a 95 % t-interval of the best configuration's repetitions, relative
+    to their mean: regrets below it cannot be told from the best (at least WITHIN)."""
+    from scipy.stats import t
+
+    if len(values) < 2 or statistics.fmean(values) <= 0:
+        return WITHIN
+    mean = statistics.fmean(values)
+    half = float(t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
+    relative = 1 - (mean - half) / mean if higher else (mean + half) / mean - 1
+    return max(WITHIN, relative)
+
+
+def fixed_rule(
+    grid: Grid,
+    device: str,
+    objective: Objective,
+    training_cells: Iterable[tuple[str, str]],
+    among: Iterable[str],
+    truths: dict[tuple[str, str], dict[str, float]],
+) -> str | None:
+    """The strongest fixed rule: the one configuration (of those the held-out cell offers)
+    with the lowest mean regret over the training cells of devices of the held-out device's
+    class — of every device if none shares it."""
+    _, higher = OBJECTIVE_METRIC[objective]
+    wanted = set(among)
+    kind = grid.devices[device].row.get("device_class")
+    cells = list(training_cells)
+    same = [c for c in cells if grid.devices[c[0]].row.get("device_class") == kind]
+    scores: dict[str, list[float]] = {}
+    for cell in same or cells:
+        truth = truths.get(cell) or {}
+        if not truth:
+            continue
+        best = (max if higher else min)(truth.values())
+        for key, value in truth.items():
+            if key in wanted:
+                scores.setdefault(key, []).append(regret(value, best, higher))
+    if not scores:
+        return None
+    return min(scores, key=lambda k: (statistics.fmean(scores[k]), k))
+
+
 def evaluate_cell(
     grid: Grid,
     device: str,
@@ -153,9 +323,11 @@ def evaluate_cell(
     objective: Objective,
     *,
     max_canaries: int = 4,
-    random_state: int = 0,
+    holdout: Holdout = "cell",
+    seed: int = 0,
+    truths: dict[tuple[str, str], dict[str, float]] | None = None,
 ) -> CellResult:
-    _, higher = OBJECTIVE_METRIC[objective]
+    metric, higher = OBJECTIVE_METRIC[objective]
     truth = grid.truth(device, workload, objective)
     if not truth:
         raise ValueError(f"the grid has no {objective.value} for {device} / {workload}")
@@ -163,20 +335,32 @@ def evaluate_cell(
     oracle = pick(truth, key=lambda k: truth[k])
     found = grid.devices[device]
     spec = grid.workloads[workload]
-    training = grid.samples(exclude=[(device, workload)])
+    hidden = held_out(grid, device, workload, holdout)
+    training = grid.samples(exclude=hidden)
     measured = list(grid.configs(device, workload).values())  # the search chooses among these
+    rng = random.Random(f"{seed}/{device}/{workload}/{objective.value}")  # noqa: S311 (an order)
+    rule = canary_rule(objective)
+    current = config_key(found.default)
+
+    def rounds(key: str) -> list[Sample]:
+        """The cell's repetitions of a configuration, in the seed's order: a canary's rounds."""
+        runs = [r for r in grid.repeats(device, workload, key) if metric in r.metrics]
+        rng.shuffle(runs)
+        return [grid.sample(r) for r in runs]
+
+    baseline_rounds = rounds(current)
     canaries: list[Sample] = []
     chosen: list[str] = []
     regrets: list[float] = []
     model_regrets: list[float] = []
     names: list[str] = []
+    verdicts: list[str] = []
+    kept = {current}
     start = datetime.now(UTC)
     for k in range(max_canaries + 1):
         samples = training + canaries
-        model = fit(samples, objective, random_state=random_state)
-        facts = facts_for(samples).get(found.id)
-        if facts is None:
-            raise ValueError(f"no observations of {device} outside the held-out cell")
+        model = fit(samples, objective, random_state=seed)
+        facts = facts_for(samples).get(found.id) or probe_facts(grid, device)
         rec = recommend(
             model,
             str(found.id),
@@ -186,11 +370,10 @@ def evaluate_cell(
             current=found.default,
             among=measured,
         )
-        # what blkpilot keeps: the best of what is proven on the cell — the configuration the
-        # device runs and those a canary measured (rec.ranked is best first); the model's own
-        # favourite, proven or not, is kept for comparison
-        proven = {config_key(found.default), *names}
-        key = next(config_key(s.config) for s in rec.ranked if config_key(s.config) in proven)
+        # what blkpilot keeps: the best, by the search's estimate, of what is proven on the
+        # cell — the configuration the device runs and the candidates whose canary passed
+        # (rec.ranked is best first); the model's own favourite, proven or not, beside it
+        key = next(config_key(s.config) for s in rec.ranked if config_key(s.config) in kept)
         favourite = config_key(rec.best.config)
         for name in (key, favourite):
             if name not in truth:
@@ -200,26 +383,41 @@ def evaluate_cell(
         model_regrets.append(regret(truth[favourite], truth[oracle], higher))
         if k == max_canaries or rec.next_canary is None:
             break
-        canary_key = config_key(rec.next_canary.config)
-        runs = grid.repeats(device, workload, canary_key)
-        if not runs:
-            raise ValueError(f"the grid did not measure {canary_key} on {device} / {workload}")
-        tried = sum(1 for name in names if name == canary_key)
-        run = runs[tried % len(runs)]
+        candidate = config_key(rec.next_canary.config)
+        if candidate == current or candidate in names:
+            raise AssertionError(f"the search named {candidate} for a canary again")
+        arm_b = rounds(candidate)
+        if not arm_b:
+            raise ValueError(f"the grid did not measure {candidate} on {device} / {workload}")
+        verdict = replay_canary(
+            [s.metrics[metric] for s in baseline_rounds], [s.metrics[metric] for s in arm_b], rule
+        )
+        verdicts.append(verdict.value)
+        names.append(candidate)
+        if verdict is CanaryVerdict.PASS:
+            kept.add(candidate)
+        # both arms' rounds are measurements the agent reports (the baseline arm as a
+        # benchmark of the configuration the device runs: agent.bench.report)
         at = start + timedelta(seconds=k + 1)
-        canaries.append(grid.sample(run, at=at))
-        names.append(canary_key)
-        # a canary's baseline rounds measure the configuration the device runs as well
-        # (the agent records them as a benchmark of it: agent.bench.report)
-        baseline = grid.repeats(device, workload, config_key(found.default))
-        if baseline:
-            canaries.append(grid.sample(baseline[k % len(baseline)], at=at))
+        canaries += [
+            Sample(s.device_id, s.device, s.workload, s.config, s.metrics, at)
+            for s in [*arm_b, *baseline_rounds]
+        ]
+    truths = truths if truths is not None else {}
+    training_cells = [c for c in grid.cells() if c not in set(hidden)]
+    for cell in training_cells:
+        if cell not in truths:
+            truths[cell] = grid.truth(*cell, objective)
     baselines = {
-        rule: regret(truth[config_key(config)], truth[oracle], higher)
-        for rule, config in grid.baselines(device).items()
+        rule_name: regret(truth[config_key(config)], truth[oracle], higher)
+        for rule_name, config in grid.baselines(device).items()
         if config_key(config) in truth
     }
+    strongest = fixed_rule(grid, device, objective, training_cells, truth, truths)
+    if strongest is not None:
+        baselines[FIXED_RULE] = regret(truth[strongest], truth[oracle], higher)
     floor, cv = _noise(grid, device, workload, objective, truth, truth[oracle], higher)
+    best_runs = [r.metrics[metric] for r in grid.repeats(device, workload, oracle)]
     return CellResult(
         device,
         workload,
@@ -233,6 +431,10 @@ def evaluate_cell(
         model_regrets,
         floor,
         cv,
+        holdout,
+        seed,
+        verdicts,
+        interval_noise(best_runs, higher),
     )
 
 
@@ -271,6 +473,7 @@ def _noise(
 
 
 Task = tuple[str, str, Objective]
+Run = tuple[Task, int]  # a task and its seed
 
 
 def tasks(grid: Grid, objectives: Iterable[Objective] | None = None) -> list[Task]:
@@ -288,17 +491,31 @@ def evaluate(
     objectives: Sequence[Objective] | None = None,
     *,
     max_canaries: int = 4,
-    mapper: Callable[[Callable[[Task], CellResult], list[Task]], list[CellResult]] | None = None,
+    holdout: Holdout = "cell",
+    seeds: int = 1,
+    mapper: Callable[[Callable[[Run], CellResult], list[Run]], list[CellResult]] | None = None,
 ) -> dict[str, Report]:
-    """Every cell and objective; `mapper` runs the cells (default: one after another; the CLI
+    """Every cell and objective, once per seed (the models' random state and the order of the
+    replayed canaries' rounds); `mapper` runs the cells (default: one after another; the CLI
     passes Ray's)."""
+    if holdout not in HOLDOUTS:
+        raise ValueError(f"unknown holdout {holdout!r}: one of {', '.join(HOLDOUTS)}")
     todo = tasks(grid, objectives)
+    runs = [(task, seed) for seed in range(seeds) for task in todo]
 
-    def one(task: Task) -> CellResult:
-        device, workload, objective = task
-        return evaluate_cell(grid, device, workload, objective, max_canaries=max_canaries)
+    def one(item: Run) -> CellResult:
+        (device, workload, objective), seed = item
+        return evaluate_cell(
+            grid,
+            device,
+            workload,
+            objective,
+            max_canaries=max_canaries,
+            holdout=holdout,
+            seed=seed,
+        )
 
-    results = mapper(one, todo) if mapper is not None else [one(t) for t in todo]
+    results = mapper(one, runs) if mapper is not None else [one(t) for t in runs]
     reports: dict[str, Report] = {}
     for result in results:
         reports.setdefault(result.objective, Report(result.objective)).cells.append(result)

@@ -107,18 +107,28 @@ def evaluate(
     ),
     objective: Annotated[list[str] | None, typer.Option(help="[default: all]")] = None,
     max_canaries: Annotated[int, typer.Option(min=0)] = 4,
+    holdout: Annotated[
+        str,
+        typer.Option(
+            help="What the models have not seen: a cell, a whole device, or a whole workload."
+        ),
+    ] = "cell",
+    seeds: Annotated[int, typer.Option(min=1, help="Runs with other random states.")] = 1,
     ray_address: Annotated[str | None, typer.Option(envvar="RAY_ADDRESS")] = None,
     local: Annotated[bool, typer.Option(help="Without Ray, one cell after another.")] = False,
     output: Annotated[Path | None, typer.Option(help="Write every cell's result here.")] = None,
 ) -> None:
-    """Hold each cell of the grid out in turn, recommend with up to MAX_CANARIES canaries,
-    and report the regret against the oracle and against the fixed rules."""
+    """Hold each cell (or device, or workload) of the grid out in turn, recommend with up to
+    MAX_CANARIES replayed canaries, and report the regret against the oracle and against the
+    fixed rules — the model's pick before any canary, and the kept choice after 1, 2 and 4."""
     import gzip
 
     from models import evaluate as ev
     from models.grid import Grid
     from models.priors import Objective
 
+    if holdout not in ev.HOLDOUTS:
+        raise typer.BadParameter(f"--holdout must be one of {', '.join(ev.HOLDOUTS)}")
     if not grid.exists():
         raise typer.BadParameter(f"{grid} does not exist; measure one: python -m bench.policy_grid")
     opener = gzip.open if grid.suffix == ".gz" else open
@@ -126,12 +136,21 @@ def evaluate(
         measured = Grid.from_json(json.load(handle))
     objectives = [Objective(o) for o in objective] if objective else None
     if local:
-        reports = ev.evaluate(measured, objectives, max_canaries=max_canaries)
+        reports = ev.evaluate(
+            measured, objectives, max_canaries=max_canaries, holdout=holdout, seeds=seeds
+        )
     else:
         from models.distributed import ray_map, ray_session
 
         with ray_session(ray_address):
-            reports = ev.evaluate(measured, objectives, max_canaries=max_canaries, mapper=ray_map)
+            reports = ev.evaluate(
+                measured,
+                objectives,
+                max_canaries=max_canaries,
+                holdout=holdout,
+                seeds=seeds,
+                mapper=ray_map,
+            )
     summary = {name: report.summary() for name, report in reports.items()}
     if output is not None:
         output.write_text(json.dumps(ev.as_json(reports), indent=2) + "\n")

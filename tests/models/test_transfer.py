@@ -1,0 +1,130 @@
+"""The evaluation that measures transfer (issue 17), on the grid recorded on this machine
+(bench/results/policy_grid_runs.json.gz: real fio runs on loop devices and the kernel lab's
+flashsim devices): held-out devices and workloads, canaries replayed with the agent's own rule,
+never a canary on the configuration the device runs, and the strongest fixed rule."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.contract.verdict import MetricRule
+from agent.contract.wire import CanaryVerdict
+from models import evaluate
+from models.features import config_key
+from models.grid import Grid
+from models.priors import Objective
+
+RECORDED = Path(__file__).resolve().parents[2] / "bench" / "results" / "policy_grid_runs.json.gz"
+P50 = MetricRule("lat_p50_us", higher_is_better=False, tolerance=0.05)
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Grid:
+    with gzip.open(RECORDED, "rt") as handle:
+        return Grid.from_json(json.load(handle))
+
+
+def small(grid: Grid, devices: int = 3, workloads: int = 3) -> Grid:
+    """A few devices and workloads of the recorded grid, every run of them."""
+    keep_devices = sorted(grid.devices)[:devices]
+    keep_workloads = sorted(grid.workloads)[:workloads]
+    part = Grid(meta=dict(grid.meta))
+    part.devices = {k: v for k, v in grid.devices.items() if k in keep_devices}
+    part.workloads = {k: v for k, v in grid.workloads.items() if k in keep_workloads}
+    part.runs = [r for r in grid.runs if r.device in part.devices and r.workload in part.workloads]
+    return part
+
+
+def test_a_replayed_canary_decides_by_the_canary_rule_not_one_repetition() -> None:
+    baseline = [100.0, 101.0, 99.0]
+    # one lucky repetition of three does not make a candidate: the rule sees all of them
+    assert evaluate.replay_canary(baseline, [80.0, 190.0, 200.0], P50) is not CanaryVerdict.PASS
+    assert evaluate.replay_canary(baseline, [96.0, 97.0, 95.0], P50) is CanaryVerdict.PASS
+    assert evaluate.replay_canary(baseline, [150.0, 160.0, 155.0], P50) is CanaryVerdict.FAIL
+    # two rounds: the interval is the whole range of differences
+    assert evaluate.replay_canary([100.0, 101.0], [99.0, 100.0], P50) is CanaryVerdict.PASS
+    assert evaluate.replay_canary([100.0, 101.0], [80.0, 130.0], P50) is (
+        CanaryVerdict.INCONCLUSIVE
+    )
+
+
+def test_what_each_holdout_hides(recorded: Grid) -> None:
+    device, workload = recorded.cells()[0]
+    assert evaluate.held_out(recorded, device, workload, "cell") == [(device, workload)]
+    by_device = evaluate.held_out(recorded, device, workload, "device")
+    assert {d for d, _ in by_device} == {device}
+    assert {w for _, w in by_device} == set(recorded.workloads)
+    by_workload = evaluate.held_out(recorded, device, workload, "workload")
+    assert {w for _, w in by_workload} == {workload}
+    assert len(by_workload) == len(recorded.devices)
+    with pytest.raises(ValueError, match="unknown holdout"):
+        evaluate.held_out(recorded, device, workload, "node")  # type: ignore[arg-type]
+
+
+def test_a_device_never_seen_is_known_by_what_its_probe_measures(recorded: Grid) -> None:
+    for name in recorded.devices:
+        facts = evaluate.probe_facts(recorded, name)
+        assert facts.qd1_read_us is not None, name
+        assert facts.qd1_read_us > 0
+    fast = evaluate.probe_facts(recorded, "lab-flashsim-ull").qd1_read_us
+    slow = evaluate.probe_facts(recorded, "host-loop-disk").qd1_read_us
+    assert fast is not None and slow is not None
+    assert fast < slow
+
+
+def test_the_strongest_fixed_rule_never_sees_the_held_out_cell(recorded: Grid) -> None:
+    device, workload = "host-loop-tmpfs", "hs23-single-randread-4k-qd1"
+    hidden = evaluate.held_out(recorded, device, workload, "device")
+    training = [c for c in recorded.cells() if c not in hidden]
+    truths = {c: recorded.truth(*c, Objective.P50) for c in training}
+    among = recorded.truth(device, workload, Objective.P50)
+    chosen = evaluate.fixed_rule(recorded, device, Objective.P50, training, among, truths)
+    assert chosen in among
+    # what the held-out cells measured does not move it: make the worst configuration of the
+    # held-out device the best by far there, and the rule stays
+    worst = max(among, key=lambda k: among[k])
+    altered = Grid(recorded.devices, recorded.workloads, meta=recorded.meta)
+    for run in recorded.runs:
+        metrics = dict(run.metrics)
+        if run.device == device and config_key(run.config) == worst:
+            metrics["lat_p50_us"] = 0.001
+        altered.add_run(run.device, run.workload, run.config, run.repeat, metrics)
+    again = evaluate.fixed_rule(altered, device, Objective.P50, training, among, truths)
+    assert again == chosen
+    # and it is the configuration with the lowest mean regret where it was chosen
+    others = evaluate.fixed_rule(recorded, device, Objective.P50, training, [worst], truths)
+    assert others == worst  # offered only one, it takes it
+
+
+@pytest.mark.timeout(900)
+def test_transfer_figures_held_out_devices_two_seeds(recorded: Grid) -> None:
+    grid = small(recorded)
+    reports = evaluate.evaluate(
+        grid, [Objective.P50], max_canaries=2, holdout="device", seeds=2
+    )
+    report = reports[Objective.P50.value]
+    assert len(report.cells) == 2 * len(grid.cells())
+    for cell in report.cells:
+        current = config_key(grid.devices[cell.device].default)
+        # never a canary on what the device runs: its canaries measure it anyway
+        assert current not in cell.canaries
+        assert len(set(cell.canaries)) == len(cell.canaries)
+        assert len(cell.verdicts) == len(cell.canaries)
+        # only a candidate whose canary passed is kept
+        passed = {c for c, v in zip(cell.canaries, cell.verdicts, strict=True) if v == "pass"}
+        assert set(cell.chosen) <= passed | {current}
+        assert evaluate.FIXED_RULE in cell.baselines
+        assert cell.holdout == "device"
+        assert cell.noise >= evaluate.WITHIN
+    summary = report.summary()
+    assert summary["seeds"] == 2
+    assert summary["holdout"] == ["device"]
+    assert set(summary["after_canaries"]) == {"1", "2", "4"}
+    assert len(summary["model_pick_before_canaries"]["seed_medians"]) == 2
+    assert summary["baselines"][evaluate.FIXED_RULE]["median_regret"] >= 0
+    verdicts = summary["canary_verdicts"]
+    assert sum(verdicts.values()) == sum(len(c.canaries) for c in report.cells)
