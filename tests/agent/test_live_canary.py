@@ -14,7 +14,7 @@ import pytest
 
 from agent.applier import Applier
 from agent.canary_runs import live_for
-from agent.collectors.blklat import BlkLatCollector
+from agent.collectors.blklat import BlkLatCollector, LatencySnapshot
 from agent.collectors.diskstats import DiskstatsCollector
 from agent.config import AgentConfig
 from agent.contract.histograms import latency_slot
@@ -236,3 +236,65 @@ def test_auto_picks_the_live_canary_where_the_device_holds_data(
     assert not live_for(config, scratch, "auto")
     assert live_for(config, scratch, "live")
     assert not live_for(config, device.name, "synthetic")
+
+
+class ScriptedTraffic:
+    """A collector whose traffic is scripted, for the guard's logic on a real device: each
+    collection adds 400 reads of 4 KiB at 20 µs — at `candidate_us` while the device runs the
+    candidate's scheduler (read back from sysfs, as the applier left it) — and the n-th
+    collection under the candidate (`stall_at`) adds 60 reads of 5 ms: one stall."""
+
+    available = True
+    unavailable = ""
+
+    def __init__(self, device: str, candidate: str, candidate_us: float, stall_at: int) -> None:
+        self.device, self.candidate = device, candidate
+        self.candidate_us, self.stall_at = candidate_us, stall_at
+        self.counts: dict[int, int] = {}
+        self.under_candidate = 0
+
+    def collect(self, now: float) -> LatencySnapshot:
+        scheduler = Path(f"/sys/block/{self.device}/queue/scheduler").read_text()
+        on_candidate = f"[{self.candidate}]" in scheduler
+        latency_us = self.candidate_us if on_candidate else 20.0
+        self._add(latency_us, 400)
+        if on_candidate:
+            self.under_candidate += 1
+            if self.under_candidate == self.stall_at:
+                self._add(5000.0, 60)
+        key = (self.device, IoOperation.READ, "total_ns", 12)
+        return LatencySnapshot({key: dict(self.counts)})
+
+    def _add(self, latency_us: float, count: int) -> None:
+        slot = latency_slot(latency_us * 1000)
+        self.counts[slot] = self.counts.get(slot, 0) + count
+
+
+@pytest.mark.parametrize(
+    ("candidate_us", "tripped"), [(20.0, False), (400.0, True)], ids=["a-a-with-a-stall", "bad"]
+)
+def test_one_stall_does_not_trip_the_guard_a_bad_candidate_does(
+    loop_device: LoopFactory, tmp_path: Path, candidate_us: float, tripped: bool
+) -> None:
+    """The guard's pooled p99 passes its limit when one stall lands in a candidate interval;
+    the candidate's next interval, clean, clears it. A candidate 20x slower trips it."""
+    name = loop_device(size_mb=16)
+    applier = Applier(HostPaths(), tmp_path / "state")
+    traffic = ScriptedTraffic(name, "mq-deadline", candidate_us, stall_at=8)
+    settings = LiveSettings(seed=3, pairs=10, max_pairs=10, interval_s=0.01, load_ratio=1e9)
+    result, report, _ = run_live_canary(
+        applier,
+        name,
+        DeviceConfig(scheduler=Scheduler.MQ_DEADLINE),
+        traffic,  # type: ignore[arg-type]
+        settings,
+    )
+    assert traffic.under_candidate > traffic.stall_at  # the stall happened, under the candidate
+    assert bool(report.guard_tripped) is tripped, report.guard_tripped
+    if tripped:
+        assert result.verdict is CanaryVerdict.FAIL
+        assert "again in its next interval" in report.guard_tripped
+    else:
+        assert result.verdict is not CanaryVerdict.FAIL
+        assert report.pairs_used == settings.pairs
+    assert applier.read(name, "scheduler") == ("mq-deadline" if result.kept_candidate else "none")

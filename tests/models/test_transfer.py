@@ -72,7 +72,8 @@ def test_a_device_never_seen_is_known_by_what_its_probe_measures(recorded: Grid)
         assert facts.qd1_read_us > 0
     fast = evaluate.probe_facts(recorded, "lab-flashsim-ull").qd1_read_us
     slow = evaluate.probe_facts(recorded, "host-loop-disk").qd1_read_us
-    assert fast is not None and slow is not None
+    assert fast is not None
+    assert slow is not None
     assert fast < slow
 
 
@@ -103,9 +104,7 @@ def test_the_strongest_fixed_rule_never_sees_the_held_out_cell(recorded: Grid) -
 @pytest.mark.timeout(900)
 def test_transfer_figures_held_out_devices_two_seeds(recorded: Grid) -> None:
     grid = small(recorded)
-    reports = evaluate.evaluate(
-        grid, [Objective.P50], max_canaries=2, holdout="device", seeds=2
-    )
+    reports = evaluate.evaluate(grid, [Objective.P50], max_canaries=2, holdout="device", seeds=2)
     report = reports[Objective.P50.value]
     assert len(report.cells) == 2 * len(grid.cells())
     for cell in report.cells:
