@@ -281,13 +281,25 @@ def canary(
     round_seconds: Annotated[
         float, typer.Option(min=0.1, max=600, help="Synthetic: seconds per sample.")
     ] = 1.0,
-    pairs: Annotated[int, typer.Option(min=3, max=1000, help="Live: interval pairs.")] = 40,
+    pairs: Annotated[
+        int, typer.Option(min=3, max=1000, help="Live: interval pairs before the first look.")
+    ] = 40,
+    max_pairs: Annotated[
+        int | None,
+        typer.Option(
+            min=3,
+            max=3000,
+            help="Live: the budget; more pairs while inconclusive, up to this many"
+            " (default 3 x --pairs).",
+        ),
+    ] = None,
     interval: Annotated[
         float, typer.Option(min=0.05, max=60, help="Live: shortest interval, seconds.")
     ] = 0.25,
     alpha: Annotated[float, typer.Option(min=0.001, max=0.5)] = 0.05,
     guard_ratio: Annotated[
-        float, typer.Option(min=1.1, help="Live: end at once if a candidate p99 passes this x.")
+        float,
+        typer.Option(min=1.1, help="Live: end if a candidate's p99 passes this x, twice running."),
     ] = 3.0,
     report: Annotated[bool, typer.Option(help="Send the verdict to the service.")] = True,
     config: ConfigFile = None,
@@ -305,9 +317,17 @@ def canary(
     directory = cfg.state_dir or state_dir
     spec = workload_option(workload, workload_file)
     candidate = candidate_option(config_file, scheduler, tunable, nr_requests, read_ahead_kb)
-    live = LiveSettings(pairs=pairs, interval_s=interval, alpha=alpha, guard_ratio=guard_ratio)
+    live = LiveSettings(
+        pairs=pairs,
+        max_pairs=max_pairs,
+        interval_s=interval,
+        alpha=alpha,
+        guard_ratio=guard_ratio,
+    )
     if max_rounds is not None and max_rounds < rounds:
         raise typer.BadParameter(f"at least --rounds ({rounds})", param_hint="--max-rounds")
+    if max_pairs is not None and max_pairs < pairs:
+        raise typer.BadParameter(f"at least --pairs ({pairs})", param_hint="--max-pairs")
     try:
         run = run_any_canary(
             cfg,

@@ -110,3 +110,21 @@ def test_help(command: str, tmp_path: Path) -> None:
     result = agent(command, "--help", tmp_path=tmp_path)
     assert result.returncode == 0
     assert "Usage" in result.stdout
+
+
+def test_a_canary_budget_below_its_first_look_is_refused(
+    loop_device: LoopFactory, tmp_path: Path
+) -> None:
+    """Before anything is applied: the device keeps its scheduler."""
+    name = loop_device(size_mb=16)
+    before = Path(f"/sys/block/{name}/queue/scheduler").read_text()
+    for args, option in (
+        (["--mode", "live", "--pairs", "10", "--max-pairs", "5"], "--max-pairs"),
+        (["--mode", "synthetic", "--rounds", "8", "--max-rounds", "4"], "--max-rounds"),
+    ):
+        result = agent(
+            "canary", name, "--scheduler", "bfq", "--no-report", *args, tmp_path=tmp_path
+        )
+        assert result.returncode == 2, result.stderr
+        assert option in result.stderr
+        assert Path(f"/sys/block/{name}/queue/scheduler").read_text() == before
