@@ -325,7 +325,6 @@ def evaluate_cell(
     max_canaries: int = 4,
     holdout: Holdout = "cell",
     seed: int = 0,
-    truths: dict[tuple[str, str], dict[str, float]] | None = None,
 ) -> CellResult:
     metric, higher = OBJECTIVE_METRIC[objective]
     truth = grid.truth(device, workload, objective)
@@ -403,11 +402,9 @@ def evaluate_cell(
             Sample(s.device_id, s.device, s.workload, s.config, s.metrics, at)
             for s in [*arm_b, *baseline_rounds]
         ]
-    truths = truths if truths is not None else {}
-    training_cells = [c for c in grid.cells() if c not in set(hidden)]
-    for cell in training_cells:
-        if cell not in truths:
-            truths[cell] = grid.truth(*cell, objective)
+    hidden_cells = set(hidden)
+    training_cells = [c for c in grid.cells() if c not in hidden_cells]
+    truths = {cell: grid.truth(*cell, objective) for cell in training_cells}
     baselines = {
         rule_name: regret(truth[config_key(config)], truth[oracle], higher)
         for rule_name, config in grid.baselines(device).items()
