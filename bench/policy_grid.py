@@ -10,9 +10,10 @@ Workloads: bench.grid.GRID_WORKLOADS. Each repeat runs the configurations in a f
     python -m bench.policy_grid --host                 # loop devices, 3 repeats of 0.8 s runs
     python -m bench.policy_grid --lab                  # lab devices, 2 repeats of 1 s runs
     python -m bench.policy_grid --host --lab           # both
+    python -m bench.policy_grid --lab --device lab-nullblk --workload fios-1r1w  # a part of it
 
-Writes bench/results/policy_grid_runs.json.gz (the devices measured here replace earlier entries
-of the same devices) and a line per part in bench/results/policy_grid.md.
+Writes bench/results/policy_grid_runs.json.gz (the cells measured here replace earlier runs of
+the same cells; every other cell is kept) and a line per part in bench/results/policy_grid.md.
 """
 
 from __future__ import annotations
@@ -55,11 +56,14 @@ def save(grid: Grid) -> None:
     tmp.replace(RESULT)
 
 
-def host_grid(repeats: int, seconds: float, seed: int) -> Grid:
+def host_grid(
+    repeats: int, seconds: float, seed: int, devices: set[str] | None, workloads: set[str] | None
+) -> Grid:
     work = Path(tempfile.mkdtemp(prefix="blkpilot-grid-"))
     specs = {
         label: (where / f"blkpilot-grid-{label}.img", size)
         for label, (where, size) in HOST_DEVICES.items()
+        if devices is None or label in devices
     }
     with lab.lab_devices(specs) as devices:
         return measure_host_grid(
@@ -67,7 +71,11 @@ def host_grid(repeats: int, seconds: float, seed: int) -> Grid:
                 label: (name, f"host loop device on {HOST_DEVICES[label][0]}")
                 for label, name in devices.items()
             },
-            grid_workloads(seconds, warmup_s=0.2),
+            [
+                w
+                for w in grid_workloads(seconds, warmup_s=0.2)
+                if workloads is None or w.name in workloads
+            ],
             repeats=repeats,
             work=work,
             seed=seed,
@@ -75,10 +83,18 @@ def host_grid(repeats: int, seconds: float, seed: int) -> Grid:
         )
 
 
-def lab_grid(repeats: int, seconds: float, seed: int) -> Grid:
-    from bench.grid.lab import run_grid
+def lab_grid(
+    repeats: int, seconds: float, seed: int, devices: set[str] | None, workloads: set[str] | None
+) -> Grid:
+    from bench.grid.lab import LAB_DEVICES, run_grid
 
-    return run_grid(repeats=repeats, seconds=seconds, seed=seed)
+    return run_grid(
+        repeats=repeats,
+        seconds=seconds,
+        seed=seed,
+        devices={k: v for k, v in LAB_DEVICES.items() if devices is None or k in devices},
+        workload_names=None if workloads is None else tuple(workloads),
+    )
 
 
 def main() -> int:
@@ -90,28 +106,50 @@ def main() -> int:
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--seconds", type=float)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--device", action="append", help="only this device (repeatable)")
+    parser.add_argument("--workload", action="append", help="only this workload (repeatable)")
     args = parser.parse_args()
     if not (args.host or args.lab):
         parser.error("give --host, --lab or both")
+    from bench.grid import GRID_WORKLOADS
+    from bench.grid.lab import LAB_DEVICES
+
+    unknown = set(args.device or ()) - set(HOST_DEVICES) - set(LAB_DEVICES)
+    unknown |= set(args.workload or ()) - set(GRID_WORKLOADS)
+    if unknown:
+        parser.error(f"unknown device or workload: {', '.join(sorted(unknown))}")
+    devices = set(args.device) if args.device else None
+    workloads = set(args.workload) if args.workload else None
     parts = [("host", host_grid, 3, 0.8)] if args.host else []
     parts += [("lab", lab_grid, 2, 1.0)] if args.lab else []
     for part, measure_part, repeats, seconds in parts:
         started = time.monotonic()
-        measured = measure_part(args.repeats or repeats, args.seconds or seconds, args.seed)
+        if devices is not None and not devices & set(
+            HOST_DEVICES if part == "host" else LAB_DEVICES
+        ):
+            continue
+        measured = measure_part(
+            args.repeats or repeats, args.seconds or seconds, args.seed, devices, workloads
+        )
         # read now, not at the start: another part may have been recorded meanwhile; the
-        # devices measured now replace what an earlier run recorded of them
+        # cells measured now replace what an earlier run recorded of them
         grid = load_existing()
-        grid.runs = [r for r in grid.runs if r.device not in measured.devices]
-        grid.meta[part] = {
+        fresh = set(measured.cells())
+        grid.runs = [r for r in grid.runs if (r.device, r.workload) not in fresh]
+        recorded = {
             **provenance("policy_grid.py"),
             "repeats": args.repeats or repeats,
             "seconds": args.seconds or seconds,
             "minutes": round((time.monotonic() - started) / 60, 1),
+            "cells": [list(c) for c in sorted(fresh)],
             **measured.meta,
         }
+        # every part recorded keeps its provenance (a grid grows by parts over several runs)
+        earlier = grid.meta.get(part, [])
+        grid.meta[part] = [*(earlier if isinstance(earlier, list) else [earlier]), recorded]
         grid.merge(measured)
         save(grid)
-        cells = [c for c in grid.cells() if c[0] in measured.devices]
+        cells = sorted(fresh)
         configs = min(len(grid.configs(*cell)) for cell in cells)
         doc = {
             "benchmark": "policy_grid",
@@ -120,7 +158,7 @@ def main() -> int:
             "cells": len(cells),
             "min_configs_per_cell": configs,
             "runs": len(measured.runs),
-            **grid.meta[part],
+            **{k: v for k, v in recorded.items() if k != "cells"},
         }
         print(json.dumps(doc, indent=2))
         record(

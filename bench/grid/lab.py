@@ -6,6 +6,7 @@ and repeat, configurations in a fresh order each time. See bench/policy_grid.py.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 from agent.bench import fio as fio_jobs
@@ -20,26 +21,77 @@ from models.features import DeviceFacts
 from models.grid import Grid, GridDevice, default_config
 from models.search import candidates
 
-# flashsim settings: ULL-like reads (5 µs; writes three times that) and the fairness
-# scenarios' flash (250 µs reads, 4 ms writes that occupy every unit); both with a poll queue
-# whose completions take as long as interrupt-driven ones
+
+@dataclass(frozen=True)
+class LabDevice:
+    """A test device the guest creates: its class as the inventory would say, the script lines
+    that create it, its block device name, and how many poll queues it has."""
+
+    device_class: str
+    load: str
+    block: str
+    poll_queues: int
+    modules: tuple[str, ...]  # stock modules it needs, loaded before it
+    ours: tuple[str, ...]  # the project's modules it needs
+
+    @property
+    def queue(self) -> str:
+        return f"/sys/block/{self.block}/queue"
+
+    @property
+    def target(self) -> BenchTarget:
+        return BenchTarget(Path(f"/dev/{self.block}"), self.block, False, False)
+
+
+def _flashsim(device_class: str, params: str) -> LabDevice:
+    # every flashsim setting has a poll queue whose completions take as long as interrupt-driven
+    # ones (a polled request completes only once its service time has passed)
+    load = scenarios.FLASHSIM.format(params=f"{params} poll_queues=1")
+    return LabDevice(device_class, load, "flashsim0", 1, (), ("flashsim",))
+
+
+# Devices that differ the way real ones do. flashsim: ULL-like reads (5 µs; writes three
+# times that); the fairness scenarios' flash (250 µs reads on 4 units, 4 ms writes that occupy
+# every unit); SATA-like (2 units, 120 µs reads, 1.5 ms writes on both units: strong write
+# asymmetry, little parallelism, 4 µs/KiB ≈ 250 MB/s); striped reads (16 units, 200 µs reads,
+# 800 µs writes on one unit: reads scale with depth). null_blk: 10 µs timer completions on any
+# number of requests at once, no asymmetry, no poll queue (null_blk's polled completions ignore
+# completion_nsec: not a device model, KERNEL-LAB.md), data not kept (its pages would fill the
+# guest's memory over a grid).
 LAB_DEVICES = {
-    "lab-flashsim-ull": (
-        "ull",
-        "units=4 read_lat_ns=5000 read_ns_per_kb=20 write_lat_ns=15000 write_ns_per_kb=20",
+    "lab-flashsim-ull": _flashsim(
+        "ull", "units=4 read_lat_ns=5000 read_ns_per_kb=20 write_lat_ns=15000 write_ns_per_kb=20"
     ),
-    "lab-flashsim-flash": ("nvme_flash", scenarios.FLASH_LIKE),
+    "lab-flashsim-flash": _flashsim("nvme_flash", scenarios.FLASH_LIKE),
+    "lab-flashsim-sata": _flashsim(
+        "sata_ssd",
+        "units=2 write_units=2 read_lat_ns=120000 read_ns_per_kb=4000"
+        " write_lat_ns=1500000 write_ns_per_kb=4000",
+    ),
+    "lab-flashsim-striped": _flashsim(
+        "nvme_flash",
+        "units=16 read_lat_ns=200000 read_ns_per_kb=500 write_lat_ns=800000 write_ns_per_kb=500",
+    ),
+    "lab-nullblk": LabDevice(
+        "ull",
+        "insmod /lib/modules/configfs.ko\ninsmod /lib/modules/null_blk.ko queue_mode=2"
+        " irqmode=2 completion_nsec=10000 gb=1 submit_queues=1 hw_queue_depth=64\n",
+        "nullb0",
+        0,
+        ("configfs", "null_blk"),
+        (),
+    ),
 }
-QUEUE = "/sys/block/flashsim0/queue"
-TARGET = BenchTarget(Path("/dev/flashsim0"), "flashsim0", False, False)
 AVAILABLE = (Scheduler.NONE, Scheduler.MQ_DEADLINE, Scheduler.KYBER, Scheduler.BFQ, Scheduler.FIOS)
 
 
-def _facts_row(name: str, device_class: str, hw_queues: int) -> dict[str, object]:
+def _facts_row(name: str, device_class: str, hw_queues: int, poll_queues: int) -> dict[str, object]:
     capabilities = DeviceCapabilities(
         available_schedulers=list(AVAILABLE),
         nr_hw_queues=hw_queues,
-        poll=PollCapabilities(io_poll=True, poll_queues=1, hybrid_supported=True),
+        poll=PollCapabilities(
+            io_poll=poll_queues > 0, poll_queues=poll_queues, hybrid_supported=poll_queues > 0
+        ),
     )
     return {
         "name": name,
@@ -58,33 +110,36 @@ def _polled(workload: WorkloadSpec, completion: CompletionMode | None) -> Worklo
 
 
 def script_for(
-    params: str, plan: list[tuple[int, DeviceConfig]], workloads: list[WorkloadSpec]
+    device: LabDevice, plan: list[tuple[int, DeviceConfig]], workloads: list[WorkloadSpec]
 ) -> tuple[str, dict[str, str]]:
     """One boot: the device, then each (index, configuration) of the plan in its order, every
     workload under it (each job alone first where tasks share the device, for fairness)."""
     files: dict[str, str] = {}
-    script = scenarios.FLASHSIM.format(params=f"{params} poll_queues=1")
+    queue = device.queue
+    script = device.load
     script += "".join(f"insmod /lib/modules/{m}.ko\n" for m in ("kyber-iosched", "bfq", "fios"))
     script += (
-        f"echo BLKPILOT-STATS-BEGIN inventory\necho scheduler $(cat {QUEUE}/scheduler | tr ' ' ,)\n"
-        "echo hw_queues $(ls /sys/block/flashsim0/mq | wc -l)\n"
-        f"for f in {QUEUE}/iosched/*; do echo $(basename $f) $(cat $f); done\n"
+        f"echo BLKPILOT-STATS-BEGIN inventory\necho scheduler $(cat {queue}/scheduler | tr ' ' ,)\n"
+        f"echo hw_queues $(ls /sys/block/{device.block}/mq | wc -l)\n"
+        f"for f in {queue}/iosched/*; do echo $(basename $f) $(cat $f); done\n"
         "echo BLKPILOT-STATS-END\n"
     )
     for index, config in plan:
         scheduler = (config.scheduler or Scheduler.NONE).value
         completion = config.completion
-        script += f"echo none > {QUEUE}/scheduler\necho {scheduler} > {QUEUE}/scheduler\n"
+        script += f"echo none > {queue}/scheduler\necho {scheduler} > {queue}/scheduler\n"
         for name, value in config.scheduler_tunables.items():
-            script += f"echo {value} > {QUEUE}/iosched/{name}\n"
-        delay = "0" if completion is CompletionMode.HYBRID_POLL else "-1"
-        script += f"echo {delay} > {QUEUE}/io_poll_delay\n"
+            script += f"echo {value} > {queue}/iosched/{name}\n"
+        if device.poll_queues:
+            delay = "0" if completion is CompletionMode.HYBRID_POLL else "-1"
+            script += f"echo {delay} > {queue}/io_poll_delay\n"
         for workload in workloads:
             prefix = f"{index}/{workload.name}"
             spec = _polled(workload, completion)
-            script += "".join(scenarios.fio_runs(prefix, spec, TARGET, files).values())
-    script += f"echo none > {QUEUE}/scheduler\nrmmod fios\nrmmod flashsim\n"
-    script += "test -e /sys/block/flashsim0 && echo BLKPILOT-UNLOAD-FAILED\n"
+            script += "".join(scenarios.fio_runs(prefix, spec, device.target, files).values())
+    driver = "flashsim" if device.block.startswith("flashsim") else "null_blk"
+    script += f"echo none > {queue}/scheduler\nrmmod fios\nrmmod {driver}\n"
+    script += f"test -e /sys/block/{device.block} && echo BLKPILOT-UNLOAD-FAILED\n"
     return script, files
 
 
@@ -110,16 +165,18 @@ def run_grid(
     seconds: float = 1.0,
     seed: int = 1,
     cache: Path = packages.DEFAULT_CACHE,
-    devices: dict[str, tuple[str, str]] | None = None,
+    devices: dict[str, LabDevice] | None = None,
     limit_configs: int | None = None,
     workload_names: tuple[str, ...] | None = None,
 ) -> Grid:
     trio = packages.select_trio()
     root = packages.fetch(trio, cache, with_build=True)
-    modules = scenarios._modules(root, trio, ["kyber-iosched", "bfq"])
+    devices = devices or LAB_DEVICES
+    stock = sorted({m for d in devices.values() for m in d.modules})
+    modules = scenarios._modules(root, trio, [*stock, "kyber-iosched", "bfq"])
+    ours = sorted({m for d in devices.values() for m in d.ours})
     modules += [
-        build.build_module(m, root, trio, cache / trio.version / "build")
-        for m in ("flashsim", "fios")
+        build.build_module(m, root, trio, cache / trio.version / "build") for m in (*ours, "fios")
     ]
     workloads = grid_workloads(seconds, warmup_s=0.2)
     if workload_names is not None:
@@ -127,15 +184,14 @@ def run_grid(
     grid = Grid(meta={"lab_kernel": trio.abi})
     grid.workloads = {w.name: w for w in workloads}
     rng = random.Random(seed)
-    for label, (device_class, params) in (devices or LAB_DEVICES).items():
+    for label, device in devices.items():
         # the candidates depend only on the schedulers and the poll queue, known beforehand
-        configs = candidates(
-            DeviceFacts.from_inventory(_facts_row(label, device_class, 1), {}), AVAILABLE
-        )[:limit_configs]
+        facts = _facts_row(label, device.device_class, 1, device.poll_queues)
+        configs = candidates(DeviceFacts.from_inventory(facts, {}), AVAILABLE)[:limit_configs]
         for repeat in range(repeats):
             plan = list(enumerate(configs))
             rng.shuffle(plan)
-            script, files = script_for(params, plan, workloads)
+            script, files = script_for(device, plan, workloads)
             booted, parsed = scenarios._boot(
                 f"grid-{label}-{repeat}",
                 trio,
@@ -157,13 +213,15 @@ def run_grid(
                     for k, v in inventory.items()
                     if k not in ("scheduler", "hw_queues") and v.lstrip("-").isdigit()
                 }
-                row = _facts_row(label, device_class, int(inventory.get("hw_queues", "1")))
+                hw_queues = int(inventory.get("hw_queues", "1"))
+                row = _facts_row(label, device.device_class, hw_queues, device.poll_queues)
+                created = " ".join(device.load.split("insmod /lib/modules/")[-1].split())
                 grid.devices[label] = GridDevice(
                     label,
                     row,
                     AVAILABLE,
                     default_config(Scheduler(current) if current else None, tunables),
-                    f"lab flashsim ({params}, poll_queues=1) under {trio.abi} in QEMU TCG",
+                    f"lab {created} under {trio.abi} in QEMU TCG",
                 )
             for index, config in enumerate(configs):
                 for workload in workloads:
