@@ -65,11 +65,11 @@ def host_grid(
         for label, (where, size) in HOST_DEVICES.items()
         if devices is None or label in devices
     }
-    with lab.lab_devices(specs) as devices:
+    with lab.lab_devices(specs) as made:
         return measure_host_grid(
             {
                 label: (name, f"host loop device on {HOST_DEVICES[label][0]}")
-                for label, name in devices.items()
+                for label, name in made.items()
             },
             [
                 w
