@@ -41,13 +41,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from agent.contract.tunables import DeviceConfig
 from agent.contract.verdict import DEFAULT_RULES, MetricRule, compare, non_inferiority
 from agent.contract.wire import CanaryVerdict
+from agent.contract.workloads import WorkloadSpec
 from models.dataset import OBJECTIVE_METRIC, Sample, facts_for, measured_facts
-from models.features import DeviceFacts, config_key
+from models.features import DeviceFacts, config_key, row
 from models.grid import Grid
 from models.priors import Objective
-from models.search import fit, recommend
+from models.search import ObjectiveModel, fit, recommend
 
 WITHIN = 0.02  # "within 2 % of the oracle"
 Holdout = Literal["cell", "device", "workload"]
@@ -81,6 +83,10 @@ class CellResult:
     seed: int = 0
     verdicts: list[str] = field(default_factory=list)  # each canary's
     noise: float = WITHIN  # a regret this small is within the best configuration's interval
+    # before any canary, the share of the cell's configurations whose measured mean lay inside
+    # the model's calibrated 80 % interval: of its value, and of its change from the current
+    coverage_value: float | None = None
+    coverage_change: float | None = None
 
     def after(self, canaries: int) -> float:
         """The kept choice's regret after this many canaries (the last, if it stopped early)."""
@@ -204,6 +210,11 @@ class Report:
             "canary_verdicts": {
                 verdict.value: sum(v == verdict.value for c in self.cells for v in c.verdicts)
                 for verdict in CanaryVerdict
+            },
+            # what the "80 %" intervals covered on the held-out cells, before any canary
+            "interval_80_coverage": {
+                "value": _mean_of(c.coverage_value for c in self.cells),
+                "change": _mean_of(c.coverage_change for c in self.cells),
             },
             "model_pick_beats_every_fixed_rule": all(
                 before["median"] <= self.baseline_median(rule)
@@ -377,6 +388,8 @@ def evaluate_cell(
         for name in (key, favourite):
             if name not in truth:
                 raise ValueError(f"the grid did not measure {name} on {device} / {workload}")
+        if k == 0:
+            coverage = interval_coverage(model, facts, spec, measured, found.default, truth)
         chosen.append(key)
         regrets.append(regret(truth[key], truth[oracle], higher))
         model_regrets.append(regret(truth[favourite], truth[oracle], higher))
@@ -432,6 +445,47 @@ def evaluate_cell(
         seed,
         verdicts,
         interval_noise(best_runs, higher),
+        *coverage,
+    )
+
+
+def _mean_of(values: Iterable[float | None]) -> float | None:
+    found = [v for v in values if v is not None]
+    return round(statistics.fmean(found), 3) if found else None
+
+
+def interval_coverage(
+    model: ObjectiveModel,
+    facts: DeviceFacts,
+    spec: WorkloadSpec,
+    configs: Sequence[DeviceConfig],
+    current: DeviceConfig,
+    truth: dict[str, float],
+) -> tuple[float | None, float | None]:
+    """The share of the cell's configurations whose measured mean lay inside the model's
+    calibrated 80 % interval: of the value, and of the change from the current configuration
+    (the two a recommendation shows)."""
+    keys = [config_key(c) for c in configs]
+    if config_key(current) not in keys:
+        return None, None
+    rows = [row(facts, spec, c) for c in configs]
+    members = model.members(rows)
+    mean, std = members.mean(axis=0), members.std(axis=0)
+    here = keys.index(config_key(current))
+    cal = model.calibration
+    value, change = [], []
+    for i, key in enumerate(keys):
+        if truth.get(key, 0) <= 0:
+            continue
+        value.append(abs(math.log(truth[key]) - mean[i]) <= cal.value_half_width(float(std[i])))
+        if i != here and truth.get(keys[here], 0) > 0:
+            diff = members[:, i] - members[:, here]
+            measured_change = math.log(truth[key]) - math.log(truth[keys[here]])
+            half = cal.change_half_width(float(diff.std()))
+            change.append(abs(measured_change - float(diff.mean())) <= half)
+    return (
+        statistics.fmean(value) if value else None,
+        statistics.fmean(change) if change else None,
     )
 
 

@@ -17,7 +17,8 @@ the current configuration's by more than allowed (e.g. p99 may not grow over 10 
 from __future__ import annotations
 
 import math
-from collections import Counter
+import random
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -33,6 +34,108 @@ from models.priors import Objective, Prior, priors_for
 
 PRIOR_EFFECT = math.log(1.05)
 CELL_PSEUDO_COUNT = 1.0  # the model's prediction counts as one measurement of the cell
+COVERAGE = 0.8  # what every interval blkpilot shows claims to hold
+Z80 = 1.2816  # the normal quantile an uncalibrated interval falls back on
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How wide an 80 % interval must be to hold the truth in 80 % of cells the model has not
+    seen — split-conformal, on the ensemble's out-of-bag predictions of whole cells (each
+    member leaves about a third of the cells out; what those members predict for a cell is a
+    held-out prediction of it, at no extra fit).
+
+    A half-width is `scale` x (the members' spread + `floor`): the spread says where the model
+    is less sure than elsewhere, the floor (the spreads' median) keeps a cell the members happen
+    to agree on from an interval of nothing, and the scale is the conformal quantile of the
+    held-out errors in those units. Values are a configuration's mean metric in a cell; changes
+    are between two configurations of one cell (paired members: what they all get wrong about
+    the cell as a whole cancels). `coverage` is measured on cells the scale was not fitted on
+    (two halves, each checked with the other's scale), beside what the members' own spread
+    (±1.28 standard deviations) covered."""
+
+    value_scale: float = Z80
+    value_floor: float = 0.0
+    change_scale: float = Z80
+    change_floor: float = 0.0
+    coverage: dict[str, float] = field(default_factory=dict)
+    units: int = 0  # (cell, configuration) pairs it was computed from; 0: not calibrated
+
+    def value_half_width(self, std: float) -> float:
+        return self.value_scale * (std + self.value_floor)
+
+    def change_half_width(self, std: float) -> float:
+        return self.change_scale * (std + self.change_floor)
+
+
+def _conformal(scores: np.ndarray, coverage: float = COVERAGE) -> float:
+    """The finite-sample conformal quantile: the ceil((n + 1) coverage)-th smallest score."""
+    ordered = np.sort(scores)
+    k = min(len(ordered), math.ceil((len(ordered) + 1) * coverage))
+    return float(ordered[k - 1])
+
+
+def calibrate(
+    oob: np.ndarray,  # members x rows, NaN where the member saw the row's cell
+    targets: np.ndarray,  # log metric per row
+    cells: Sequence[tuple[str, str]],
+    configs: Sequence[str],
+    *,
+    seed: int = 0,
+) -> Calibration:
+    """A Calibration from out-of-bag predictions (see the class)."""
+    units: dict[tuple[tuple[str, str], str], list[int]] = defaultdict(list)
+    for i, (cell, key) in enumerate(zip(cells, configs, strict=True)):
+        units[(cell, key)].append(i)
+    values: list[tuple[tuple[str, str], float, float, float]] = []  # cell, truth, mean, std
+    by_cell: dict[tuple[str, str], list[tuple[int, np.ndarray, float]]] = defaultdict(list)
+    for (cell, _), rows in units.items():
+        members = oob[:, rows[0]]
+        held = members[~np.isnan(members)]
+        if len(held) < 2:
+            continue
+        truth = float(np.mean(targets[rows]))
+        values.append((cell, truth, float(held.mean()), float(held.std())))
+        by_cell[cell].append((len(rows), members, truth))
+    changes: list[tuple[tuple[str, str], float, float, float]] = []
+    for cell, found in by_cell.items():
+        # against the configuration measured most often in the cell (the one a device runs)
+        reference = max(range(len(found)), key=lambda j: found[j][0])
+        _, base, base_truth = found[reference]
+        for j, (_, members, truth) in enumerate(found):
+            if j == reference:
+                continue
+            diff = (members - base)[~np.isnan(base)]
+            changes.append((cell, truth - base_truth, float(diff.mean()), float(diff.std())))
+    if len(values) < 10 or len(changes) < 10:
+        return Calibration()
+    scales, coverage = {}, {}
+    for kind, found_units in (("value", values), ("change", changes)):
+        error = np.array([abs(t - m) for _, t, m, _ in found_units])
+        spread = np.array([sd for _, _, _, sd in found_units])
+        floor = float(np.median(spread))
+        score = error / np.maximum(spread + floor, 1e-12)
+        scales[kind] = (_conformal(score), floor)
+        coverage[f"{kind}_uncalibrated"] = round(float(np.mean(error <= Z80 * spread)), 3)
+        # honest coverage: a scale fitted on half of the cells, checked on the other half
+        names = sorted({cell for cell, *_ in found_units})
+        random.Random(seed).shuffle(names)  # noqa: S311 (a split, not a secret)
+        half = set(names[: len(names) // 2])
+        first = np.array([cell in half for cell, *_ in found_units])
+        inside = 0
+        for fitted, checked in ((first, ~first), (~first, first)):
+            if fitted.sum() and checked.sum():
+                q = _conformal(score[fitted])
+                inside += int(np.sum(score[checked] <= q))
+        coverage[kind] = round(inside / len(found_units), 3)
+    return Calibration(
+        scales["value"][0],
+        scales["value"][1],
+        scales["change"][0],
+        scales["change"][1],
+        coverage,
+        len(values),
+    )
 
 
 def candidates(device: DeviceFacts, available: Iterable[Scheduler]) -> list[DeviceConfig]:
@@ -100,6 +203,7 @@ class ObjectiveModel:
         default_factory=Counter
     )  # device, workload, config
     cell_logs: dict[tuple[str, str, str], float] = field(default_factory=dict)  # sums of logs
+    calibration: Calibration = field(default_factory=Calibration)
 
     def observed(self, key: tuple[str, str, str]) -> tuple[int, float]:
         """How often the cell was measured, and the mean of its log values (0 if never)."""
@@ -144,6 +248,18 @@ class MixModel:
     @property
     def objective(self) -> str:
         return "mix(" + ",".join(f"{m.objective.value}={w:.2g}" for m, w in self.parts) + ")"
+
+    @property
+    def calibration(self) -> Calibration:
+        """The parts' calibrations, weighted (a mix's interval is as wide as its parts')."""
+        cals = [(model.calibration, weight) for model, weight in self.parts]
+        return Calibration(
+            sum(c.value_scale * w for c, w in cals),
+            sum(c.value_floor * w for c, w in cals),
+            sum(c.change_scale * w for c, w in cals),
+            sum(c.change_floor * w for c, w in cals),
+            units=min(c.units for c, _ in cals),
+        )
 
     @property
     def cells(self) -> Counter[tuple[str, str, str]]:
@@ -196,23 +312,96 @@ class Comparison:
 
 def compare(
     model: ObjectiveModel,
+    device_id: str,
     device: DeviceFacts,
     workload: WorkloadSpec,
+    available: Iterable[Scheduler],
     current: DeviceConfig,
     recommended: DeviceConfig,
 ) -> Comparison:
-    members = model.members([row(device, workload, current), row(device, workload, recommended)])
-    ratios = np.expm1(members[:, 1] - members[:, 0])
-    mean = members.mean(axis=0)
+    """The objective under both configurations as `recommend` estimates them (the cell's own
+    measurements blended in), so that a recommendation's text and its table agree; the change's
+    interval is the calibrated one."""
+    grid = candidates(device, available)
+    for config in (current, recommended):
+        if config_key(config) not in {config_key(c) for c in grid}:
+            grid.append(config)
+    found = _estimate(model, device_id, device, workload, grid)
+    keys = [config_key(c) for c in grid]
+    i, j = keys.index(config_key(current)), keys.index(config_key(recommended))
+    diff = found.members[:, j] - found.members[:, i]
+    change = float(diff.mean())
+    half = model.calibration.change_half_width(float(diff.std())) * max(
+        found.shrink[i], found.shrink[j]
+    )
     return Comparison(
         model.objective,
-        math.exp(mean[0]),
-        math.exp(mean[1]),
-        math.expm1(mean[1] - mean[0]),
-        float(np.quantile(ratios, 0.1)),
-        float(np.quantile(ratios, 0.9)),
+        math.exp(found.mean[i]),
+        math.exp(found.mean[j]),
+        math.expm1(change),
+        math.expm1(change - half),
+        math.expm1(change + half),
         model.higher_is_better,
     )
+
+
+@dataclass
+class _Estimates:
+    """A cell's candidates as the model and the cell's own measurements estimate them (log
+    scale): the mean, each member, the spread (shrunk where measured), how much a measured
+    configuration's interval shrinks, and which were measured."""
+
+    mean: np.ndarray
+    members: np.ndarray
+    std: np.ndarray
+    raw_std: np.ndarray
+    shrink: np.ndarray
+    measured: set[int]
+    spread: float
+
+
+def _estimate(
+    model: ObjectiveModel | MixModel,
+    device_id: str,
+    device: DeviceFacts,
+    workload: WorkloadSpec,
+    grid: Sequence[DeviceConfig],
+) -> _Estimates:
+    keys = [config_key(config) for config in grid]
+    rows = [row(device, workload, config) for config in grid]
+    mean, std = model.predict(rows)
+    members = model.members(rows)
+    raw_std = std.copy()
+    # how far apart the model places the candidates, before the cell's own measurements pull
+    # some of them in (0 when it cannot tell them apart: then a tenth, for what it cannot see)
+    spread = float(np.std(mean)) or 0.1
+    # each cell's own measurements outweigh the model's prediction as they accumulate: n of
+    # them against CELL_PSEUDO_COUNT for the model (a model learns a cell from the others'
+    # data, and a handful of trees seldom bend to a few rows among hundreds)
+    moved: list[tuple[int, float]] = []  # (observations, how far they moved the cell)
+    measured: set[int] = set()
+    shrink = np.ones(len(grid))
+    for i, key in enumerate(keys):
+        n, observed = model.observed((device_id, workload.name, key))
+        if n:
+            blend = n / (n + CELL_PSEUDO_COUNT)
+            moved.append((n, blend * (observed - mean[i])))
+            measured.add(i)
+            mean[i] += blend * (observed - mean[i])
+            members[:, i] += blend * (observed - members[:, i])
+            shrink[i] = math.sqrt(1 - blend)
+            std[i] *= shrink[i]
+    # what moved the measured configurations is, on average, what the model gets wrong about
+    # this device running this workload at all: the untried ones move with them, or one
+    # would look better than what was measured only because the model underestimates the
+    # device and workload as a whole (and worse only because it overestimates them)
+    if moved:
+        offset = sum(n * shift for n, shift in moved) / sum(n for n, _ in moved)
+        for i in range(len(grid)):
+            if i not in measured:
+                mean[i] += offset
+                members[:, i] += offset
+    return _Estimates(mean, members, std, raw_std, shrink, measured, spread)
 
 
 def fit(samples: list[Sample], objective: Objective, *, random_state: int = 0) -> ObjectiveModel:
@@ -220,6 +409,7 @@ def fit(samples: list[Sample], objective: Objective, *, random_state: int = 0) -
     facts = facts_for(samples)
     rows, targets, cells = [], [], Counter[tuple[str, str, str]]()
     logs: dict[tuple[str, str, str], float] = {}
+    keys: list[tuple[str, str, str]] = []
     for sample in samples:
         value = sample.value(objective)
         if value is None or value <= 0 or not math.isfinite(value):
@@ -227,14 +417,27 @@ def fit(samples: list[Sample], objective: Objective, *, random_state: int = 0) -
         rows.append(row(facts[sample.device_id], sample.workload, sample.config))
         targets.append(math.log(value))
         key = (str(sample.device_id), sample.workload.name, config_key(sample.config))
+        keys.append(key)
         cells[key] += 1
         logs[key] = logs.get(key, 0.0) + math.log(value)
     if len(rows) < 4:
         raise ValueError(f"{len(rows)} observations carry {metric}: too few to learn from")
     vectorizer = DictVectorizer(sparse=True)
     X = vectorizer.fit_transform(rows).toarray()  # noqa: N806
-    regressor = BootstrapRegressor(random_state=random_state).fit(X, np.array(targets))
-    return ObjectiveModel(objective, vectorizer, regressor, higher, len(rows), cells, logs)
+    y = np.array(targets)
+    # members resample whole cells (device, workload): a cell's repeats in or out together
+    groups = np.array([f"{d}\x1f{w}" for d, w, _ in keys])
+    regressor = BootstrapRegressor(random_state=random_state).fit(X, y, groups=groups)
+    calibration = calibrate(
+        regressor.oob_members(X, groups),
+        y,
+        [(d, w) for d, w, _ in keys],
+        [k for _, _, k in keys],
+        seed=random_state,
+    )
+    return ObjectiveModel(
+        objective, vectorizer, regressor, higher, len(rows), cells, logs, calibration
+    )
 
 
 @dataclass(frozen=True)
@@ -312,35 +515,9 @@ def recommend(
         grid.append(current)
     keys = [config_key(config) for config in grid]
     rows = [row(device, workload, config) for config in grid]
-    mean, std = model.predict(rows)
-    members = model.members(rows)
-    # how far apart the model places the candidates, before the cell's own measurements pull
-    # some of them in (0 when it cannot tell them apart: then a tenth, for what it cannot see)
-    spread = float(np.std(mean)) or 0.1
-    # each cell's own measurements outweigh the model's prediction as they accumulate: n of
-    # them against CELL_PSEUDO_COUNT for the model (a model learns a cell from the others'
-    # data, and a handful of trees seldom bend to a few rows among hundreds)
-    moved: list[tuple[int, float]] = []  # (observations, how far they moved the cell)
-    measured: set[int] = set()
-    for i, key in enumerate(keys):
-        n, observed = model.observed((device_id, workload.name, key))
-        if n:
-            blend = n / (n + CELL_PSEUDO_COUNT)
-            moved.append((n, blend * (observed - mean[i])))
-            measured.add(i)
-            mean[i] += blend * (observed - mean[i])
-            members[:, i] += blend * (observed - members[:, i])
-            std[i] *= math.sqrt(1 - blend)
-    # what moved the measured configurations is, on average, what the model gets wrong about
-    # this device running this workload at all: the untried ones move with them, or one
-    # would look better than what was measured only because the model underestimates the
-    # device and workload as a whole (and worse only because it overestimates them)
-    if moved:
-        offset = sum(n * shift for n, shift in moved) / sum(n for n, _ in moved)
-        for i in range(len(grid)):
-            if i not in measured:
-                mean[i] += offset
-                members[:, i] += offset
+    found = _estimate(model, device_id, device, workload, grid)
+    mean, members, std, spread = found.mean, found.members, found.std, found.spread
+    calibration = model.calibration
     sign = 1.0 if model.higher_is_better else -1.0
     applicable = _priors(model, device, workload)
     # a prior moves its configuration by an effect of at least 5 % (or the spread between
@@ -355,7 +532,8 @@ def recommend(
             (-1 if p.avoid else 1) * w * p.strength / (seen + p.strength) for p, w in weighted
         )
         value = mean[i] + sign * shift * effect
-        low, high = sorted((math.exp(mean[i] - 1.28 * std[i]), math.exp(mean[i] + 1.28 * std[i])))
+        half = calibration.value_half_width(float(found.raw_std[i])) * found.shrink[i]
+        low, high = math.exp(mean[i] - half), math.exp(mean[i] + half)
         scored.append(
             ScoredConfig(config, math.exp(mean[i]), low, high, float(std[i]), seen, matched)
         )

@@ -47,3 +47,27 @@ def test_bad_settings_are_refused() -> None:
     )
     with pytest.raises(ValueError, match="coverage"):
         model.predict_interval(np.ones((1, 1)), coverage=1.5)
+
+
+def test_members_resample_whole_groups_and_say_which_they_left_out() -> None:
+    rng = np.random.default_rng(5)
+    groups = np.repeat(np.arange(30), 4)  # 30 cells of 4 repeats
+    x = rng.uniform(0, 1, size=(120, 2))
+    y = x[:, 0] + rng.normal(0, 0.01, 120)
+    model = BootstrapRegressor(estimator=LinearRegression(), n_estimators=12, random_state=2)
+    model.fit(x, y, groups=groups)
+    assert model.in_bag_.shape == (12, 30)
+    # about 1 - 1/e of the groups are in each member's bag, never all of them here
+    assert 0.45 < model.in_bag_.mean() < 0.8
+    oob = model.oob_members(x, groups)
+    assert oob.shape == (12, 120)
+    for member in range(12):
+        for group in range(30):
+            rows = oob[member, groups == group]
+            # a group's repeats are in or out of a member together
+            assert np.isnan(rows).all() == model.in_bag_[member, group]
+            assert np.isnan(rows).any() == model.in_bag_[member, group]
+    with pytest.raises(ValueError, match="groups"):
+        model.oob_members(x, groups + 100)
+    with pytest.raises(ValueError, match="one label per row"):
+        model.fit(x, y, groups=groups[:10])

@@ -239,3 +239,51 @@ def test_a_cold_device_keeps_what_it_runs_and_asks_for_a_canary() -> None:
         assert rec.next_canary is not None
         assert rec.next_canary.config.scheduler is not Scheduler.NONE
         assert rec.expected_gain >= 0.02
+
+
+def test_calibrated_intervals_cover_what_they_claim_on_cells_not_fitted() -> None:
+    """Members that agree more than the data warrants (here: errors twice their spread) make
+    ±1.28 spreads cover about half of held-out truths; the conformal scale restores 80 %,
+    checked on cells its scale was not fitted on."""
+    rng = np.random.default_rng(11)
+    cells, configs, truths, columns = [], [], [], []
+    for c in range(120):
+        for k in range(4):
+            spread = rng.uniform(0.05, 0.3)
+            center = rng.normal(0, 1)
+            members = center + rng.normal(0, spread, 16)
+            truth = center + rng.normal(0, 2 * spread)
+            members[rng.random(16) < 0.35] = np.nan  # members that saw the cell
+            for _ in range(2):  # two repeats of each configuration
+                cells.append((f"d{c % 12}", f"w{c}"))
+                configs.append(f"config{k}")
+                truths.append(truth)
+                columns.append(members)
+    oob = np.array(columns).T
+    # the cell's members all left it out together (whole cells in or out of a bag)
+    calibration = search.calibrate(oob, np.array(truths), cells, configs)
+    assert calibration.units == 480
+    assert calibration.coverage["value_uncalibrated"] < 0.65
+    assert 0.72 <= calibration.coverage["value"] <= 0.88
+    assert calibration.value_scale > search.Z80 / 2  # wider than the members' own say
+    wide = calibration.value_half_width(0.1)
+    assert wide > calibration.value_scale * 0.1  # the floor keeps agreeing members honest
+    # too few cells to calibrate on: the members' own spread, said as such
+    few = search.calibrate(oob[:, :8], np.array(truths[:8]), cells[:8], configs[:8])
+    assert few.units == 0
+    assert few.value_half_width(0.1) == pytest.approx(search.Z80 * 0.1)
+
+
+def test_the_text_and_the_table_of_a_recommendation_give_the_same_numbers() -> None:
+    grid = search.candidates(ULL, ALL)
+    tried = [c for c in grid if c.completion is not CompletionMode.CLASSIC_POLL]
+    model = search.fit(_samples(tried, repeats=3), Objective.P50)
+    current = DeviceConfig(scheduler=Scheduler.BFQ)
+    rec = search.recommend(model, str(DEVICE_ID), ULL, WORKLOAD, ALL, current=current)
+    assert rec.current is not None
+    assert rec.best.observations > 0  # measured: its estimate blends the cell's own runs
+    table = search.compare(model, str(DEVICE_ID), ULL, WORKLOAD, ALL, current, rec.best.config)
+    assert f"({table.recommended:.4g}," in rec.reason
+    assert f"{table.change:+.1%} against the current" in rec.reason
+    assert table.current == pytest.approx(rec.current.predicted)
+    assert table.change_low < table.change < table.change_high
