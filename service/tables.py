@@ -246,8 +246,9 @@ class ModelVersion(Base):
 
 
 class RecommendationRow(Base):
-    """What the search recommends for a device and objective, against what it runs now; an
-    operator accepts it (it becomes the device's policy) or rejects it."""
+    """What the search recommends for a device, against what it runs now — one row per
+    configuration, for every objective it is best for (`objective` the lead one); an operator
+    accepts it (it becomes the device's policy) or rejects it."""
 
     __tablename__ = "recommendations"
     __table_args__ = (
@@ -263,6 +264,7 @@ class RecommendationRow(Base):
         ForeignKey("model_versions.id", ondelete="CASCADE")
     )
     objective: Mapped[str] = mapped_column(String(16))
+    objectives: Mapped[list[str]] = mapped_column(ARRAY(Text))  # every one it is best for
     workload_name: Mapped[str] = mapped_column(String(128))
     workload_basis: Mapped[str] = mapped_column(Text)  # why this workload (telemetry match …)
     current_config: Mapped[dict[str, Any] | None] = mapped_column()

@@ -182,7 +182,8 @@ def recommendations_list(
     device_id: Annotated[str | None, typer.Option()] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Current against recommended configuration, predicted change, confidence."""
+    """Current against recommended configuration, the objectives it serves, the predicted
+    change (80 % interval) and the ensemble's agreement (how settled the ranking is)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -200,7 +201,7 @@ def recommendations_list(
         "current",
         "recommended",
         "change",
-        "confidence",
+        "agreement",
         "status",
     )
     for row in rows:
@@ -216,7 +217,7 @@ def recommendations_list(
         table.add_row(
             row["id"][:8],
             row["device_id"][:8],
-            row["objective"],
+            ", ".join(row.get("objectives") or [row["objective"]]),
             row["workload_name"],
             _key(row["current_config"]),
             _key(row["recommended_config"]),

@@ -58,6 +58,12 @@ def _principal(request: Request, session: SessionDep) -> Principal:
     return principal
 
 
+AGREEMENT_HELP = (
+    "the share of the model's ensemble members that rank the recommended configuration first"
+    " for the lead objective: how settled the ranking is, not the chance that it helps"
+)
+
+
 def _page(
     request: Request, name: str, principal: Principal | None, status: int = 200, **context: Any
 ) -> HTMLResponse:
@@ -69,6 +75,7 @@ def _page(
             "csrf": request.cookies.get(CSRF, ""),
             "operator": bool(principal and principal.can(Role.OPERATOR)),
             "message": request.query_params.get("message", ""),
+            "agreement_help": AGREEMENT_HELP,
             **context,
         },
         status_code=status,
@@ -330,10 +337,10 @@ def device_page(
     for row in recent:
         read = recommendations.to_read(row)
         current, recommended = _key(row.current_config), _key(row.recommended_config)
-        ordered = sorted(read.predictions.items(), key=lambda kv: kv[0] != row.objective)
+        ordered = sorted(read.predictions.items(), key=lambda kv: kv[0] not in read.objectives)
         figure = (
             charts.changes(
-                f"{row.objective}: {current} → {recommended}",
+                f"{' + '.join(read.objectives)}: {current} → {recommended}",
                 [(name, p.gain, p.gain_low, p.gain_high) for name, p in ordered],
             )
             if read.predictions and current != recommended

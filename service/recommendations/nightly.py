@@ -231,39 +231,70 @@ def _store(
             }
         )
     repository.flush(session)
+    # one recommendation per device and configuration: a change best for several objectives
+    # is one decision, shown with its predicted effect on each (the lead objective's row)
+    by_device: dict[uuid.UUID, list[ScoredDevice]] = defaultdict(list)
     for item in scored:
-        target, rec = item.target, item.recommendation
-        repository.supersede_proposals(session, target.device_id, objective=item.objective)
-        row = RecommendationRow(
-            device_id=target.device_id,
-            model_version_id=versions[(target.device_class, item.model_objective)].id,
-            objective=item.objective,
-            workload_name=target.workload.name,
-            workload_basis=target.basis,
-            current_config=target.current.model_dump(mode="json", exclude_none=True),
-            recommended_config=rec.best.config.model_dump(mode="json", exclude_none=True),
-            predictions={c.objective.value: _comparison(c) for c in item.comparisons},
-            confidence=rec.confidence,
-            evidence={
-                "observations_of_cell": rec.best.observations,
-                "model_rows": rec_rows(rec),
-                "priors": [
-                    {"name": p.name, "reason": p.reason, "citation": p.citation, "avoid": p.avoid}
-                    for p in rec.best.priors
-                ],
-                "device_facts": _facts(item.facts),
-                **({"mix": item.recommendation.objective} if item.objective == "mix" else {}),
-            },
-            reason=rec.reason,
-            next_canary=rec.next_canary.config.model_dump(mode="json", exclude_none=True)
-            if rec.next_canary
-            else None,
-            expected_gain=rec.expected_gain,
-            status="proposed",
+        by_device[item.target.device_id].append(item)
+    models_by = {(t.device_class, t.objective.value): t.model for t in trained}
+    for device_id, items in by_device.items():
+        repository.supersede_proposals(
+            session, device_id, objectives=sorted({i.objective for i in items})
         )
-        repository.add(session, row)
-        report.recommendations += 1
-        report.changes += int(config_key(rec.best.config) != config_key(target.current))
+        groups: dict[str, list[ScoredDevice]] = defaultdict(list)
+        for item in sorted(items, key=lambda i: _objective_order(i.objective)):
+            groups[config_key(item.recommendation.best.config)].append(item)
+        for group in groups.values():
+            lead, rest = group[0], group[1:]
+            target, rec = lead.target, lead.recommendation
+            objectives = [i.objective for i in group]
+            mixed = [str(i.recommendation.objective) for i in group if i.objective == "mix"]
+            mixes = {"mix": mixed[0]} if mixed else {}
+            # the mix's own model is not a trained one: the lead part's intervals stand for it
+            model = models_by.get((target.device_class, lead.model_objective))
+            row = RecommendationRow(
+                device_id=target.device_id,
+                model_version_id=versions[(target.device_class, lead.model_objective)].id,
+                objective=lead.objective,
+                objectives=objectives,
+                workload_name=target.workload.name,
+                workload_basis=target.basis,
+                current_config=target.current.model_dump(mode="json", exclude_none=True),
+                recommended_config=rec.best.config.model_dump(mode="json", exclude_none=True),
+                predictions={c.objective.value: _comparison(c) for c in lead.comparisons},
+                confidence=rec.confidence,
+                evidence={
+                    "observations_of_cell": rec.best.observations,
+                    "model_rows": rec_rows(rec),
+                    "priors": [
+                        {
+                            "name": p.name,
+                            "reason": p.reason,
+                            "citation": p.citation,
+                            "avoid": p.avoid,
+                        }
+                        for p in rec.best.priors
+                    ],
+                    "device_facts": _facts(lead.facts),
+                    "agreement": {
+                        i.objective: round(i.recommendation.confidence, 3) for i in group
+                    },
+                    "intervals": _intervals(model),
+                    **mixes,
+                },
+                reason="; ".join(
+                    [rec.reason]
+                    + [f"also best for {i.objective}: {i.recommendation.reason}" for i in rest]
+                ),
+                next_canary=rec.next_canary.config.model_dump(mode="json", exclude_none=True)
+                if rec.next_canary
+                else None,
+                expected_gain=rec.expected_gain,
+                status="proposed",
+            )
+            repository.add(session, row)
+            report.recommendations += 1
+            report.changes += int(config_key(rec.best.config) != config_key(target.current))
     # canaries: the most promising first, one per device, replacing the last run's
     repository.cancel_scheduled_canaries(session)
     wanting = sorted(
@@ -335,6 +366,24 @@ def run_in_database(settings: Settings, **options: Any) -> NightlyReport:
 
 def rec_rows(rec: SearchResult) -> int:
     return sum(s.observations for s in rec.ranked)
+
+
+def _objective_order(objective: str) -> int:
+    """The lead objective of a recommendation serving several: the order they are listed in."""
+    order = [o.value for o in Objective] + ["mix"]
+    return order.index(objective) if objective in order else len(order)
+
+
+def _intervals(model: ObjectiveModel | None) -> dict[str, Any]:
+    """What the shown intervals claim, and what they covered on cells the model had not seen."""
+    if model is None or not model.calibration.units:
+        return {"claimed": 0.8, "calibrated": False}
+    return {
+        "claimed": 0.8,
+        "calibrated": True,
+        "held_out_coverage": model.calibration.coverage,
+        "calibrated_on": model.calibration.units,
+    }
 
 
 def _comparison(c: Comparison) -> dict[str, Any]:

@@ -52,7 +52,7 @@ def list_recommendations(
     if status is not None:
         query = query.where(RecommendationRow.status == status)
     if objective is not None:
-        query = query.where(RecommendationRow.objective == objective)
+        query = query.where(RecommendationRow.objectives.contains([objective]))
     query = query.order_by(RecommendationRow.created_at.desc(), RecommendationRow.id)
     return session.scalars(query.limit(limit).offset(offset)).all()
 
@@ -80,15 +80,16 @@ def supersede_proposals(
     session: Session,
     device_id: uuid.UUID,
     *,
-    objective: str | None = None,
+    objectives: Sequence[str] | None = None,
     keep: uuid.UUID | None = None,
 ) -> None:
-    """The device's open proposals (for one objective, or all but `keep`) are superseded."""
+    """The device's open proposals (for any of these objectives, or all but `keep`) are
+    superseded."""
     query = update(RecommendationRow).where(
         RecommendationRow.device_id == device_id, RecommendationRow.status == "proposed"
     )
-    if objective is not None:
-        query = query.where(RecommendationRow.objective == objective)
+    if objectives is not None:
+        query = query.where(RecommendationRow.objectives.overlap(list(objectives)))
     if keep is not None:
         query = query.where(RecommendationRow.id != keep)
     session.execute(query.values(status="superseded"))

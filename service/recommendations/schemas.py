@@ -52,14 +52,19 @@ class RecommendationRead(BaseModel):
     id: uuid.UUID
     device_id: uuid.UUID
     model_version_id: uuid.UUID
-    objective: str
+    objective: str  # the lead one
+    objectives: list[str]  # every objective this configuration is recommended for
     workload_name: str
     workload_basis: str
     current_config: DeviceConfig | None
     recommended_config: DeviceConfig
     changes_configuration: bool
     predictions: dict[str, Prediction]
-    confidence: float
+    confidence: float = Field(
+        description="the share of the model's ensemble members that also rank this"
+        " configuration first for the lead objective: how settled the ranking is, not a"
+        " probability that the change helps (that is what the predictions' intervals say)"
+    )
     evidence: dict[str, Any]
     reason: str
     next_canary: DeviceConfig | None
