@@ -30,6 +30,10 @@ class PowerConfig(BaseModel):
     redfish_password_file: Path | None = None
     redfish_verify_tls: bool = True
     meter_csv: Path | None = None  # an external meter's log: timestamp,watts
+    # CPU energy estimated from CPU time (scope "estimated"), used only where nothing measures
+    estimate: bool = True
+    estimate_active_watts: Annotated[float, Field(gt=0, le=1_000)] = 5.0  # per busy CPU
+    estimate_idle_watts: Annotated[float, Field(ge=0, le=1_000)] = 1.0  # per idle CPU
 
 
 class AgentConfig(BaseModel):

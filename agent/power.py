@@ -1,12 +1,32 @@
 """Power readings. A source gives either a cumulative energy counter (RAPL, an external meter
 integrated as it reports) or an instantaneous power (hwmon, IPMI, Redfish). A window's energy
-is the counter's difference, or the mean of the power at its two ends times its length."""
+is the counter's difference, or the mean of the power at its two ends times its length.
+
+Where no source measures (most VMs, this project's CI), the CPU's energy is estimated from its
+time busy and idle (`CpuPowerModel`), as Kepler does without RAPL: scope `estimated`, used only
+when nothing measured is there, never added to a measured reading, and reported under metric
+names of its own (`*_estimated`), so a model never learns from the two as one."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from agent.contract.wire import PowerScope
+
+
+@dataclass(frozen=True)
+class CpuPowerModel:
+    """CPU power from CPU time: a busy CPU draws `active_watts`, an idle one `idle_watts`
+    (per logical CPU). The defaults are a server core's order of magnitude (a 2-socket,
+    40-core part of 200-250 W TDP at full load: ~5 W per logical CPU; C-state idle ~1 W); set
+    them from a machine of the same kind that has RAPL. An estimate ranks configurations by the
+    CPU time they cost (what polling spends), not a measurement of any joule."""
+
+    active_watts: float = 5.0
+    idle_watts: float = 1.0
+
+    def joules(self, busy_seconds: float, idle_seconds: float) -> float:
+        return self.active_watts * busy_seconds + self.idle_watts * idle_seconds
 
 
 @dataclass(frozen=True)
@@ -58,13 +78,16 @@ _PREFERENCE = {
 
 
 def primary(energies: list[WindowEnergy]) -> WindowEnergy | None:
-    """The system-wide reading if there is one; else all CPU packages (and DRAM) summed."""
+    """The system-wide reading if there is one; else all CPU packages summed; else, with no
+    measured reading at all, the estimate."""
     system = [e for e in energies if e.scope is PowerScope.SYSTEM]
     if system:
         return min(system, key=lambda e: _PREFERENCE.get((e.scope, e.source), 9))
     packages = [e for e in energies if e.scope is PowerScope.CPU_PACKAGE]
     if not packages:
-        return None
+        measured = [e for e in energies if e.scope is not PowerScope.ESTIMATED]
+        estimated = [e for e in energies if e.scope is PowerScope.ESTIMATED]
+        return estimated[0] if estimated and not measured else None
     return WindowEnergy(
         "rapl",
         "+".join(e.zone for e in packages),

@@ -7,9 +7,14 @@ random states. Cells are Ray tasks on a local Ray.
 
     python -m bench.policy_eval                         # every objective the grid measured
     python -m bench.policy_eval --holdout device --seeds 3
+    python -m bench.policy_eval --holdout device --ablate  # and without each prior, and none
 
 Records bench/results/policy_eval.json (summary per objective) and a row per objective in
 bench/results/policy_eval.md; every cell's trail is in bench/results/policy_eval_cells.json.
+--no-refit: after a canary the model is not refitted, its rounds are the cell's observations
+(models.evaluate). --ablate records policy_eval_ablation.json and a row per variant and
+objective in policy_eval_ablation.md: each prior that applies to a cell of the grid removed in
+turn, and every prior removed.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from pathlib import Path
 from bench.record import RESULTS, provenance, record
 from models import evaluate
 from models.distributed import ray_map, ray_session
+from models.features import workload_features
 from models.grid import Grid
-from models.priors import Objective
+from models.priors import PRIORS, Objective, Prior, priors_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,6 +48,8 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--objective", action="append", choices=[o.value for o in Objective])
     parser.add_argument("--device", action="append", help="only these grid devices")
+    parser.add_argument("--no-refit", action="store_true", help="no refit after a canary")
+    parser.add_argument("--ablate", action="store_true", help="also without each prior")
     args = parser.parse_args()
     with gzip.open(args.grid, "rt") as handle:
         grid = Grid.from_json(json.load(handle))
@@ -61,8 +69,101 @@ def main() -> int:
             holdout=args.holdout,
             seeds=args.seeds,
             mapper=ray_map,
+            refit=not args.no_refit,
         )
-    minutes = round((time.monotonic() - started) / 60, 1)
+        minutes = round((time.monotonic() - started) / 60, 1)
+        if args.ablate:
+            ablation(grid, objectives, args, reports)
+    ok = record_reports(grid, reports, args, where, minutes)
+    return 0 if ok else 1
+
+
+def ablation(
+    grid: Grid,
+    objectives: list[Objective] | None,
+    args: argparse.Namespace,
+    reports: dict[str, evaluate.Report],
+) -> None:
+    """The evaluation again without each prior that applies somewhere on the grid, and
+    without any: what each adds or costs on the held-out cells."""
+    wanted = set(objectives) if objectives else set(Objective)
+    used = sorted(
+        {
+            prior.name
+            for device, workload in grid.cells()
+            for objective in evaluate.objectives_for(grid, device, workload)
+            if objective in wanted
+            for prior in priors_for(
+                evaluate.probe_facts(grid, device),
+                workload_features(grid.workloads[workload]),
+                objective,
+            )
+        }
+    )
+    variants: dict[str, tuple[Prior, ...]] = {"no priors": ()}
+    for name in used:
+        variants[f"without {name}"] = tuple(p for p in PRIORS if p.name != name)
+    results = {"all priors": reports}
+    for label, kept in variants.items():
+        results[label] = evaluate.evaluate(
+            grid,
+            objectives,
+            max_canaries=args.max_canaries,
+            holdout=args.holdout,
+            seeds=args.seeds,
+            mapper=ray_map,
+            refit=not args.no_refit,
+            priors=kept,
+        )
+    table = {}
+    for label, found in results.items():
+        for name, report in sorted(found.items()):
+            transfer = report.transfer()
+            before, after = transfer["model_pick_before_canaries"], transfer["after_canaries"]
+            row = {
+                "benchmark": "policy_eval_ablation",
+                "variant": label,
+                "objective": name,
+                "holdout": args.holdout,
+                "seeds": args.seeds,
+                "refit": not args.no_refit,
+                "pick_median_pct": round(100 * before["median"], 2),
+                "pick_mean_pct": round(100 * before["mean"], 2),
+                "after1_median_pct": round(100 * after["1"]["median"], 2),
+                "after1_mean_pct": round(100 * after["1"]["mean"], 2),
+                "after4_median_pct": round(100 * after["4"]["median"], 2),
+                "pick_beats_fixed_rules": transfer["model_pick_beats_every_fixed_rule"],
+                "priors_applying": ", ".join(used),
+                **provenance("policy_eval.py"),
+            }
+            table[f"{label} / {name}"] = row
+            record(
+                "policy_eval_ablation",
+                row,
+                {
+                    "variant": "variant",
+                    "objective": "objective",
+                    "holdout": "holdout",
+                    "seeds": "seeds",
+                    "refit": "refit",
+                    "pick median %": "pick_median_pct",
+                    "pick mean %": "pick_mean_pct",
+                    "after 1 median %": "after1_median_pct",
+                    "after 1 mean %": "after1_mean_pct",
+                    "after 4 median %": "after4_median_pct",
+                    "pick beats every fixed rule": "pick_beats_fixed_rules",
+                },
+            )
+    (RESULTS / "policy_eval_ablation.json").write_text(json.dumps(table, indent=2) + "\n")
+
+
+def record_reports(
+    grid: Grid,
+    reports: dict[str, evaluate.Report],
+    args: argparse.Namespace,
+    where: str,
+    minutes: float,
+) -> bool:
     suffix = "" if args.holdout == "cell" else f"_{args.holdout}"
     (RESULTS / f"policy_eval{suffix}_cells.json").write_text(
         json.dumps(evaluate.as_json(reports), indent=1) + "\n"
@@ -111,6 +212,9 @@ def main() -> int:
             "devices": ", ".join(devices),
             "workloads": len(workloads),
             "min_configs_per_cell": configs,
+            "refit": not args.no_refit,
+            "coverage_value": summary["interval_80_coverage"]["value"],
+            "coverage_change": summary["interval_80_coverage"]["change"],
             "ray": where,
             "minutes": minutes,
             **provenance("policy_eval.py"),
@@ -148,11 +252,13 @@ def main() -> int:
                 "pick beats every fixed rule": "pick_beats_fixed_rules",
                 "noise floor %": "noise_floor_pct",
                 "repeat CV %": "repeat_cv_pct",
+                "80 % interval coverage, value": "coverage_value",
+                "80 % interval coverage, change": "coverage_change",
             },
         )
     (RESULTS / f"policy_eval{suffix}.json").write_text(json.dumps(summaries, indent=2) + "\n")
     print(json.dumps(summaries, indent=2))
-    return 0 if ok else 1
+    return ok
 
 
 if __name__ == "__main__":

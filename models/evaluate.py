@@ -14,7 +14,13 @@ rounds (in an order drawn from the seed), judged by the canary's own rule
 (agent.contract.verdict: Mann-Whitney, the Hodges-Lehmann interval, non-inferiority with the
 objective's tolerance), not by one repetition's mean. Every round joins the training data; the
 candidate is kept only if its canary passed. The search recommends again, until it names no
-canary or `max_canaries` were run.
+canary or `max_canaries` were run. With `refit=False` the model is not refitted after a canary:
+its rounds join the cell's own observations, which the search blends into its estimates (and
+moves the untried configurations with); the model before any canary is fitted once per
+training set either way.
+
+`priors` (default: all of models.priors.PRIORS) is what the search may lean on: the ablation
+runs the evaluation without each prior, and without any.
 
 The choice after k canaries is what blkpilot would keep: the best, by the search's estimate,
 of what is proven on that device — the configuration it runs and the candidates whose canary
@@ -32,10 +38,12 @@ regret over the training cells of devices of the same class, chosen without the 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import random
 import statistics
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -48,7 +56,7 @@ from agent.contract.workloads import WorkloadSpec
 from models.dataset import OBJECTIVE_METRIC, Sample, facts_for, measured_facts
 from models.features import DeviceFacts, config_key, row
 from models.grid import Grid
-from models.priors import Objective
+from models.priors import Objective, Prior
 from models.search import ObjectiveModel, fit, recommend
 
 WITHIN = 0.02  # "within 2 % of the oracle"
@@ -327,6 +335,35 @@ def fixed_rule(
     return min(scores, key=lambda k: (statistics.fmean(scores[k]), k))
 
 
+_FITTED: dict[tuple[int, frozenset[tuple[str, str]], Objective, int], ObjectiveModel] = {}
+
+
+def _fitted_before_canaries(
+    grid: Grid, hidden: list[tuple[str, str]], objective: Objective, seed: int
+) -> ObjectiveModel:
+    """The model on the training cells: every cell of a held-out device (or workload) shares it."""
+    key = (id(grid), frozenset(hidden), objective, seed)
+    if key not in _FITTED:
+        if len(_FITTED) > 64:
+            _FITTED.clear()
+        _FITTED[key] = fit(grid.samples(exclude=hidden), objective, random_state=seed)
+    return _FITTED[key]
+
+
+def with_observations(model: ObjectiveModel, samples: Sequence[Sample]) -> ObjectiveModel:
+    """The model with these samples as its cells' own observations, not refitted."""
+    cells = Counter(model.cells)
+    logs = dict(model.cell_logs)
+    for sample in samples:
+        value = sample.value(model.objective)
+        if value is None or value <= 0:
+            continue
+        key = (str(sample.device_id), sample.workload.name, config_key(sample.config))
+        cells[key] += 1
+        logs[key] = logs.get(key, 0.0) + math.log(value)
+    return dataclasses.replace(model, cells=cells, cell_logs=logs)
+
+
 def evaluate_cell(
     grid: Grid,
     device: str,
@@ -336,6 +373,8 @@ def evaluate_cell(
     max_canaries: int = 4,
     holdout: Holdout = "cell",
     seed: int = 0,
+    refit: bool = True,
+    priors: Sequence[Prior] | None = None,
 ) -> CellResult:
     metric, higher = OBJECTIVE_METRIC[objective]
     truth = grid.truth(device, workload, objective)
@@ -367,9 +406,15 @@ def evaluate_cell(
     verdicts: list[str] = []
     kept = {current}
     start = datetime.now(UTC)
+    base = _fitted_before_canaries(grid, hidden, objective, seed)
     for k in range(max_canaries + 1):
         samples = training + canaries
-        model = fit(samples, objective, random_state=seed)
+        if k == 0:
+            model = base
+        elif refit:
+            model = fit(samples, objective, random_state=seed)
+        else:
+            model = with_observations(base, canaries)
         facts = facts_for(samples).get(found.id) or probe_facts(grid, device)
         rec = recommend(
             model,
@@ -379,6 +424,7 @@ def evaluate_cell(
             found.available,
             current=found.default,
             among=measured,
+            priors=priors,
         )
         # what blkpilot keeps: the best, by the search's estimate, of what is proven on the
         # cell — the configuration the device runs and the candidates whose canary passed
@@ -545,6 +591,8 @@ def evaluate(
     holdout: Holdout = "cell",
     seeds: int = 1,
     mapper: Callable[[Callable[[Run], CellResult], list[Run]], list[CellResult]] | None = None,
+    refit: bool = True,
+    priors: Sequence[Prior] | None = None,
 ) -> dict[str, Report]:
     """Every cell and objective, once per seed (the models' random state and the order of the
     replayed canaries' rounds); `mapper` runs the cells (default: one after another; the CLI
@@ -564,6 +612,8 @@ def evaluate(
             max_canaries=max_canaries,
             holdout=holdout,
             seed=seed,
+            refit=refit,
+            priors=priors,
         )
 
     results = mapper(one, runs) if mapper is not None else [one(t) for t in runs]

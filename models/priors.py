@@ -8,7 +8,7 @@ and the paper it comes from.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -131,7 +131,14 @@ PRIORS: tuple[Prior, ...] = (
 )
 
 
-def priors_for(device: DeviceFacts, workload: Features, objective: Objective) -> list[Prior]:
-    """The priors that apply to a cell, strongest first."""
-    found = [p for p in PRIORS if p.applies(device, workload, objective)]
+def priors_for(
+    device: DeviceFacts,
+    workload: Features,
+    objective: Objective,
+    among: Sequence[Prior] | None = None,
+) -> list[Prior]:
+    """The priors (of `among`, default all) that apply to a cell, strongest first."""
+    found = [
+        p for p in (PRIORS if among is None else among) if p.applies(device, workload, objective)
+    ]
     return sorted(found, key=lambda p: -p.strength)

@@ -481,15 +481,18 @@ class SearchResult:
 
 
 def _priors(
-    model: ObjectiveModel | MixModel, device: DeviceFacts, workload: WorkloadSpec
+    model: ObjectiveModel | MixModel,
+    device: DeviceFacts,
+    workload: WorkloadSpec,
+    among: Sequence[Prior] | None = None,
 ) -> list[tuple[Prior, float]]:
     features = workload_features(workload)
     if isinstance(model, ObjectiveModel):
-        return [(p, 1.0) for p in priors_for(device, features, model.objective)]
+        return [(p, 1.0) for p in priors_for(device, features, model.objective, among)]
     weights: dict[str, float] = {}
     found: dict[str, Prior] = {}
     for part, weight in model.parts:
-        for prior in priors_for(device, features, part.objective):
+        for prior in priors_for(device, features, part.objective, among):
             found[prior.name] = prior
             weights[prior.name] = weights.get(prior.name, 0.0) + weight
     return [(found[name], weights[name]) for name in sorted(found)]
@@ -507,9 +510,11 @@ def recommend(
     min_gain: float = 0.02,
     guard: tuple[ObjectiveModel, float] | None = None,
     among: Sequence[DeviceConfig] | None = None,
+    priors: Sequence[Prior] | None = None,
 ) -> SearchResult:
-    """Score every candidate for this device and workload (or only those `among`); see the
-    module docstring."""
+    """Score every candidate for this device and workload (or only those `among`), with the
+    papers' priors (or only those in `priors`: the evaluation's ablation); see the module
+    docstring."""
     grid = list(among) if among is not None else candidates(device, available)
     if current is not None and config_key(current) not in {config_key(c) for c in grid}:
         grid.append(current)
@@ -519,7 +524,7 @@ def recommend(
     mean, members, std, spread = found.mean, found.members, found.std, found.spread
     calibration = model.calibration
     sign = 1.0 if model.higher_is_better else -1.0
-    applicable = _priors(model, device, workload)
+    applicable = _priors(model, device, workload, priors)
     # a prior moves its configuration by an effect of at least 5 % (or the spread between
     # the candidates, if larger), weighted s / (n + s): n observations of the cell outweigh it
     effect = max(spread, PRIOR_EFFECT)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from agent.collectors import Collector, CollectorSet
+from agent.contract.wire import PowerScope
 from agent.power import PowerSample, WindowEnergy, primary, window_energy
 
 
@@ -32,11 +33,14 @@ class EnergyMeter:
 
 
 def energy_metrics(energy: WindowEnergy | None, ios: float, io_bytes: float) -> dict[str, float]:
+    """The run's energy figures; an estimate's under names of their own (`*_estimated`): a
+    measured and an estimated joule are never one metric."""
     if energy is None or energy.joules <= 0:
         return {}
+    suffix = "_estimated" if energy.scope is PowerScope.ESTIMATED else ""
     return {
-        "energy_joules": energy.joules,
-        "power_watts": energy.watts,
-        "joules_per_mio": energy.joules / (ios / 1e6) if ios else 0.0,
-        "bytes_per_joule": io_bytes / energy.joules,
+        f"energy_joules{suffix}": energy.joules,
+        f"power_watts{suffix}": energy.watts,
+        f"joules_per_mio{suffix}": energy.joules / (ios / 1e6) if ios else 0.0,
+        f"bytes_per_joule{suffix}": io_bytes / energy.joules,
     }

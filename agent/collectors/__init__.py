@@ -64,7 +64,17 @@ class CollectorSet:
 
 # the modules whose collectors register themselves, in the order they collect (blklat right
 # after diskstats: their counts of one window are compared)
-BUILTIN = ("diskstats", "blklat", "cpu", "rapl", "hwmon", "ipmi", "redfish", "meter")
+BUILTIN = (
+    "diskstats",
+    "blklat",
+    "cpu",
+    "rapl",
+    "hwmon",
+    "ipmi",
+    "redfish",
+    "meter",
+    "estimate",
+)
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,9 @@ class PowerScope(StrEnum):
     CPU_PACKAGE = "cpu_package"
     DRAM = "dram"
     SYSTEM = "system"
+    # not measured: the node's CPU power estimated from its CPU time (agent.power.CpuPowerModel)
+    # where no meter exists; never summed with, or standing in for, a measured reading
+    ESTIMATED = "estimated"
 
 
 class PowerSource(StrEnum):
@@ -177,6 +180,7 @@ class PowerSource(StrEnum):
     IPMI = "ipmi"
     REDFISH = "redfish"
     METER = "meter"
+    ESTIMATE = "estimate"
 
 
 class PowerReading(WireModel):

@@ -327,7 +327,18 @@ def device_page(
             telemetry.append(_distribution(windows))
         if any(w.power_watts is not None for w in windows):
             telemetry.append(
-                charts.timeline("Node power", times, {"W": [w.power_watts for w in windows]}, "W")
+                charts.timeline(
+                    "Node power"
+                    + (
+                        " (estimated from CPU time)"
+                        if {w.power_scope for w in windows if w.power_watts is not None}
+                        == {"estimated"}
+                        else ""
+                    ),
+                    times,
+                    {"W": [w.power_watts for w in windows]},
+                    "W",
+                )
             )
     observations, recent = detail.observations, detail.recommendations
     latest = recent[0].workload_name if recent else None

@@ -168,7 +168,14 @@ class TestRealRuns:
         result = measure(short("hs23-single-randread-4k-qd1"), target, workdir=tmp_path)
         assert result.metrics["iops"] > 1000
         assert result.metrics["lat_p99_us"] > result.metrics["lat_p50_us"] > 0
-        assert "energy_joules" not in result.metrics  # no power source: no number
+        # no power source measures here: no measured number, only the estimate from CPU time,
+        # under names of its own
+        assert "energy_joules" not in result.metrics
+        assert "joules_per_mio" not in result.metrics
+        assert result.metrics["energy_joules_estimated"] > 0
+        assert result.metrics["joules_per_mio_estimated"] == pytest.approx(
+            result.metrics["energy_joules_estimated"] / (result.metrics["ios"] / 1e6)
+        )
 
     def test_fairness_of_a_reader_and_a_writer(
         self, loop_device: LoopFactory, tmp_path: Path

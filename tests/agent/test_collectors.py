@@ -283,14 +283,17 @@ class TestRegistry:
     def test_every_present_collector_in_order(self, fixture_host: Path) -> None:
         names = [c.name for c in collectors_for(self.config(fixture_host))]
         # the fixture host has RAPL zones and an ACPI power meter, no IPMI device, no Redfish;
-        # blklat is there, and says it cannot trace a fixture /sys
-        assert names == ["diskstats", "blklat", "cpu", "rapl", "hwmon"]
+        # blklat is there, and says it cannot trace a fixture /sys; the CPU-time estimate is
+        # always there (used only when nothing measured is: agent.power.primary)
+        assert names == ["diskstats", "blklat", "cpu", "rapl", "hwmon", "estimate"]
         power = [c.name for c in collectors_for(self.config(fixture_host), power_only=True)]
-        assert power == ["rapl", "hwmon"]
+        assert power == ["rapl", "hwmon", "estimate"]
 
     def test_disabled_and_switched_off_collectors_are_left_out(self, fixture_host: Path) -> None:
         config = self.config(
-            fixture_host, disabled_collectors=["cpu"], power=PowerConfig(rapl=False, ipmi=False)
+            fixture_host,
+            disabled_collectors=["cpu"],
+            power=PowerConfig(rapl=False, ipmi=False, estimate=False),
         )
         assert [c.name for c in collectors_for(config)] == ["diskstats", "blklat", "hwmon"]
 

@@ -343,9 +343,18 @@ def test_agent_run_command_serves_metrics_and_spools_offline(
             f'blkpilot_device_scheduler_info{{class="virtual",device="{device}",'
             'scheduler="none"} 1.0' in text
         )
-        assert "blkpilot_node_power_watts" not in text.split("# TYPE blkpilot_node_power_watts")[
-            -1
-        ].split("#")[0].replace("gauge", "")
+        # nothing measures power on this machine: the only power is the estimate from CPU
+        # time, labelled as such
+        power = [
+            sample
+            for family in text_string_to_metric_families(text)
+            if family.name == "blkpilot_node_power_watts"
+            for sample in family.samples
+        ]
+        assert power
+        assert {(s.labels["source"], s.labels["scope"]) for s in power} == {
+            ("estimate", "estimated")
+        }
     finally:
         assert stop(process) == 0
     assert list((tmp_path / "agent" / "spool").glob("*.json")), "offline: everything stays spooled"
