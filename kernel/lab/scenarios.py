@@ -19,7 +19,9 @@ from agent.bench import fio as fio_jobs
 from agent.bench.fairness import Alone, fairness
 from agent.bench.library import fios
 from agent.bench.target import BenchTarget
+from agent.collectors.cpu import parse_stat
 from agent.contract.workloads import WorkloadSpec
+from agent.power import CpuPowerModel
 from kernel.lab import build, initramfs, packages, qemu
 
 STOCK = ("none", "mq-deadline", "kyber", "bfq")
@@ -189,32 +191,66 @@ def polling_script(rounds: int, seconds: float) -> tuple[str, dict[str, str]]:
                 for mode, (hipri, delay) in POLL_MODES.items():
                     script += f"echo {delay} > /sys/block/flashsim0/queue/io_poll_delay\n"
                     script += f"echo BLKPILOT-STEP {device}/{size}/{mode}\n"
+                    label = f"{device}/{size}/{mode}/{r}"
+                    # the guest's CPU time over the run: what polling spends, for the estimate
+                    script += "before=$(head -1 /proc/stat)\n"
                     script += _fio_block(
-                        f"{device}/{size}/{mode}/{r}",
+                        label,
                         f"--name=p --filename=/dev/flashsim0 --direct=1 --ioengine=io_uring"
                         f" --hipri={hipri} --rw=randread --bs={size} --iodepth=1 --time_based"
                         f" --runtime={round(seconds * 1000)}ms --ramp_time=300ms --size=64m",
+                    )
+                    script += (
+                        f'echo BLKPILOT-STATS-BEGIN {label}\necho "before $before"\n'
+                        'echo "after $(head -1 /proc/stat)"\necho BLKPILOT-STATS-END\n'
                     )
         script += "rmmod flashsim\ntest -e /sys/block/flashsim0 && echo BLKPILOT-UNLOAD-FAILED\n"
     return script, {}
 
 
-def summarize_polling(parsed: dict[str, fio_jobs.FioResult]) -> dict[str, Any]:
+GUEST_USER_HZ = 100  # Debian's kernels
+
+
+def estimated_energy(before: str, after: str, iops: float) -> dict[str, float]:
+    """The guest CPU's busy share over a run (its /proc/stat "cpu" lines before and after) and
+    the energy per I/O that agent.power.CpuPowerModel estimates from it: average power over
+    the run divided by its I/O rate. An estimate (scope estimated): it ranks configurations
+    by the CPU time they cost, as HotStorage '22 measured with a meter."""
+    first, last = parse_stat(before), parse_stat(after)
+    busy = (last.busy_ticks - first.busy_ticks) / GUEST_USER_HZ
+    total = (last.total_ticks - first.total_ticks) / GUEST_USER_HZ
+    if total <= 0 or iops <= 0:
+        return {}
+    watts = CpuPowerModel().joules(busy, total - busy) / total
+    return {"cpu_busy_share": busy / total, "joules_per_mio_estimated": watts / iops * 1e6}
+
+
+def summarize_polling(
+    parsed: dict[str, fio_jobs.FioResult], counters: dict[str, dict[str, str]] | None = None
+) -> dict[str, Any]:
     cells: dict[str, list[dict[str, float]]] = {}
     for label, result in parsed.items():
         device, size, mode, _ = label.split("/")
-        cells.setdefault(f"{device}/{size}/{mode}", []).append(result.metrics)
+        metrics = dict(result.metrics)
+        cpu = (counters or {}).get(label, {})
+        if "before" in cpu and "after" in cpu:
+            metrics.update(estimated_energy(cpu["before"], cpu["after"], metrics["iops"]))
+        cells.setdefault(f"{device}/{size}/{mode}", []).append(metrics)
+    wanted = (
+        "lat_mean_us",
+        "lat_p50_us",
+        "iops",
+        "context_switches_per_io",
+        "cpu_usr_pct",
+        "cpu_sys_pct",
+        "cpu_busy_share",
+        "joules_per_mio_estimated",
+    )
     return {
         key: {
             metric: round(statistics.mean(m[metric] for m in runs), 3)
-            for metric in (
-                "lat_mean_us",
-                "lat_p50_us",
-                "iops",
-                "context_switches_per_io",
-                "cpu_usr_pct",
-                "cpu_sys_pct",
-            )
+            for metric in wanted
+            if all(metric in m for m in runs)
         }
         for key, runs in sorted(cells.items())
     }
@@ -316,6 +352,10 @@ class Scenario:
     script: Callable[[int, float, Tunables], tuple[str, dict[str, str]]]
     summarize: Callable[[dict[str, fio_jobs.FioResult]], dict[str, Any]]
     calibrate: bool = False  # boot once first to measure fios' costs on flashsim
+    # summarize with the guest's STATS blocks too (label -> key -> value)
+    summarize_stats: (
+        Callable[[dict[str, fio_jobs.FioResult], dict[str, dict[str, str]]], dict[str, Any]] | None
+    ) = None
 
 
 def _overhead(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
@@ -397,7 +437,9 @@ SCENARIOS = {
         summarize_fairness,
         calibrate=True,
     ),
-    "flash-polling": Scenario([], ["flashsim"], _polling, summarize_polling),
+    "flash-polling": Scenario(
+        [], ["flashsim"], _polling, summarize_polling, summarize_stats=summarize_polling
+    ),
     "flash-fairness": Scenario(
         ["kyber-iosched", "bfq"],
         ["flashsim", "fios"],
@@ -467,5 +509,9 @@ def run(
         started_at=started,
         finished_at=datetime.now(UTC),
     )
-    result.summary = scenario.summarize(parsed)
+    result.summary = (
+        scenario.summarize_stats(parsed, booted.stats)
+        if scenario.summarize_stats is not None
+        else scenario.summarize(parsed)
+    )
     return result

@@ -192,6 +192,21 @@ def test_polling_completes_only_when_the_device_is_done(polling: LabResult) -> N
     assert summary["flash/4k/classic"]["lat_p50_us"] > 80
 
 
+def test_polling_spends_cpu_time_that_the_energy_estimate_counts(polling: LabResult) -> None:
+    """HotStorage '22's energy question with energy estimated from the guest's CPU time (no
+    meter in the lab): a polled request keeps the CPU busy while the device works, where an
+    interrupt lets it idle — most where requests are long (128 KiB at flash latency)."""
+    summary = polling.summary
+    for device in ("ull", "flash"):
+        for size in ("4k", "128k"):
+            irq, poll = summary[f"{device}/{size}/interrupt"], summary[f"{device}/{size}/classic"]
+            assert 0 < irq["cpu_busy_share"] <= 1
+            assert poll["cpu_busy_share"] > irq["cpu_busy_share"], (device, size)
+            assert irq["joules_per_mio_estimated"] > 0
+    long_irq, long_poll = summary["flash/128k/interrupt"], summary["flash/128k/classic"]
+    assert long_poll["joules_per_mio_estimated"] > long_irq["joules_per_mio_estimated"]
+
+
 def test_lab_runs_are_stored_as_observations(
     polling: LabResult, overhead: LabResult, service: ServiceProcess, tmp_path: Path
 ) -> None:
