@@ -57,7 +57,7 @@ from models.dataset import OBJECTIVE_METRIC, Sample, facts_for, measured_facts
 from models.features import DeviceFacts, config_key, row
 from models.grid import Grid
 from models.priors import Objective, Prior
-from models.search import ObjectiveModel, fit, recommend
+from models.search import CAUTION, ObjectiveModel, fit, recommend
 
 WITHIN = 0.02  # "within 2 % of the oracle"
 Holdout = Literal["cell", "device", "workload"]
@@ -375,6 +375,7 @@ def evaluate_cell(
     seed: int = 0,
     refit: bool = True,
     priors: Sequence[Prior] | None = None,
+    caution: float = CAUTION,
 ) -> CellResult:
     metric, higher = OBJECTIVE_METRIC[objective]
     truth = grid.truth(device, workload, objective)
@@ -425,6 +426,7 @@ def evaluate_cell(
             current=found.default,
             among=measured,
             priors=priors,
+            caution=caution,
         )
         # what blkpilot keeps: the best, by the search's estimate, of what is proven on the
         # cell — the configuration the device runs and the candidates whose canary passed
@@ -593,6 +595,7 @@ def evaluate(
     mapper: Callable[[Callable[[Run], CellResult], list[Run]], list[CellResult]] | None = None,
     refit: bool = True,
     priors: Sequence[Prior] | None = None,
+    caution: float = CAUTION,
 ) -> dict[str, Report]:
     """Every cell and objective, once per seed (the models' random state and the order of the
     replayed canaries' rounds); `mapper` runs the cells (default: one after another; the CLI
@@ -614,6 +617,7 @@ def evaluate(
             seed=seed,
             refit=refit,
             priors=priors,
+            caution=caution,
         )
 
     results = mapper(one, runs) if mapper is not None else [one(t) for t in runs]

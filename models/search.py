@@ -35,6 +35,7 @@ from models.priors import Objective, Prior, priors_for
 PRIOR_EFFECT = math.log(1.05)
 CELL_PSEUDO_COUNT = 1.0  # the model's prediction counts as one measurement of the cell
 COVERAGE = 0.8  # what every interval blkpilot shows claims to hold
+CAUTION = 0.0  # calibrated half-widths a change must be expected to gain (see recommend)
 Z80 = 1.2816  # the normal quantile an uncalibrated interval falls back on
 
 
@@ -508,6 +509,7 @@ def recommend(
     current: DeviceConfig | None = None,
     beta: float = 1.0,
     min_gain: float = 0.02,
+    caution: float = CAUTION,
     guard: tuple[ObjectiveModel, float] | None = None,
     among: Sequence[DeviceConfig] | None = None,
     priors: Sequence[Prior] | None = None,
@@ -559,7 +561,18 @@ def recommend(
             pessimistic = change[:, i].mean() - g_sign * change[:, i].std()
             if g_sign * pessimistic < math.log(1 - limit):
                 allowed.discard(i)
-    order = sorted(allowed, key=lambda i: -utility[i])
+    # the recommendation leaves what the device runs only for what the model expects to be
+    # better by more than `caution` calibrated half-widths of the change's interval: a pick
+    # among many candidates whose predicted differences are mostly noise is otherwise the one
+    # the model overrates most (the canary's UCB below still explores the promising ones)
+    ranking = list(utility)
+    if current is not None and caution > 0:
+        here = keys.index(config_key(current))
+        for i in allowed - {here}:
+            diff = members[:, i] - members[:, here]
+            shrink = max(found.shrink[i], found.shrink[here])
+            ranking[i] -= caution * calibration.change_half_width(float(diff.std())) * shrink
+    order = sorted(allowed, key=lambda i: -ranking[i])
     best = scored[order[0]]
     # each member of the ensemble, with the same priors, votes for its own best
     shifts = np.array([sign * u - m for u, m in zip(utility, mean, strict=True)])
