@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from agent import calibrate
+from agent.power import CpuPowerModel
 from kernel.lab import packages
 from kernel.lab import report as lab_report
 from kernel.lab.scenarios import SCHEDULERS, STOCK, LabResult, run
@@ -194,17 +195,25 @@ def test_polling_completes_only_when_the_device_is_done(polling: LabResult) -> N
 
 def test_polling_spends_cpu_time_that_the_energy_estimate_counts(polling: LabResult) -> None:
     """HotStorage '22's energy question with energy estimated from the guest's CPU time (no
-    meter in the lab): a polled request keeps the CPU busy while the device works, where an
-    interrupt lets it idle — most where requests are long (128 KiB at flash latency)."""
+    meter in the lab): a polling CPU is busy the whole run; with interrupts it idles while a
+    flash-like device works. The estimate is the CPU model's power over the run divided by its
+    I/O rate. (Which mode costs less per I/O is measured, not asserted: under TCG the emulated
+    interrupt path costs nearly as much CPU as spinning — bench/lab_energy.py.)"""
     summary = polling.summary
     for device in ("ull", "flash"):
         for size in ("4k", "128k"):
-            irq, poll = summary[f"{device}/{size}/interrupt"], summary[f"{device}/{size}/classic"]
-            assert 0 < irq["cpu_busy_share"] <= 1
-            assert poll["cpu_busy_share"] > irq["cpu_busy_share"], (device, size)
-            assert irq["joules_per_mio_estimated"] > 0
-    long_irq, long_poll = summary["flash/128k/interrupt"], summary["flash/128k/classic"]
-    assert long_poll["joules_per_mio_estimated"] > long_irq["joules_per_mio_estimated"]
+            for mode in ("interrupt", "classic", "hybrid"):
+                cell = summary[f"{device}/{size}/{mode}"]
+                busy = cell["cpu_busy_share"]
+                assert 0 < busy <= 1
+                watts = CpuPowerModel().joules(busy, 1 - busy)
+                assert cell["joules_per_mio_estimated"] == pytest.approx(
+                    watts / cell["iops"] * 1e6, rel=0.05
+                )
+            assert summary[f"{device}/{size}/classic"]["cpu_busy_share"] > 0.85
+    for size in ("4k", "128k"):
+        irq, poll = summary[f"flash/{size}/interrupt"], summary[f"flash/{size}/classic"]
+        assert irq["cpu_busy_share"] < poll["cpu_busy_share"]
 
 
 def test_lab_runs_are_stored_as_observations(

@@ -151,9 +151,7 @@ def test_before_any_canary_the_model_beats_every_fixed_rule_on_unseen_devices(
     (its rounds join the cell's observations), to keep the suite short; bench/policy_eval.py
     runs the full evaluation."""
     objectives = [Objective.P50, Objective.P99, Objective.IOPS]
-    reports = evaluate.evaluate(
-        recorded, objectives, max_canaries=1, holdout="device", refit=False
-    )
+    reports = evaluate.evaluate(recorded, objectives, max_canaries=1, holdout="device", refit=False)
     for objective in objectives:
         report = reports[objective.value]
         assert len(report.cells) == len(recorded.cells())
