@@ -213,9 +213,8 @@ class ObjectiveModel:
 
     def predict(self, features: Sequence[dict[str, float]]) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation on the log scale."""
-        X = self.vectorizer.transform(list(features))  # noqa: N806
-        mean, std = self.regressor.predict(X.toarray(), return_std=True)
-        return np.asarray(mean), np.asarray(std)
+        members = self.members(features)
+        return members.mean(axis=0), members.std(axis=0)
 
     def members(self, features: Sequence[dict[str, float]]) -> np.ndarray:
         """Every ensemble member's prediction (one row per member), on the log scale."""
@@ -429,8 +428,9 @@ def fit(samples: list[Sample], objective: Objective, *, random_state: int = 0) -
     # members resample whole cells (device, workload): a cell's repeats in or out together
     groups = np.array([f"{d}\x1f{w}" for d, w, _ in keys])
     regressor = BootstrapRegressor(random_state=random_state).fit(X, y, groups=groups)
+    oob = regressor.oob_members(X, groups)
     calibration = calibrate(
-        regressor.oob_members(X, groups),
+        oob,
         y,
         [(d, w) for d, w, _ in keys],
         [k for _, _, k in keys],
@@ -536,9 +536,14 @@ def recommend(
         weighted = [(p, w) for p, w in applicable if _matches(p.config, config)]
         matched = tuple(p for p, _ in weighted)
         shift = sum(
-            (-1 if p.avoid else 1) * w * p.strength / (seen + p.strength) for p, w in weighted
+            (-1 if p.avoid else 1)
+            * w
+            * p.strength
+            / (seen + p.strength)
+            * max(effect, p.effect or 0.0)
+            for p, w in weighted
         )
-        value = mean[i] + sign * shift * effect
+        value = mean[i] + sign * shift
         half = calibration.value_half_width(float(found.raw_std[i])) * found.shrink[i]
         low, high = math.exp(mean[i] - half), math.exp(mean[i] + half)
         scored.append(

@@ -276,8 +276,7 @@ def test_calibrated_intervals_cover_what_they_claim_on_cells_not_fitted() -> Non
 
 def test_the_text_and_the_table_of_a_recommendation_give_the_same_numbers() -> None:
     grid = search.candidates(ULL, ALL)
-    tried = [c for c in grid if c.completion is not CompletionMode.CLASSIC_POLL]
-    model = search.fit(_samples(tried, repeats=3), Objective.P50)
+    model = search.fit(_samples(grid, repeats=3), Objective.P50)
     current = DeviceConfig(scheduler=Scheduler.BFQ)
     rec = search.recommend(model, str(DEVICE_ID), ULL, WORKLOAD, ALL, current=current)
     assert rec.current is not None
