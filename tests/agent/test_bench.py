@@ -19,10 +19,12 @@ from agent.bench.measure import Measurement, measure
 from agent.bench.sweep import Sweep
 from agent.bench.target import device_target, directory_target
 from agent.collectors.meter import MeterCollector
+from agent.config import AgentConfig
 from agent.contract.tunables import DeviceConfig, Scheduler
 from agent.contract.workloads import DbBenchSpec, IOEngine, JobSpec, WorkloadSpec
 from agent.errors import BenchmarkRefused
 from agent.host import HostPaths
+from agent.power_sources import power_collectors
 from tests.agent.conftest import LoopFactory
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -165,7 +167,10 @@ class TestSafety:
 class TestRealRuns:
     def test_fio_on_a_lab_device(self, loop_device: LoopFactory, tmp_path: Path) -> None:
         target = device_target(HostPaths(), loop_device())
-        result = measure(short("hs23-single-randread-4k-qd1"), target, workdir=tmp_path)
+        meter = EnergyMeter(power_collectors(AgentConfig()))
+        result = measure(
+            short("hs23-single-randread-4k-qd1"), target, workdir=tmp_path, meter=meter
+        )
         assert result.metrics["iops"] > 1000
         assert result.metrics["lat_p99_us"] > result.metrics["lat_p50_us"] > 0
         # no power source measures here: no measured number, only the estimate from CPU time,
