@@ -144,12 +144,13 @@ def test_transfer_figures_held_out_devices_two_seeds(recorded: Grid) -> None:
 def test_before_any_canary_the_model_beats_every_fixed_rule_on_unseen_devices(
     recorded: Grid,
 ) -> None:
-    """Issue 17's bar, on the recorded grid (every device, every workload): each device held
+    """Issue 17's bar, on the recorded grid (seven devices, eight workloads): each device held
     out in turn, the model's pick before any canary has a lower median and mean regret than
     every fixed rule — the kernel's default, always none, the udev rule and the strongest
-    single configuration per device class — for p50, p99 and IOPS. One canary, not refitted
-    (its rounds join the cell's observations), to keep the suite short; bench/policy_eval.py
-    runs the full evaluation."""
+    single configuration per device class — for p50, p99 and IOPS; after one canary the
+    median is within 2 % or within the cells' noise. One canary, not refitted (its rounds join
+    the cell's observations), to keep the suite short; bench/policy_eval.py runs the full
+    evaluation (seeds, four canaries, held-out workloads, the priors' ablation)."""
     objectives = [Objective.P50, Objective.P99, Objective.IOPS]
     reports = evaluate.evaluate(recorded, objectives, max_canaries=1, holdout="device", refit=False)
     for objective in objectives:
@@ -161,3 +162,6 @@ def test_before_any_canary_the_model_beats_every_fixed_rule_on_unseen_devices(
             assert pick["median"] <= report.baseline_median(rule), (objective, rule, pick)
             assert pick["mean"] < report.baseline_mean(rule), (objective, rule, pick)
         assert transfer["model_pick_beats_every_fixed_rule"]
+        # and one canary brings the median within 2 % of the best, or within the cells' noise
+        after = transfer["after_canaries"]["1"]
+        assert after["median"] <= 0.02 or after["within_noise"] >= 0.5, (objective, after)
