@@ -21,10 +21,14 @@ Sequential, like the synthetic canary (agent.contract.verdict.Budget): the first
 
 A hard guard: when the candidate's p99 over everything it has served so far passes a limit (a
 multiple of the baseline's, pooled the same way, or an absolute one) — checked several times
-per interval — and the candidate's next interval, on its own, passes it again, the canary ends
-and the baseline is restored. Pooling, and the second interval, keep one stall of the host or
-the disk from ending an A/A (a stall of the host disk tripped a pooled-only guard in 1 of 40
-A/A canaries here); a candidate that is really bad trips it within its first two intervals.
+per interval — and the candidate's next interval after a baseline interval, on its own, passes
+it again (the limit then also at least the multiple of that baseline's p99: the traffic may
+have turned slower for both, 4 KiB reads becoming 64 KiB ones), the canary ends and the
+baseline is restored. Pooling, and the second interval, keep one stall of the host or the
+disk from ending an A/A (a stall of the host disk tripped a pooled-only guard in 1 of 40 A/A
+canaries here), and a change of traffic from tripping it (an A/A whose reads grew from 4 to
+64 KiB tripped it when two candidate intervals followed the change); a candidate that is
+really bad trips it within its first three intervals.
 """
 
 from __future__ import annotations
@@ -130,6 +134,9 @@ def _run(
         return (value or 0.0) / 1000, sum(c for _, c in merged)
 
     strike = {"interval": -1}  # the candidate interval in which the pooled p99 passed the limit
+    # the baseline's intervals measured since the strike: the traffic may have changed (4 KiB
+    # reads became 64 KiB), and a candidate is only judged against a baseline that saw it too
+    since_strike: list[histograms.Sparse] = []
 
     def limit_us() -> tuple[float, float] | None:
         """The guard's limit and the baseline's pooled p99; None while there is too little."""
@@ -158,18 +165,29 @@ def _run(
             return
         if strike["interval"] < 0:
             strike["interval"] = len(pools["B"])  # confirmed, or not, by its next interval
+            since_strike.clear()
 
     def confirm(interval: Interval) -> None:
-        """The candidate interval after a strike, on its own: over the limit again ends it."""
+        """The candidate's first interval after a strike and after a baseline interval that
+        followed the strike, on its own: over the limit again ends it. The limit is the
+        larger of the pooled baseline's and the baseline's since the strike: where the traffic
+        itself got slower (larger requests), the baseline got slower with it."""
         if strike["interval"] < 0 or strike["interval"] >= len(pools["B"]) - 1:
             return
+        if not since_strike:
+            return  # no baseline has seen the traffic since: the next candidate interval will
         found = limit_us()
         if found is None or interval.ios < settings.min_ios:
             return  # too little to confirm or clear it: the next candidate interval will
+        recent = (histograms.quantile(histograms.merge(since_strike), 0.99) or 0.0) / 1000
+        baseline = max(found[1], recent)
+        limit = found[0]
+        if settings.guard_p99_us is None:
+            limit = max(limit, settings.guard_ratio * baseline)
         merged = histograms.merge(interval.strata.values())
         p99 = (histograms.quantile(merged, 0.99) or 0.0) / 1000
-        if p99 > found[0]:
-            trip(p99, interval.ios, found[0], found[1], "and again in its next interval")
+        if p99 > limit:
+            trip(p99, interval.ios, limit, baseline, "and again in its next interval")
         strike["interval"] = -1
 
     def measure(arm: str) -> Interval:
@@ -189,6 +207,8 @@ def _run(
         pools[arm].append(histograms.merge(interval.strata.values()))
         if arm == "B":
             confirm(interval)
+        elif strike["interval"] >= 0:
+            since_strike.append(pools["A"][-1])
         return Interval(arm, interval.strata, interval.ios, seconds)
 
     samples: dict[str, dict[str, list[float]]] = {"A": {}, "B": {}}
