@@ -136,7 +136,18 @@ def script_for(
         for workload in workloads:
             prefix = f"{index}/{workload.name}"
             spec = _polled(workload, completion)
-            script += "".join(scenarios.fio_runs(prefix, spec, device.target, files).values())
+            runs = scenarios.fio_runs(prefix, spec, device.target, files)
+            together = f"{prefix}/together"
+            for label, lines in runs.items():
+                if label != together:
+                    script += lines
+                    continue
+                # the guest's CPU time around the run, for its estimated energy
+                script += "before=$(head -1 /proc/stat)\n" + lines
+                script += (
+                    f'echo BLKPILOT-STATS-BEGIN {together}\necho "before $before"\n'
+                    'echo "after $(head -1 /proc/stat)"\necho BLKPILOT-STATS-END\n'
+                )
     driver = "flashsim" if device.block.startswith("flashsim") else "null_blk"
     script += f"echo none > {queue}/scheduler\nrmmod fios\nrmmod {driver}\n"
     script += f"test -e /sys/block/{device.block} && echo BLKPILOT-UNLOAD-FAILED\n"
@@ -144,10 +155,16 @@ def script_for(
 
 
 def metrics_of(
-    parsed: dict[str, fio_jobs.FioResult], index: int, workload: str
+    parsed: dict[str, fio_jobs.FioResult],
+    index: int,
+    workload: str,
+    counters: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, float]:
     together = parsed[f"{index}/{workload}/together"]
     metrics = dict(together.metrics)
+    cpu = (counters or {}).get(f"{index}/{workload}/together", {})
+    if "before" in cpu and "after" in cpu:  # energy estimated from the guest's CPU time
+        metrics.update(scenarios.estimated_energy(cpu["before"], cpu["after"], metrics["iops"]))
     alone = {}
     for task in together.tasks:
         solo = parsed.get(f"{index}/{workload}/alone-{task.job}")
@@ -230,6 +247,6 @@ def run_grid(
                         workload.name,
                         config,
                         repeat,
-                        metrics_of(parsed, index, workload.name),
+                        metrics_of(parsed, index, workload.name, booted.stats),
                     )
     return grid
