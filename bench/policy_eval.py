@@ -62,20 +62,31 @@ def main() -> int:
     objectives = [Objective(o) for o in args.objective] if args.objective else None
     started = time.monotonic()
     with ray_session() as where:
-        reports = evaluate.evaluate(
-            grid,
-            objectives,
-            max_canaries=args.max_canaries,
-            holdout=args.holdout,
-            seeds=args.seeds,
-            mapper=ray_map,
-            refit=not args.no_refit,
-        )
+        reports = run(grid, objectives, args)
         minutes = round((time.monotonic() - started) / 60, 1)
         if args.ablate:
             ablation(grid, objectives, args, reports)
     ok = record_reports(grid, reports, args, where, minutes)
     return 0 if ok else 1
+
+
+def run(
+    grid: Grid,
+    objectives: list[Objective] | None,
+    args: argparse.Namespace,
+    priors: tuple[Prior, ...] | None = None,
+) -> dict[str, evaluate.Report]:
+    """The evaluation as the command line asks for it, on Ray (with only `priors`, if given)."""
+    return evaluate.evaluate(
+        grid,
+        objectives,
+        max_canaries=args.max_canaries,
+        holdout=args.holdout,
+        seeds=args.seeds,
+        mapper=ray_map,
+        refit=not args.no_refit,
+        priors=priors,
+    )
 
 
 def ablation(
@@ -105,16 +116,7 @@ def ablation(
         variants[f"without {name}"] = tuple(p for p in PRIORS if p.name != name)
     results = {"all priors": reports}
     for label, kept in variants.items():
-        results[label] = evaluate.evaluate(
-            grid,
-            objectives,
-            max_canaries=args.max_canaries,
-            holdout=args.holdout,
-            seeds=args.seeds,
-            mapper=ray_map,
-            refit=not args.no_refit,
-            priors=kept,
-        )
+        results[label] = run(grid, objectives, args, kept)
     table = {}
     for label, found in results.items():
         for name, report in sorted(found.items()):

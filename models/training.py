@@ -22,6 +22,7 @@ from models.dataset import Sample, facts_for
 from models.features import DeviceFacts, config_key, row
 from models.priors import Objective
 from models.search import (
+    Z80,
     Comparison,
     MixModel,
     ObjectiveModel,
@@ -151,7 +152,7 @@ def cross_validate(samples: list[Sample], objective: Objective, folds: int = 3) 
             _, m, sd = found[0]
             units += 1
             inside += int(abs(truth - m) <= model.calibration.value_half_width(sd))
-            inside_raw += int(abs(truth - m) <= 1.2816 * sd)
+            inside_raw += int(abs(truth - m) <= Z80 * sd)
     if not errors:
         return {"folds": 0, "note": "no fold could be trained"}
     t, p = np.array(truths), np.array(predictions)
