@@ -27,6 +27,7 @@ OBJECTIVE_METRIC: dict[Objective, tuple[str, bool]] = {
     Objective.IOPS: ("iops", True),
     Objective.ENERGY: ("joules_per_mio", False),
     Objective.FAIRNESS: ("worst_slowdown_over_proportional", False),
+    Objective.ENERGY_ESTIMATED: ("joules_per_mio_estimated", False),
 }
 
 

@@ -35,10 +35,8 @@ KEPT_METRICS = (
     "concurrent_efficiency",
     "worst_slowdown",
     "context_switches_per_io",
-    # the lab's runs: the guest CPU's busy share and the energy estimated from it (scope
-    # estimated; no objective learns it yet)
+    # the lab's runs: the guest CPU's busy share (the estimated energy's input)
     "cpu_busy_share",
-    "joules_per_mio_estimated",
 )
 GRID_NAMESPACE = uuid.UUID("6f1d3c52-8a1e-4c7b-9f0e-5b2d7e4a9c10")
 

@@ -5,6 +5,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
+from models.priors import Objective
 from service.deps import (
     API_PREFIX,
     MAX_OFFSET,
@@ -25,7 +26,6 @@ from service.recommendations.schemas import (
 )
 
 router = APIRouter(prefix=API_PREFIX, tags=["recommendations"])
-Objective = Literal["p50_latency", "p99_latency", "iops", "energy", "fairness"]
 
 
 @router.get(

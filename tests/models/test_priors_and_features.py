@@ -3,9 +3,13 @@ say and nowhere else."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import UTC, datetime
+
 from agent.bench.library import library
 from agent.contract.tunables import CompletionMode, DeviceConfig, Scheduler
 from agent.contract.wire import DeviceClass
+from models.dataset import Sample
 from models.features import DeviceFacts, config_features, row, workload_features
 from models.priors import Objective, priors_for
 
@@ -66,3 +70,30 @@ def test_priors_apply_where_their_papers_say() -> None:
     hdd = priors_for(HDD, qd1, Objective.P99)
     assert [p.name for p in hdd] == ["bfq-low-latency-interactive-hdd"]
     assert hdd[0].config.scheduler_tunables == {"low_latency": 1}
+
+
+def test_measured_and_estimated_energy_are_two_objectives() -> None:
+    """A run that carries both a meter's joules and an estimate from CPU time teaches each
+    objective its own number; a run with only one of them teaches only that objective."""
+    workload = WORKLOADS["hs23-single-randread-4k-qd1"]
+
+    def sample(metrics: dict[str, float]) -> Sample:
+        return Sample(uuid.uuid4(), {}, workload, DeviceConfig(), metrics, datetime.now(UTC))
+
+    both = sample({"joules_per_mio": 12.0, "joules_per_mio_estimated": 30.0})
+    assert both.value(Objective.ENERGY) == 12.0
+    assert both.value(Objective.ENERGY_ESTIMATED) == 30.0
+    estimated_only = sample({"joules_per_mio_estimated": 30.0})
+    assert estimated_only.value(Objective.ENERGY) is None
+    assert sample({"joules_per_mio": 12.0}).value(Objective.ENERGY_ESTIMATED) is None
+    # the objective's name fits the model and recommendation tables' String(16) columns
+    assert all(len(o.value) <= 16 for o in Objective)
+
+    # the papers' energy advice holds whichever way the energy is known
+    qd1 = workload_features(workload)
+    for objective in (Objective.ENERGY, Objective.ENERGY_ESTIMATED):
+        names = {p.name for p in priors_for(FLASH, qd1, objective)}
+        assert {"classic-poll-small-reads", "no-hybrid-poll-for-energy"} <= names
+    assert "no-hybrid-poll-for-energy" not in {
+        p.name for p in priors_for(FLASH, qd1, Objective.P50)
+    }
