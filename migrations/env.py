@@ -5,13 +5,16 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, create_engine, pool
 
+from service import db
 from service.tables import Base
 
 target_metadata = Base.metadata
 
 
 def run_migrations(connection: Connection) -> None:
-    context.configure(connection=connection, target_metadata=target_metadata)
+    context.configure(
+        connection=connection, target_metadata=target_metadata, include_name=db.include_name
+    )
     with context.begin_transaction():
         context.run_migrations()
 

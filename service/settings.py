@@ -6,12 +6,15 @@ from datetime import timedelta
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Literal, Self
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.nodes.tokens import Lifetime
+
+if TYPE_CHECKING:
+    from service.telemetry.retention import RetentionPolicy
 
 
 class Environment(StrEnum):
@@ -55,6 +58,17 @@ class Settings(BaseSettings):
     rollout_host_vars: Path | None = None
     rollout_poll_seconds: float = Field(default=2.0, gt=0, le=3_600)
     rollout_lease_seconds: float = Field(default=30.0, ge=5, le=3_600)
+    # Telemetry retention (service/telemetry/retention.py): raw windows by day, hourly rollups
+    # by month; `serve` runs the upkeep every telemetry_upkeep_seconds (one replica at a time)
+    telemetry_raw_days: int = Field(default=14, ge=1, le=3_650)
+    telemetry_hourly_days: int = Field(default=400, ge=1, le=36_500)
+    telemetry_upkeep_seconds: float = Field(default=300.0, ge=1, le=86_400)
+
+    @property
+    def retention(self) -> RetentionPolicy:
+        from service.telemetry.retention import RetentionPolicy
+
+        return RetentionPolicy(self.telemetry_raw_days, self.telemetry_hourly_days)
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Self:

@@ -129,19 +129,21 @@ class TelemetryBatchRow(Base):
 
 
 class TelemetryWindowRow(Base):
+    """A raw window. Partitioned by day of window_start (migration 0008): the service creates
+    partitions ahead and drops them past the raw retention (service/telemetry/retention.py).
+    No foreign keys: each would be a trigger on every COPYed row."""
+
     __tablename__ = "telemetry_windows"
     __table_args__ = (
-        UniqueConstraint("device_id", "window_start", "window_end"),
-        Index("ix_telemetry_windows_device_start", "device_id", "window_start"),
+        # BRIN: windows arrive in about time order; the rollup's hour ranges read through it
+        Index("ix_telemetry_windows_start", "window_start", postgresql_using="brin"),
+        {"postgresql_partition_by": "RANGE (window_start)"},
     )
 
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    device_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
-    batch_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("telemetry_batches.batch_id", ondelete="CASCADE"), index=True
-    )
-    window_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    window_end: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    device_id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    batch_id: Mapped[uuid.UUID]
+    window_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    window_end: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
     read_ios: Mapped[int] = mapped_column(BigInteger)
     write_ios: Mapped[int] = mapped_column(BigInteger)
     read_bytes: Mapped[int] = mapped_column(BigInteger)
@@ -165,6 +167,37 @@ class TelemetryWindowRow(Base):
     p50_us: Mapped[float | None] = mapped_column(Double)
     p99_us: Mapped[float | None] = mapped_column(Double)
     p999_us: Mapped[float | None] = mapped_column(Double)
+
+
+class TelemetryHourlyRow(Base):
+    """One device's hour of telemetry, rolled up from its raw windows before they are dropped:
+    counts, sums and merged histograms, from which the hour's rates and means follow.
+    Partitioned by month of hour; kept past raw retention (default 400 days)."""
+
+    __tablename__ = "telemetry_hourly"
+    __table_args__ = (
+        Index("ix_telemetry_hourly_hour", "hour"),
+        {"postgresql_partition_by": "RANGE (hour)"},
+    )
+
+    device_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("devices.id", ondelete="CASCADE"), primary_key=True
+    )
+    hour: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    windows: Mapped[int] = mapped_column(Integer)
+    seconds: Mapped[float] = mapped_column(Double)
+    read_ios: Mapped[int] = mapped_column(BigInteger)
+    write_ios: Mapped[int] = mapped_column(BigInteger)
+    read_bytes: Mapped[int] = mapped_column(BigInteger)
+    write_bytes: Mapped[int] = mapped_column(BigInteger)
+    queue_depth_seconds: Mapped[float] = mapped_column(Double)  # / seconds: the mean
+    busy_seconds: Mapped[float] = mapped_column(Double)
+    latency_us_ios: Mapped[float] = mapped_column(Double)  # / (read_ios + write_ios): the mean
+    energy_joules: Mapped[float | None] = mapped_column(Double)
+    max_p99_us: Mapped[float | None] = mapped_column(Double)
+    # [{op, count, device_ns, queue_ns, size_bytes}]: the hour's merged histograms
+    operations: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
+    rolled_up_at: Mapped[datetime] = _now()
 
 
 class Observation(Base):

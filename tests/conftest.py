@@ -24,6 +24,7 @@ from service.app import create_app
 from service.db import Database, get_session, unit_of_work
 from service.embedded import EmbeddedPostgres
 from service.settings import Settings
+from service.telemetry.retention import RetentionPolicy, maintain
 from tests.proc import ServiceProcess
 
 
@@ -63,6 +64,12 @@ def database_url(server_url: str) -> Iterator[str]:
     name = f"blkpilot_test_{os.getpid()}"
     url = create_database(server_url, name)
     db.upgrade(url)
+    # the day partitions the service's upkeep keeps ready (tests' windows are from yesterday)
+    engine = db.create_db_engine(url, pool_size=1)
+    try:
+        maintain(engine, RetentionPolicy())
+    finally:
+        engine.dispose()
     yield url
     drop_database(server_url, name)
 

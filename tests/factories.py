@@ -23,7 +23,8 @@ from service.security import Principal, Role
 from service.tables import Device, Node
 from service.tokens import service as token_service
 
-T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+# yesterday's noon: inside the raw telemetry retention whenever the suite runs
+T0 = (datetime.now(UTC) - timedelta(days=1)).replace(hour=12, minute=0, second=0, microsecond=0)
 
 
 def bearer(token: str) -> dict[str, str]:

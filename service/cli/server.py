@@ -64,6 +64,12 @@ def serve(
 
             worker = RolloutWorker(settings, database)
             worker.start()
+        from service.telemetry.retention import MaintenanceWorker
+
+        upkeep = MaintenanceWorker(
+            database.engine, settings.retention, settings.telemetry_upkeep_seconds
+        )
+        upkeep.start()
         try:
             uvicorn.run(
                 app,
@@ -76,6 +82,7 @@ def serve(
                 ssl_keyfile=settings.tls_keyfile,
             )
         finally:
+            upkeep.stop()
             if worker is not None:
                 worker.stop()
 

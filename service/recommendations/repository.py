@@ -21,6 +21,7 @@ from service.tables import (
     ScheduledCanary,
     TelemetryWindowRow,
 )
+from service.telemetry import repository as telemetry_repository
 
 # what workload mapping reads from a telemetry window
 WINDOW_SHAPE = (
@@ -193,10 +194,18 @@ def present_devices_with_policies(session: Session) -> list[tuple[Device, Policy
 
 
 def window_shapes(session: Session, device_id: uuid.UUID, since: datetime) -> list[dict[str, Any]]:
-    """The device's telemetry windows since then, as workload mapping reads them."""
+    """The device's telemetry since then, as workload mapping reads it: raw windows where they
+    are kept, hourly rollups before (past the raw retention)."""
     rows = session.execute(
         select(*WINDOW_SHAPE).where(
             TelemetryWindowRow.device_id == device_id, TelemetryWindowRow.window_end >= since
         )
     ).mappings()
-    return [dict(r) for r in rows]
+    shapes = [dict(r) for r in rows]
+    horizon = telemetry_repository.raw_horizon(session)
+    if horizon is not None and since < horizon:
+        hours = telemetry_repository.hourly_for_device(
+            session, device_id, since=since, until=horizon
+        )
+        shapes = [telemetry_repository.hour_as_window(h) for h in hours] + shapes
+    return shapes

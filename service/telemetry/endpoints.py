@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response, status
 
 from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt
-from service.deps import API_PREFIX, AnyPrincipal, CurrentNode, SessionDep
+from service.deps import API_PREFIX, AnyPrincipal, CurrentNode, SessionDep, SettingsDep
 from service.errors import (
     BlkpilotError,
     Conflict,
@@ -35,11 +35,15 @@ router = APIRouter(prefix=f"{API_PREFIX}", tags=["telemetry"])
     },
 )
 def ingest_batch(
-    body: TelemetryBatch, session: SessionDep, node: CurrentNode, response: Response
+    body: TelemetryBatch,
+    session: SessionDep,
+    node: CurrentNode,
+    response: Response,
+    settings: SettingsDep,
 ) -> TelemetryBatchReceipt:
     """Windows from the calling node's devices, stored whole or not at all."""
     try:
-        receipt = service.ingest(session, node, body)
+        receipt = service.ingest(session, node, body, settings.retention)
     except BlkpilotError:
         metrics.TELEMETRY_BATCHES.labels(outcome="rejected").inc()
         raise

@@ -1,17 +1,34 @@
+"""Telemetry's SQL: batches, raw windows (COPY into day partitions), hourly rollups and the
+partitions' upkeep."""
+
 from __future__ import annotations
 
+import re
 import uuid
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, select
+import psycopg
+from psycopg.types.json import Jsonb
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict
-from service.tables import TelemetryBatchRow, TelemetryWindowRow
+from service.tables import TelemetryBatchRow, TelemetryHourlyRow, TelemetryWindowRow
+
+RAW = TelemetryWindowRow.__tablename__
+HOURLY = TelemetryHourlyRow.__tablename__
+# what COPY writes, in order; JSONB columns are wrapped for psycopg
+COPY_COLUMNS = tuple(c.name for c in TelemetryWindowRow.__table__.columns)
+_JSONB = {"power_readings", "operations"}
+# one advisory lock for partition DDL (any process, any replica)
+PARTITION_LOCK = 0x626C6B70  # "blkp"
+_DAY_NAME = re.compile(rf"^{RAW}_p(\d{{8}})$")
+_MONTH_NAME = re.compile(rf"^{HOURLY}_p(\d{{6}})$")
 
 
 def claim_batch(session: Session, batch_id: uuid.UUID, node_id: uuid.UUID, windows: int) -> bool:
@@ -34,15 +51,223 @@ def batch_owner(session: Session, batch_id: uuid.UUID) -> uuid.UUID | None:
     )
 
 
-def insert_windows(session: Session, rows: list[dict[str, Any]]) -> None:
+def copy_windows(session: Session, rows: Iterable[dict[str, Any]]) -> int:
+    """COPY the rows into the raw table inside the session's transaction (whole or not at all:
+    an error aborts the transaction). Their days' partitions must exist (ensure_days)."""
+    raw = session.connection().connection.driver_connection
+    assert isinstance(raw, psycopg.Connection)
+    count = 0
+    statement = f"COPY {RAW} ({', '.join(COPY_COLUMNS)}) FROM STDIN"
     try:
-        session.execute(insert(TelemetryWindowRow), rows)
-    except IntegrityError as error:
-        if "uq_telemetry_windows_device_id" in str(error.orig):
-            raise Conflict(
-                "a window for the same device and interval was ingested before in another batch"
-            ) from error
-        raise
+        with raw.cursor() as cursor, cursor.copy(statement) as copy:
+            for row in rows:
+                copy.write_row(
+                    [
+                        Jsonb(row[c]) if c in _JSONB and row.get(c) is not None else row.get(c)
+                        for c in COPY_COLUMNS
+                    ]
+                )
+                count += 1
+    except psycopg.errors.UniqueViolation as error:
+        raise Conflict(
+            "a window for the same device and interval was ingested before in another batch"
+        ) from error
+    return count
+
+
+# --- partitions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Partition:
+    table: str
+    low: datetime
+    high: datetime
+
+
+def day_partition(day: date) -> Partition:
+    low = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    return Partition(f"{RAW}_p{day:%Y%m%d}", low, low + timedelta(days=1))
+
+
+def month_partition(day: date) -> Partition:
+    low = datetime(day.year, day.month, 1, tzinfo=UTC)
+    high = datetime(day.year + day.month // 12, day.month % 12 + 1, 1, tzinfo=UTC)
+    return Partition(f"{HOURLY}_p{day:%Y%m}", low, high)
+
+
+def partitions(connection: Connection | Session, parent: str) -> list[Partition]:
+    """The parent's partitions that the service manages (by name), oldest first."""
+    names = connection.execute(
+        text(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = CAST(:parent AS regclass)"
+        ),
+        {"parent": parent},
+    ).scalars()
+    found = []
+    for name in names:
+        if parent == RAW and (m := _DAY_NAME.match(name)):
+            found.append(day_partition(datetime.strptime(m[1], "%Y%m%d").date()))
+        elif parent == HOURLY and (m := _MONTH_NAME.match(name)):
+            found.append(month_partition(datetime.strptime(m[1] + "01", "%Y%m%d").date()))
+    return sorted(found, key=lambda p: p.low)
+
+
+def create_partitions(
+    connection: Connection, parent: str, wanted: Iterable[Partition]
+) -> list[str]:
+    """Create the partitions that do not exist yet, under the advisory lock (two processes
+    creating the same one would race in the catalog). Returns the names created."""
+    connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PARTITION_LOCK})
+    have = {p.table for p in partitions(connection, parent)}
+    created = []
+    for partition in wanted:
+        if partition.table in have:
+            continue
+        connection.execute(
+            text(
+                f"CREATE TABLE {partition.table} PARTITION OF {parent}"
+                f" FOR VALUES FROM ('{partition.low.isoformat()}')"
+                f" TO ('{partition.high.isoformat()}')"
+            )
+        )
+        created.append(partition.table)
+    return created
+
+
+def drop_partition(connection: Connection, partition: Partition) -> None:
+    connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PARTITION_LOCK})
+    connection.execute(text(f"DROP TABLE IF EXISTS {partition.table}"))
+
+
+def try_maintenance_lock(connection: Connection, key: int) -> bool:
+    """A session-level advisory lock: True if this connection now holds it."""
+    return bool(
+        connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar()
+    )
+
+
+def release_maintenance_lock(connection: Connection, key: int) -> None:
+    connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+
+
+def forget_batches(connection: Connection, before: datetime) -> int:
+    """Batch ids received before then: their windows are past retention, and so is a resend."""
+    result = connection.execute(
+        delete(TelemetryBatchRow).where(TelemetryBatchRow.received_at < before)
+    )
+    return int(result.rowcount or 0)
+
+
+# --- hourly rollups ---------------------------------------------------------------------------
+
+# (table names here and below are this module's constants; values are bound parameters)
+_ROLL_UP = f"""
+INSERT INTO {HOURLY} (device_id, hour, windows, seconds, read_ios, write_ios, read_bytes,
+    write_bytes, queue_depth_seconds, busy_seconds, latency_us_ios, energy_joules, max_p99_us,
+    operations, rolled_up_at)
+SELECT w.device_id, date_trunc('hour', w.window_start AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
+    count(*), sum(extract(epoch FROM w.window_end - w.window_start)),
+    sum(w.read_ios), sum(w.write_ios), sum(w.read_bytes), sum(w.write_bytes),
+    sum(w.queue_depth * extract(epoch FROM w.window_end - w.window_start)),
+    sum(w.utilisation * extract(epoch FROM w.window_end - w.window_start)),
+    sum(w.mean_latency_us * (w.read_ios + w.write_ios)),
+    sum(w.energy_joules), max(w.p99_us), NULL, now()
+FROM {RAW} w
+WHERE w.window_start >= :low AND w.window_start < :high
+  AND EXISTS (SELECT 1 FROM devices d WHERE d.id = w.device_id)
+GROUP BY 1, 2
+ON CONFLICT (device_id, hour) DO UPDATE SET
+    windows = EXCLUDED.windows, seconds = EXCLUDED.seconds, read_ios = EXCLUDED.read_ios,
+    write_ios = EXCLUDED.write_ios, read_bytes = EXCLUDED.read_bytes,
+    write_bytes = EXCLUDED.write_bytes, queue_depth_seconds = EXCLUDED.queue_depth_seconds,
+    busy_seconds = EXCLUDED.busy_seconds, latency_us_ios = EXCLUDED.latency_us_ios,
+    energy_joules = EXCLUDED.energy_joules, max_p99_us = EXCLUDED.max_p99_us,
+    operations = NULL, rolled_up_at = now()
+"""  # noqa: S608
+
+# the hour's eBPF histograms, merged slot by slot per operation and kind
+_MERGE_HISTOGRAMS = f"""
+WITH slots AS (
+    SELECT w.device_id,
+        date_trunc('hour', w.window_start AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hour,
+        o ->> 'op' AS op, k.kind, (p ->> 0)::int AS slot, sum((p ->> 1)::bigint) AS n
+    FROM {RAW} w
+    CROSS JOIN LATERAL jsonb_array_elements(w.operations) AS o
+    CROSS JOIN LATERAL (VALUES ('device_ns'), ('queue_ns'), ('size_bytes')) AS k(kind)
+    CROSS JOIN LATERAL jsonb_array_elements(coalesce(o -> k.kind, '[]'::jsonb)) AS p
+    WHERE w.operations IS NOT NULL AND w.window_start >= :low AND w.window_start < :high
+    GROUP BY 1, 2, 3, 4, 5
+), kinds AS (
+    SELECT device_id, hour, op, kind,
+        jsonb_agg(jsonb_build_array(slot, n) ORDER BY slot) AS histogram,
+        sum(n) AS total
+    FROM slots GROUP BY 1, 2, 3, 4
+), ops AS (
+    SELECT device_id, hour, op,
+        jsonb_build_object('op', op,
+            'count', max(total) FILTER (WHERE kind = 'device_ns'),
+            'device_ns', coalesce(jsonb_object_agg(kind, histogram) -> 'device_ns', '[]'),
+            'queue_ns', coalesce(jsonb_object_agg(kind, histogram) -> 'queue_ns', '[]'),
+            'size_bytes', coalesce(jsonb_object_agg(kind, histogram) -> 'size_bytes', '[]'))
+            AS operation
+    FROM kinds GROUP BY 1, 2, 3
+), merged AS (
+    SELECT device_id, hour, jsonb_agg(operation ORDER BY op) AS operations
+    FROM ops GROUP BY 1, 2
+)
+UPDATE {HOURLY} h SET operations = merged.operations
+FROM merged WHERE h.device_id = merged.device_id AND h.hour = merged.hour
+"""  # noqa: S608
+
+
+def roll_up(connection: Connection, low: datetime, high: datetime) -> int:
+    """(Re)compute the hourly rows of every hour in [low, high) from the raw windows there.
+    Returns the number of device-hours written."""
+    bounds = {"low": low, "high": high}
+    written = connection.execute(text(_ROLL_UP), bounds).rowcount
+    connection.execute(text(_MERGE_HISTOGRAMS), bounds)
+    return int(written or 0)
+
+
+def last_rolled_hour(connection: Connection) -> datetime | None:
+    return connection.execute(select(func.max(TelemetryHourlyRow.hour))).scalar()
+
+
+def hourly_for_device(
+    session: Session, device_id: uuid.UUID, *, since: datetime, until: datetime | None = None
+) -> Sequence[TelemetryHourlyRow]:
+    query = (
+        select(TelemetryHourlyRow)
+        .where(TelemetryHourlyRow.device_id == device_id, TelemetryHourlyRow.hour >= since)
+        .order_by(TelemetryHourlyRow.hour)
+    )
+    if until is not None:
+        query = query.where(TelemetryHourlyRow.hour < until)
+    return session.scalars(query).all()
+
+
+def hour_as_window(hour: TelemetryHourlyRow) -> dict[str, Any]:
+    """An hourly row in the shape workload mapping reads from a window (models.mapping): the
+    hour's rates and means, and its merged histograms."""
+    ios = hour.read_ios + hour.write_ios
+    seconds = hour.seconds or 1.0
+    return {
+        "iops": ios / seconds,
+        "read_ios": hour.read_ios,
+        "write_ios": hour.write_ios,
+        "read_share": hour.read_ios / ios if ios else 0.0,
+        "mean_request_bytes": (hour.read_bytes + hour.write_bytes) / ios if ios else 0.0,
+        "queue_depth": hour.queue_depth_seconds / seconds,
+        "operations": hour.operations,
+    }
+
+
+def raw_horizon(session: Session) -> datetime | None:
+    """Where raw windows begin: the oldest day partition's start (None: no partition)."""
+    found = partitions(session, RAW)
+    return found[0].low if found else None
 
 
 def windows_for_device(

@@ -15,10 +15,16 @@ from service.ops import metrics
 from service.ops.transactions import on_commit
 from service.security import Principal
 from service.tables import TelemetryWindowRow
-from service.telemetry import repository
+from service.telemetry import repository, retention
+from service.telemetry.retention import RetentionPolicy
 
 
-def ingest(session: Session, node: Principal, batch: TelemetryBatch) -> TelemetryBatchReceipt:
+def ingest(
+    session: Session,
+    node: Principal,
+    batch: TelemetryBatch,
+    policy: RetentionPolicy | None = None,
+) -> TelemetryBatchReceipt:
     """Store a batch whole or not at all; a batch id seen before is acknowledged, not stored.
 
     Windows may name devices the node no longer has (spooled before they went away);
@@ -56,6 +62,7 @@ def ingest(session: Session, node: Principal, batch: TelemetryBatch) -> Telemetr
     keys = [(w.device, w.start, w.end) for w in batch.windows]
     if len(set(keys)) != len(keys):
         raise Unprocessable("the batch holds the same device and interval twice")
+    retention.ensure_days(session, policy or RetentionPolicy(), (w.start for w in batch.windows))
 
     if not repository.claim_batch(session, batch.batch_id, node.node_id, len(batch.windows)):
         owner = repository.batch_owner(session, batch.batch_id)
@@ -94,8 +101,7 @@ def ingest(session: Session, node: Principal, batch: TelemetryBatch) -> Telemetr
         }
         for w in batch.windows
     ]
-    repository.insert_windows(session, rows)
-    count = len(rows)
+    count = repository.copy_windows(session, rows)
     p99s = [p99 for w in batch.windows if (p99 := w.percentiles_us()["p99_us"]) is not None]
 
     def count_ingested() -> None:

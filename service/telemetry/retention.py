@@ -1,0 +1,230 @@
+"""Telemetry that stays bounded: day partitions of raw windows made ready ahead of time, rolled
+up into hourly rows, and dropped past the raw retention; monthly partitions of the hourly rows
+dropped past theirs.
+
+`maintain` is one pass. `blkpilot serve` runs it at start and then every few minutes
+(MaintenanceWorker); with several replicas on one database, a session advisory lock lets one
+of them do a pass at a time and the others skip it. `blkpilot telemetry maintain` runs a pass
+by hand. Ingest creates a missing day partition for a plausible window by itself
+(ensure_days), so nothing waits on the worker.
+
+The rollups are exact when it matters: a day is rolled up once more, whole, just before its
+partition is dropped, so windows that arrived late (a node's spool after an outage) are in.
+Hours since the last pass are rolled up as they close, so that the hourly rows are current too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from service.errors import Unprocessable
+from service.telemetry import repository
+from service.telemetry.repository import HOURLY, RAW, Partition
+
+log = logging.getLogger(__name__)
+
+MAINTENANCE_LOCK = 0x626C6B71
+# an hour is rolled up this long after it ends (windows still on their way)
+SETTLE = timedelta(minutes=15)
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    raw_days: int = 14
+    hourly_days: int = 400
+    ahead_days: int = 3
+
+    def raw_horizon(self, now: datetime) -> datetime:
+        """The start of the oldest day kept raw."""
+        oldest = (now - timedelta(days=self.raw_days)).date()
+        return datetime(oldest.year, oldest.month, oldest.day, tzinfo=UTC)
+
+
+@dataclass
+class MaintenanceReport:
+    ran: bool  # False: another process held the lock
+    created: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    rolled_up: int = 0  # device-hours written
+    batches_forgotten: int = 0
+
+
+def _days(first: date, last: date) -> Iterable[date]:
+    day = first
+    while day <= last:
+        yield day
+        day += timedelta(days=1)
+
+
+def maintain(
+    engine: Engine, policy: RetentionPolicy, now: datetime | None = None
+) -> MaintenanceReport:
+    """One pass: partitions ahead, closed hours rolled up, expired days rolled up whole and
+    dropped, expired months dropped, batch ids past retention forgotten."""
+    now = now or datetime.now(UTC)
+    with engine.connect() as lock:
+        if not repository.try_maintenance_lock(lock, MAINTENANCE_LOCK):
+            lock.rollback()
+            return MaintenanceReport(ran=False)
+        lock.commit()
+        try:
+            return _pass(engine, policy, now)
+        finally:
+            repository.release_maintenance_lock(lock, MAINTENANCE_LOCK)
+            lock.commit()
+
+
+def _pass(engine: Engine, policy: RetentionPolicy, now: datetime) -> MaintenanceReport:
+    report = MaintenanceReport(ran=True)
+    horizon = policy.raw_horizon(now)
+    today = now.date()
+    days = list(_days(horizon.date(), today + timedelta(days=policy.ahead_days)))
+    months = {repository.month_partition(d) for d in days}
+    with engine.begin() as connection:
+        report.created += repository.create_partitions(
+            connection, RAW, [repository.day_partition(d) for d in days]
+        )
+        report.created += repository.create_partitions(
+            connection, HOURLY, sorted(months, key=lambda p: p.low)
+        )
+
+    # the hours closed since the last pass (within what is kept raw)
+    closed = (now - SETTLE).replace(minute=0, second=0, microsecond=0)
+    with engine.begin() as connection:
+        last = repository.last_rolled_hour(connection)
+        start = max(horizon, last + timedelta(hours=1)) if last else horizon
+        if start < closed:
+            report.rolled_up += repository.roll_up(connection, start, closed)
+
+    with engine.connect() as connection:
+        expired = [p for p in repository.partitions(connection, RAW) if p.high <= horizon]
+    for partition in expired:
+        # rolled up whole once more, then dropped, in one transaction: the hours and the raw
+        # windows never both go missing
+        with engine.begin() as connection:
+            repository.create_partitions(
+                connection, HOURLY, [repository.month_partition(partition.low.date())]
+            )
+            report.rolled_up += repository.roll_up(connection, partition.low, partition.high)
+            repository.drop_partition(connection, partition)
+        CACHE.discard([partition.table])
+        report.dropped.append(partition.table)
+
+    hourly_horizon = now - timedelta(days=policy.hourly_days)
+    with engine.begin() as connection:
+        for partition in repository.partitions(connection, HOURLY):
+            if partition.high <= hourly_horizon:
+                repository.drop_partition(connection, partition)
+                report.dropped.append(partition.table)
+        report.batches_forgotten = repository.forget_batches(connection, horizon)
+    if report.created or report.dropped:
+        log.info(
+            "telemetry partitions: created %s, dropped %s; %d device-hours rolled up",
+            report.created or "none",
+            report.dropped or "none",
+            report.rolled_up,
+        )
+    return report
+
+
+class PartitionCache:
+    """The day partitions this process knows exist, so that ingest asks the catalog only for a
+    day it has not seen (a new day, or one another process created)."""
+
+    def __init__(self) -> None:
+        self._known: set[str] = set()
+        self._lock = threading.Lock()
+
+    def missing(self, days: Iterable[date]) -> list[Partition]:
+        with self._lock:
+            return [
+                p
+                for d in sorted(set(days))
+                if (p := repository.day_partition(d)).table not in self._known
+            ]
+
+    def add(self, tables: Iterable[str]) -> None:
+        with self._lock:
+            self._known.update(tables)
+
+    def discard(self, tables: Iterable[str]) -> None:
+        with self._lock:
+            self._known.difference_update(tables)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._known.clear()
+
+
+CACHE = PartitionCache()
+
+
+def ensure_days(
+    session: Session,
+    policy: RetentionPolicy,
+    starts: Iterable[datetime],
+    now: datetime | None = None,
+) -> None:
+    """Make sure every window start has its day partition; a window older than the raw
+    retention is refused (it would be dropped at once, and rollups of that day are final).
+    A missing partition is made in its own short transaction, before the batch's (creating
+    one locks the whole table for a moment)."""
+    now = now or datetime.now(UTC)
+    horizon = policy.raw_horizon(now)
+    starts = list(starts)
+    too_old = [s for s in starts if s < horizon]
+    if too_old:
+        raise Unprocessable(
+            f"{len(too_old)} window(s) start before {horizon:%Y-%m-%d}, past this server's raw"
+            f" telemetry retention ({policy.raw_days} days): nothing from this batch was stored"
+        )
+    days = {s.astimezone(UTC).date() for s in starts}
+    if not CACHE.missing(days):
+        return
+    CACHE.add(p.table for p in repository.partitions(session, RAW))
+    missing = CACHE.missing(days)
+    if not missing:
+        return
+    bind = session.get_bind()
+    engine = bind if isinstance(bind, Engine) else bind.engine
+    with engine.begin() as connection:
+        repository.create_partitions(connection, RAW, missing)
+    CACHE.add(p.table for p in missing)
+
+
+class MaintenanceWorker:
+    """`blkpilot serve`'s thread that runs a maintenance pass at start and then every
+    `interval` seconds."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        policy: RetentionPolicy,
+        interval: float,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.engine, self.policy, self.interval, self.clock = engine, policy, interval, clock
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="telemetry-upkeep", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                maintain(self.engine, self.policy, self.clock())
+            except Exception:
+                log.exception("telemetry maintenance pass failed; trying again later")
+            self.stopping.wait(self.interval)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.stopping.set()
+        self.thread.join(timeout)
