@@ -92,7 +92,7 @@ def test_days_roll_up_then_drop_and_hours_outlive_them(scratch: Engine) -> None:
     assert hours[ten].read_ios == 6 * windows[0]["read_ios"]
     assert hours[ten].seconds == pytest.approx(60.0)
     assert hours[ten].queue_depth_seconds / hours[ten].seconds == pytest.approx(1.2)
-    merged = {o["op"]: o for o in hours[ten].operations}
+    merged = {o["op"]: o for o in hours[ten].operations or []}
     assert merged["read"]["count"] == 6 * windows[0]["read_ios"]
     assert sum(n for _, n in merged["read"]["device_ns"]) == merged["read"]["count"]
     assert merged["write"]["size_bytes"] == [[12, 6 * windows[0]["write_ios"]]]
@@ -113,7 +113,9 @@ def test_days_roll_up_then_drop_and_hours_outlive_them(scratch: Engine) -> None:
         assert horizon == POLICY.raw_horizon(later)
     hours = {h.hour: h for h in _hours(scratch)}
     assert (hours[ten].windows, hours[eleven].windows) == (7, 6)
-    assert {o["op"]: o for o in hours[ten].operations}["read"]["count"] == 7 * late["read_ios"]
+    assert {o["op"]: o for o in hours[ten].operations or []}["read"]["count"] == 7 * late[
+        "read_ios"
+    ]
 
     # workload mapping reads the hours where the raw windows are gone
     with Session(scratch) as session:
