@@ -24,7 +24,7 @@ RAW = TelemetryWindowRow.__tablename__
 HOURLY = TelemetryHourlyRow.__tablename__
 # what COPY writes, in order; JSONB columns are wrapped for psycopg
 COPY_COLUMNS = tuple(c.name for c in TelemetryWindowRow.__table__.columns)
-_JSONB = {"power_readings", "operations"}
+_JSONB_AT = [COPY_COLUMNS.index(c) for c in ("power_readings", "operations")]
 # one advisory lock for partition DDL (any process, any replica)
 PARTITION_LOCK = 0x626C6B70  # "blkp"
 _DAY_NAME = re.compile(rf"^{RAW}_p(\d{{8}})$")
@@ -56,22 +56,31 @@ def copy_windows(session: Session, rows: Iterable[dict[str, Any]]) -> int:
     an error aborts the transaction). Their days' partitions must exist (ensure_days)."""
     raw = session.connection().connection.driver_connection
     assert isinstance(raw, psycopg.Connection)
-    count = 0
-    statement = f"COPY {RAW} ({', '.join(COPY_COLUMNS)}) FROM STDIN"
     try:
-        with raw.cursor() as cursor, cursor.copy(statement) as copy:
-            for row in rows:
-                copy.write_row(
-                    [
-                        Jsonb(row[c]) if c in _JSONB and row.get(c) is not None else row.get(c)
-                        for c in COPY_COLUMNS
-                    ]
-                )
-                count += 1
+        return copy_rows(raw, rows)
     except psycopg.errors.UniqueViolation as error:
         raise Conflict(
             "a window for the same device and interval was ingested before in another batch"
         ) from error
+
+
+def copy_row(row: dict[str, Any]) -> list[Any]:
+    """A row's values in COPY_COLUMNS' order, JSON columns wrapped."""
+    values = [row.get(c) for c in COPY_COLUMNS]
+    for index in _JSONB_AT:
+        if values[index] is not None:
+            values[index] = Jsonb(values[index])
+    return values
+
+
+def copy_rows(connection: psycopg.Connection[Any], rows: Iterable[dict[str, Any]]) -> int:
+    """COPY on a psycopg connection, in its transaction; returns the rows written."""
+    count = 0
+    statement = f"COPY {RAW} ({', '.join(COPY_COLUMNS)}) FROM STDIN"
+    with connection.cursor() as cursor, cursor.copy(statement) as copy:
+        for row in rows:
+            copy.write_row(copy_row(row))
+            count += 1
     return count
 
 

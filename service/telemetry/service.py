@@ -3,11 +3,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.orm import Session
 
 from agent.contract.base import MAX_CLOCK_SKEW
-from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt
+from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt, TelemetryWindow
 from service.devices import repository as device_repository
 from service.devices import service as device_service
 from service.errors import Conflict, Unprocessable
@@ -71,36 +72,7 @@ def ingest(
         on_commit(session, lambda: metrics.TELEMETRY_BATCHES.labels(outcome="duplicate").inc())
         return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=False, windows=0)
 
-    rows = [
-        {
-            "device_id": device_ids[w.device],
-            "batch_id": batch.batch_id,
-            "window_start": w.start,
-            "window_end": w.end,
-            "read_ios": w.read_ios,
-            "write_ios": w.write_ios,
-            "read_bytes": w.read_bytes,
-            "write_bytes": w.write_bytes,
-            "iops": w.iops,
-            "read_share": w.read_share,
-            "mean_request_bytes": w.mean_request_bytes,
-            "mean_latency_us": w.mean_latency_us,
-            "queue_depth": w.queue_depth,
-            "utilisation": w.utilisation,
-            "power_watts": w.power_watts,
-            "energy_joules": w.energy_joules,
-            "power_scope": w.power_scope and w.power_scope.value,
-            "cpu_utilisation": w.cpu_utilisation,
-            "context_switches_per_s": w.context_switches_per_s,
-            "power_source": w.power_source and w.power_source.value,
-            "power_readings": [r.model_dump(mode="json") for r in w.power_readings] or None,
-            "latency_source": w.latency_source.value,
-            "latency_note": w.latency_note,
-            "operations": [o.model_dump(mode="json") for o in w.operations] or None,
-            **w.percentiles_us(),
-        }
-        for w in batch.windows
-    ]
+    rows = (window_row(w, device_ids[w.device], batch.batch_id) for w in batch.windows)
     count = repository.copy_windows(session, rows)
     p99s = [p99 for w in batch.windows if (p99 := w.percentiles_us()["p99_us"]) is not None]
 
@@ -112,6 +84,37 @@ def ingest(
 
     on_commit(session, count_ingested)
     return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=True, windows=count)
+
+
+def window_row(w: TelemetryWindow, device_id: uuid.UUID, batch_id: uuid.UUID) -> dict[str, Any]:
+    """A window as the raw table stores it."""
+    return {
+        "device_id": device_id,
+        "batch_id": batch_id,
+        "window_start": w.start,
+        "window_end": w.end,
+        "read_ios": w.read_ios,
+        "write_ios": w.write_ios,
+        "read_bytes": w.read_bytes,
+        "write_bytes": w.write_bytes,
+        "iops": w.iops,
+        "read_share": w.read_share,
+        "mean_request_bytes": w.mean_request_bytes,
+        "mean_latency_us": w.mean_latency_us,
+        "queue_depth": w.queue_depth,
+        "utilisation": w.utilisation,
+        "power_watts": w.power_watts,
+        "energy_joules": w.energy_joules,
+        "power_scope": w.power_scope and w.power_scope.value,
+        "cpu_utilisation": w.cpu_utilisation,
+        "context_switches_per_s": w.context_switches_per_s,
+        "power_source": w.power_source and w.power_source.value,
+        "power_readings": [r.model_dump(mode="json") for r in w.power_readings] or None,
+        "latency_source": w.latency_source.value,
+        "latency_note": w.latency_note,
+        "operations": [o.model_dump(mode="json") for o in w.operations] or None,
+        **w.percentiles_us(),
+    }
 
 
 def windows_for_device(
