@@ -68,9 +68,11 @@ def _window(device: str, index: int) -> dict[str, Any]:
 def build_batches(devices: list[str], batches: int, windows: int) -> list[bytes]:
     """Distinct (device, interval) pairs across all batches, as the agent would send them."""
     bodies = []
+    per_device = -(-windows // len(devices))  # each device's windows in a batch, at most
     for b in range(batches):
+        # consecutive 10 s windows per device: hours of telemetry, none in the future
         rows = [
-            _window(devices[i % len(devices)], b * windows + i // len(devices) * len(devices) + i)
+            _window(devices[i % len(devices)], b * per_device + i // len(devices))
             for i in range(windows)
         ]
         bodies.append(json.dumps({"batch_id": str(uuid.uuid4()), "windows": rows}).encode())

@@ -15,6 +15,7 @@ from starlette.routing import Match
 
 from agent.contract import __version__
 from agent.contract.logs import REQUEST_ID_HEADER, request_id
+from agent.contract.wire import TelemetryBatch
 from service.audit.endpoints import router as audit_router
 from service.dashboard.views import install as install_dashboard
 from service.db import Database
@@ -137,6 +138,11 @@ def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
         schemas["ErrorBody"] = ErrorBody.model_json_schema(
             ref_template="#/components/schemas/{model}"
         )
+        # bodies an endpoint reads itself (the telemetry batch, for speed), with their parts
+        for model in (TelemetryBatch,):
+            found = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(found.pop("$defs", {}))
+            schemas[model.__name__] = found
         for methods in spec.get("paths", {}).values():
             for operation in methods.values():
                 responses = operation.get("responses", {})

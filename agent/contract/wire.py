@@ -312,6 +312,8 @@ class TelemetryWindow(WireModel):
     def percentiles_us(self) -> dict[str, float | None]:
         """Device-time p50, p99 and p99.9 over reads and writes, from the merged histograms;
         None without eBPF — never a percentile made up from a mean."""
+        if not self.operations:
+            return {"p50_us": None, "p99_us": None, "p999_us": None}
         merged = histograms.merge(
             o.device_ns for o in self.operations if o.op in (IoOperation.READ, IoOperation.WRITE)
         )

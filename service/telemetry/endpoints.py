@@ -4,7 +4,9 @@ import uuid
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Depends, Query, Request, Response, status
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
 from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt
 from service.deps import API_PREFIX, AnyPrincipal, CurrentNode, SessionDep, SettingsDep
@@ -19,10 +21,41 @@ from service.errors import (
     responses,
 )
 from service.ops import metrics
+from service.ops.middleware import BODY_TOO_LARGE
 from service.telemetry import service
 from service.telemetry.schemas import TelemetryWindowRead
 
 router = APIRouter(prefix=f"{API_PREFIX}", tags=["telemetry"])
+
+
+async def _batch_body(request: Request) -> TelemetryBatch:
+    """The batch, parsed and validated in one pass by pydantic's JSON parser (FastAPI's own
+    body path parses with json.loads first: a third slower on 500-window batches). Errors
+    read as FastAPI's would: 422 with each field under "body"; 413 over the size limit."""
+    try:
+        raw = await request.body()
+    except Exception:
+        limit = request.scope.get(BODY_TOO_LARGE)
+        if limit is not None:
+            raise PayloadTooLarge(f"request body exceeds {limit} bytes") from None
+        raise
+    try:
+        return TelemetryBatch.model_validate_json(raw)
+    except ValidationError as error:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in error.errors()]
+        ) from None
+
+
+# the body as OpenAPI documents it (the dependency reads it itself)
+_BATCH_SCHEMA = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/TelemetryBatch"}}
+        },
+    }
+}
 
 
 @router.post(
@@ -33,9 +66,10 @@ router = APIRouter(prefix=f"{API_PREFIX}", tags=["telemetry"])
         200: {"description": "this batch id was ingested before; nothing stored again"},
         **responses(Unauthorized, Forbidden, Conflict, PayloadTooLarge, Unprocessable),
     },
+    openapi_extra=_BATCH_SCHEMA,
 )
 def ingest_batch(
-    body: TelemetryBatch,
+    body: Annotated[TelemetryBatch, Depends(_batch_body)],
     session: SessionDep,
     node: CurrentNode,
     response: Response,

@@ -72,9 +72,9 @@ def ingest(
         on_commit(session, lambda: metrics.TELEMETRY_BATCHES.labels(outcome="duplicate").inc())
         return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=False, windows=0)
 
-    rows = (window_row(w, device_ids[w.device], batch.batch_id) for w in batch.windows)
+    rows = [window_row(w, device_ids[w.device], batch.batch_id) for w in batch.windows]
     count = repository.copy_windows(session, rows)
-    p99s = [p99 for w in batch.windows if (p99 := w.percentiles_us()["p99_us"]) is not None]
+    p99s = [p99 for row in rows if (p99 := row["p99_us"]) is not None]
 
     def count_ingested() -> None:
         metrics.TELEMETRY_BATCHES.labels(outcome="accepted").inc()
