@@ -49,6 +49,23 @@ TELEMETRY_WINDOWS = Counter(
     "Telemetry windows stored (counted after their transaction committed).",
     registry=REGISTRY,
 )
+TELEMETRY_UPKEEP = Counter(
+    "blkpilot_telemetry_upkeep_passes",
+    "Telemetry upkeep passes (partitions ahead, rollups, retention) by outcome: ran, skipped"
+    " (another replica's pass held the lock), failed.",
+    ["outcome"],
+    registry=REGISTRY,
+)
+TELEMETRY_PARTITIONS = Counter(
+    "blkpilot_telemetry_partitions",
+    "Telemetry partitions this process created or dropped.",
+    ["action"],
+    registry=REGISTRY,
+)
+for _outcome in ("ran", "skipped", "failed"):
+    TELEMETRY_UPKEEP.labels(outcome=_outcome)
+for _action in ("created", "dropped"):
+    TELEMETRY_PARTITIONS.labels(action=_action)
 
 
 class DatabasePoolCollector(Collector):

@@ -25,6 +25,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from service.errors import Unprocessable
+from service.ops import metrics
 from service.telemetry import repository
 from service.telemetry.repository import HOURLY, RAW, Partition
 
@@ -220,9 +221,14 @@ class MaintenanceWorker:
     def _loop(self) -> None:
         while not self.stopping.is_set():
             try:
-                maintain(self.engine, self.policy, self.clock())
+                report = maintain(self.engine, self.policy, self.clock())
             except Exception:
+                metrics.TELEMETRY_UPKEEP.labels(outcome="failed").inc()
                 log.exception("telemetry maintenance pass failed; trying again later")
+            else:
+                metrics.TELEMETRY_UPKEEP.labels(outcome="ran" if report.ran else "skipped").inc()
+                metrics.TELEMETRY_PARTITIONS.labels(action="created").inc(len(report.created))
+                metrics.TELEMETRY_PARTITIONS.labels(action="dropped").inc(len(report.dropped))
             self.stopping.wait(self.interval)
 
     def stop(self, timeout: float = 30.0) -> None:
