@@ -9,6 +9,7 @@ the configuration the kernel gave them), the workloads, and one entry per run.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import statistics
@@ -232,4 +233,8 @@ class Grid:
 
     @classmethod
     def load(cls, path: Path) -> Grid:
+        """A grid as saved, or gzipped (name ending .gz, as the recorded one is)."""
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt") as handle:
+                return cls.from_json(json.load(handle))
         return cls.from_json(json.loads(path.read_text()))

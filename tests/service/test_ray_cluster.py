@@ -1,0 +1,133 @@
+"""The nightly job on a real multi-process Ray cluster on this machine: `ray start --head` and
+a second `ray start --address …` as separate processes (two nodes, one CPU each), and the job
+connecting through RAY_ADDRESS, as a user who outgrew one machine would point blkpilot at their
+cluster with nothing else changed. Its training data are recorded runs of the policy grid
+(real fio on this machine's loop devices), stored as observations."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from agent.contract.wire import ObservationCreate, ObservationKind
+from models.grid import Grid
+from service.observations import service as observations
+from service.recommendations import nightly
+from service.security import Principal
+from service.tables import ModelVersion
+from tests.factories import create_node, device_inventory, report_inventory
+from tests.proc import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+RAY = str(Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin" / "ray")
+GRID = ROOT / "bench" / "results" / "policy_grid_runs.json.gz"
+DEVICES = ("host-loop-tmpfs", "host-loop-disk")
+
+
+def _ray(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [RAY, *args], env=env, capture_output=True, text=True, timeout=180, check=False
+    )
+
+
+@pytest.fixture
+def ray_auth(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Ray's token authentication, as a cluster reachable from other machines should run: one
+    secret for every process of the cluster and for the job that connects to it."""
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    for name, value in auth.items():
+        monkeypatch.setenv(name, value)
+    return auth
+
+
+@pytest.fixture
+def ray_cluster(ray_auth: dict[str, str]) -> Iterator[str]:
+    # Ray's sockets live under its temp dir: a short path (a Unix socket's is at most 107 bytes)
+    temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+    port = free_port()
+    env = {**os.environ, **ray_auth, "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    head = _ray(
+        "start",
+        "--head",
+        f"--port={port}",
+        "--node-ip-address=127.0.0.1",
+        "--num-cpus=1",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        f"--temp-dir={temp}",
+        env=env,
+    )
+    address = f"127.0.0.1:{port}"
+    try:
+        assert head.returncode == 0, head.stderr[-2000:]
+        worker = _ray(
+            "start", f"--address={address}", "--node-ip-address=127.0.0.1", "--num-cpus=1", env=env
+        )
+        assert worker.returncode == 0, worker.stderr[-2000:]
+        yield address
+    finally:
+        _ray("stop", "--force", env=env)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.timeout(900)
+def test_nightly_on_a_two_node_ray_cluster(
+    ray_cluster: str, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    grid = Grid.load(GRID)
+    node, _ = create_node(session)
+    principal = Principal(name=f"node:{node.hostname}", node_id=node.id)
+    names = {"host-loop-tmpfs": "loop0", "host-loop-disk": "loop1"}
+    devices = report_inventory(session, node, *(device_inventory(n) for n in names.values()))
+    ids = {grid_name: d.id for grid_name, d in zip(names, devices, strict=True)}
+    workloads = sorted({r.workload for r in grid.runs if r.device in DEVICES})[:3]
+    finished = datetime.now(UTC) - timedelta(hours=1)
+    stored = 0
+    for run in grid.runs:
+        if run.device not in DEVICES or run.workload not in workloads:
+            continue
+        observations.record(
+            session,
+            principal,
+            ObservationCreate(
+                device_id=ids[run.device],
+                kind=ObservationKind.BENCHMARK,
+                tool="fio",
+                workload=grid.workloads[run.workload],
+                configuration=run.config,
+                metrics=run.metrics,
+                started_at=finished - timedelta(seconds=2),
+                finished_at=finished,
+            ),
+        )
+        stored += 1
+    assert stored > 100
+
+    # the cluster is two processes' nodes, each with its own CPU
+    ray.init(address=ray_cluster, log_to_driver=False)
+    try:
+        alive = [n for n in ray.nodes() if n["Alive"]]
+        assert len(alive) == 2
+        assert ray.cluster_resources()["CPU"] == 2
+    finally:
+        ray.shutdown()
+
+    monkeypatch.setenv("RAY_ADDRESS", ray_cluster)
+    report = nightly.run(session, max_canaries=0)
+    assert report.where == f"the Ray cluster at {ray_cluster}"
+    assert report.samples == stored
+    versions = session.scalars(select(ModelVersion).where(ModelVersion.run_id == report.run_id))
+    assert {"p50_latency", "p99_latency", "iops"} <= {v.objective for v in versions}
