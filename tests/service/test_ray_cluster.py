@@ -119,9 +119,9 @@ def test_nightly_on_a_two_node_ray_cluster(
     # the cluster is two processes' nodes, each with its own CPU
     ray.init(address=ray_cluster, log_to_driver=False)
     try:
-        alive = [n for n in ray.nodes() if n["Alive"]]
+        alive = [n for n in ray.nodes() if n["Alive"]]  # type: ignore[no-untyped-call]
         assert len(alive) == 2
-        assert ray.cluster_resources()["CPU"] == 2
+        assert ray.cluster_resources()["CPU"] == 2  # type: ignore[no-untyped-call]
     finally:
         ray.shutdown()
 
