@@ -4,26 +4,76 @@ observations and recommendations, newest first."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import Session
 
 from agent.contract.base import EARLIEST_WINDOW, MAX_CLOCK_SKEW
 from service.tables import Device, Node, Observation, Policy, RecommendationRow, TelemetryWindowRow
 
 
-def present_devices(session: Session) -> list[tuple[Device, str, Policy | None]]:
-    """Every present device with its node's hostname and its policy, by host and name."""
-    rows = session.execute(
+def present_devices(
+    session: Session, *, after: tuple[str, str] | None = None, limit: int = 100
+) -> list[tuple[Device, str, Policy | None]]:
+    """A page of present devices with their node's hostname and policy, by host and name,
+    after the (hostname, name) given: keyset pagination, as fast on the last page of a large
+    fleet as on the first."""
+    query = (
         select(Device, Node.hostname, Policy)
         .join(Node, Node.id == Device.node_id)
         .outerjoin(Policy, Policy.device_id == Device.id)
         .where(Device.present.is_(True))
         .order_by(Node.hostname, Device.name)
+        .limit(limit)
     )
-    return [(device, hostname, policy) for device, hostname, policy in rows]
+    if after is not None:
+        query = query.where(tuple_(Node.hostname, Device.name) > tuple_(*after))
+    return [(device, hostname, policy) for device, hostname, policy in session.execute(query)]
+
+
+_COMPLETION = func.coalesce(
+    func.coalesce(Policy.applied_config, Policy.config).op("->>")("completion"), "interrupt"
+)
+
+
+def fleet_counts(session: Session) -> dict[str, dict[str, int]]:
+    """Present devices counted by class, current scheduler and completion mode, in the
+    database (a fleet's devices are not loaded to be counted)."""
+    counts: dict[str, dict[str, int]] = {}
+    present = Device.present.is_(True)
+    for name, column in (
+        ("classes", Device.device_class),
+        ("schedulers", func.coalesce(Device.current_scheduler, "unknown")),
+    ):
+        rows = session.execute(
+            select(column, func.count()).where(present).group_by(column).order_by(column)
+        )
+        counts[name] = {str(key): int(n) for key, n in rows}
+    rows = session.execute(
+        select(_COMPLETION, func.count())
+        .select_from(Device)
+        .outerjoin(Policy, Policy.device_id == Device.id)
+        .where(present)
+        .group_by(_COMPLETION)
+        .order_by(_COMPLETION)
+    )
+    counts["completions"] = {str(key): int(n) for key, n in rows}
+    return counts
+
+
+def device_names(session: Session, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """host/device for these devices."""
+    wanted = list(set(ids))
+    if not wanted:
+        return {}
+    rows = session.execute(
+        select(Device.id, Node.hostname, Device.name)
+        .join(Node, Node.id == Device.node_id)
+        .where(Device.id.in_(wanted))
+    )
+    return {device_id: f"{host}/{name}" for device_id, host, name in rows}
 
 
 def device(session: Session, device_id: uuid.UUID) -> tuple[Device, Node, Policy | None] | None:

@@ -4,7 +4,7 @@ with its telemetry, observations and recommendations."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -27,9 +27,27 @@ class DeviceDetail:
     recommendations: Sequence[RecommendationRow]  # newest first
 
 
-def fleet(session: Session) -> list[tuple[Device, str, Policy | None]]:
-    """Present devices with their host's name and policy."""
-    return repository.present_devices(session)
+FLEET_PAGE = 100
+
+
+@dataclass(frozen=True)
+class FleetPage:
+    counts: dict[str, dict[str, int]]  # classes, schedulers, completions -> value -> devices
+    devices: list[tuple[Device, str, Policy | None]]  # this page, by host and name
+    next_after: tuple[str, str] | None  # (hostname, name) the next page starts after
+
+
+def fleet(session: Session, *, after: tuple[str, str] | None = None) -> FleetPage:
+    """The fleet's counts, and a page of present devices with host names and policies."""
+    rows = repository.present_devices(session, after=after, limit=FLEET_PAGE + 1)
+    more = len(rows) > FLEET_PAGE
+    rows = rows[:FLEET_PAGE]
+    last = (rows[-1][1], rows[-1][0].name) if more and rows else None
+    return FleetPage(repository.fleet_counts(session), rows, last)
+
+
+def device_names(session: Session, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:
+    return repository.device_names(session, ids)
 
 
 def device_detail(session: Session, device_id: uuid.UUID) -> DeviceDetail | None:

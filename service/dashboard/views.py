@@ -7,6 +7,8 @@ them disabled, and the server refuses them anyway."""
 
 from __future__ import annotations
 
+import base64
+import json
 import secrets
 import statistics
 import uuid
@@ -178,17 +180,34 @@ def _completion(policy: Policy | None) -> str:
     return (config or {}).get("completion") or "interrupt"
 
 
+def _cursor(after: tuple[str, str] | None) -> str | None:
+    if after is None:
+        return None
+    return base64.urlsafe_b64encode(json.dumps(list(after)).encode()).decode()
+
+
+def _after(cursor: str | None) -> tuple[str, str] | None:
+    if not cursor:
+        return None
+    try:
+        host, name = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+    except (ValueError, TypeError):
+        raise ActionRefused(422, "not a page of the device list: start from the first") from None
+    return str(host), str(name)
+
+
 @router.get("/", response_class=HTMLResponse)
-def overview(request: Request, session: SessionDep) -> HTMLResponse:
+def overview(request: Request, session: SessionDep, after: str | None = None) -> HTMLResponse:
     principal = _principal(request, session)
-    rows = dashboard.fleet(session)
-    classes = Counter(device.device_class for device, _, _ in rows)
-    schedulers = Counter(device.current_scheduler or "unknown" for device, _, _ in rows)
-    completions = Counter(_completion(policy) for _, _, policy in rows)
+    fleet = dashboard.fleet(session, after=_after(after))
+    rows = fleet.devices
+    classes = Counter(fleet.counts["classes"])
+    schedulers = Counter(fleet.counts["schedulers"])
+    completions = Counter(fleet.counts["completions"])
     pending = recommendations.list_recommendations(
         session, device_id=None, status="proposed", objective=None, limit=200, offset=0
     )
-    names = {device.id: f"{host}/{device.name}" for device, host, _ in rows}
+    names = dashboard.device_names(session, (row.device_id for row in pending))
     changes: list[dict[str, Any]] = []
     keeps: list[dict[str, Any]] = []
     for row in pending:
@@ -226,6 +245,9 @@ def overview(request: Request, session: SessionDep) -> HTMLResponse:
         "overview.html",
         principal,
         devices=rows,
+        next_page=_cursor(fleet.next_after),
+        first_page=after is not None,
+        device_count=sum(classes.values()),
         proposals=changes,
         keeps=keeps,
         rollouts=active,

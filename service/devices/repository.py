@@ -3,7 +3,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from service.tables import Device
@@ -33,8 +33,12 @@ def list_devices(
     present: bool | None,
     limit: int,
     offset: int,
+    after: tuple[uuid.UUID, str] | None = None,
 ) -> Sequence[Device]:
+    """By node and name (the unique index), after the (node id, name) given if any."""
     query = select(Device).order_by(Device.node_id, Device.name).limit(limit).offset(offset)
+    if after is not None:
+        query = query.where(tuple_(Device.node_id, Device.name) > tuple_(*after))
     if node_id is not None:
         query = query.where(Device.node_id == node_id)
     if device_class is not None:

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from agent.contract.wire import DeviceClass, DeviceInventory, InventoryReport
 from service.audit import service as audit
 from service.devices import repository
-from service.errors import Forbidden, NotFound
+from service.errors import Forbidden, NotFound, Unprocessable
 from service.nodes import repository as node_repository
 from service.security import Principal, Role
 from service.tables import Device
@@ -134,12 +134,32 @@ def list_devices(
     present: bool | None,
     limit: int,
     offset: int,
-) -> Sequence[Device]:
-    return repository.list_devices(
+    cursor: str | None = None,
+) -> tuple[Sequence[Device], str | None]:
+    """A page of devices, and the cursor of the next page (None: this was the last)."""
+    found = repository.list_devices(
         session,
         node_id=node_id,
         device_class=device_class.value if device_class else None,
         present=present,
-        limit=limit,
+        limit=limit + 1,
         offset=offset,
+        after=_after(cursor),
     )
+    if len(found) <= limit:
+        return found, None
+    last = found[limit - 1]
+    return found[:limit], f"{last.node_id}/{last.name}"
+
+
+def _after(cursor: str | None) -> tuple[uuid.UUID, str] | None:
+    if cursor is None:
+        return None
+    node, _, name = cursor.partition("/")
+    try:
+        return uuid.UUID(node), name
+    except ValueError:
+        raise Unprocessable(
+            "cursor is not one this API gave (X-Next-Cursor of the previous page)",
+            fields=[{"loc": ["query", "cursor"], "msg": "not a device cursor"}],
+        ) from None

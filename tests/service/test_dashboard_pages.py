@@ -7,12 +7,14 @@ import re
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from agent.contract.tunables import Scheduler
 from agent.contract.wire import CanaryVerdict, ObservationCreate, ObservationKind
 from agent.contract.workloads import IOPattern
+from service.dashboard import service as dashboard_service
 from service.observations import service as observations
 from service.rollouts import service as rollouts
 from service.rollouts.schemas import RolloutCreate
@@ -273,3 +275,31 @@ def test_a_window_stored_with_an_impossible_date_breaks_no_page(
     response = client.get(f"/ui/devices/{device.id}")
     assert response.status_code == 200, response.text[-500:]
     assert "Mean latency" in response.text  # the real windows are plotted
+
+
+def test_the_fleet_page_counts_everything_and_lists_a_page_at_a_time(
+    client: TestClient, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dashboard_service, "FLEET_PAGE", 4)
+    label = uuid.uuid4().hex[:6]
+    for host in ("a", "b", "c"):
+        node, _ = create_node(session, hostname=f"{host}-{label}")
+        report_inventory(session, node, device_inventory("loop0"), device_inventory("loop1"))
+    viewer = create_api_token(session, role=Role.VIEWER)
+    session.commit()
+    _sign_in(client, viewer)
+
+    def listed(page: str) -> list[str]:
+        table = page.split('data-testid="devices"')[1].split("</table>")[0]
+        return re.findall(r">([a-c]-\w+/loop\d)</a>", table)
+
+    first = client.get("/ui/")
+    assert first.status_code == 200
+    assert "(6 present" in first.text  # the counts are the fleet's, not the page's
+    assert listed(first.text) == [f"{h}-{label}/loop{i}" for h in "ab" for i in (0, 1)]
+    after = re.search(r'href="/ui/\?after=([^"]+)" data-testid="next-page"', first.text)
+    assert after is not None
+    second = client.get(f"/ui/?after={after[1]}")
+    assert listed(second.text) == [f"c-{label}/loop0", f"c-{label}/loop1"]
+    assert 'data-testid="next-page"' not in second.text
+    assert client.get("/ui/?after=bm90LWpzb24").status_code == 422

@@ -7,7 +7,13 @@ from sqlalchemy.orm import Session
 
 from agent.contract.tunables import Scheduler
 from service.security import Role
-from tests.factories import bearer, create_api_token, create_node, device_inventory
+from tests.factories import (
+    bearer,
+    create_api_token,
+    create_node,
+    device_inventory,
+    report_inventory,
+)
 
 
 def _inventory(*devices: Any) -> dict[str, Any]:
@@ -178,3 +184,29 @@ class TestNodeDevices:
         assert [d["name"] for d in mine.json()] == ["loop0", "loop1"]
         theirs = client.get(f"/api/v1/nodes/{other.id}/devices", headers=bearer(token))
         assert theirs.status_code == 403
+
+
+def test_the_device_list_pages_with_a_cursor(client: TestClient, session: Session) -> None:
+    node, _ = create_node(session, hostname="cursor-node")
+    names = [f"loop{i}" for i in range(5)]
+    report_inventory(session, node, *(device_inventory(n) for n in names))
+    viewer = bearer(create_api_token(session, role=Role.VIEWER))
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        params: dict[str, Any] = {"node_id": str(node.id), "limit": 2}
+        if cursor:
+            params["cursor"] = cursor
+        response = client.get("/api/v1/devices", params=params, headers=viewer)
+        assert response.status_code == 200, response.text
+        seen += [d["name"] for d in response.json()]
+        pages += 1
+        cursor = response.headers.get("X-Next-Cursor")
+        if cursor is None:
+            break
+    assert seen == names
+    assert pages == 3
+    refused = client.get("/api/v1/devices", params={"cursor": "nope"}, headers=viewer)
+    assert refused.status_code == 422
+    assert refused.json()["fields"][0]["loc"] == ["query", "cursor"]
