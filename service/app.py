@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -28,6 +30,7 @@ from service.ops.endpoints import router as ops_router
 from service.ops.middleware import (
     BODY_TOO_LARGE,
     BodySizeLimitMiddleware,
+    ConnectionAdmissionMiddleware,
     RequestObservationMiddleware,
 )
 from service.ops.ratelimit import RateLimitMiddleware
@@ -163,8 +166,26 @@ def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
     return openapi
 
 
+def _enough_threads(settings: Settings) -> Callable[[FastAPI], Any]:
+    """Sync endpoints and dependencies run on AnyIO's thread pool (40 threads by default):
+    at least as many threads as requests admitted at once (ConnectionAdmissionMiddleware)."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        limiter.total_tokens = max(limiter.total_tokens, _admitted(settings))
+        yield
+
+    return lifespan
+
+
+def _admitted(settings: Settings) -> int:
+    return settings.db_pool_size + settings.db_max_overflow
+
+
 def create_app(settings: Settings, database: Database) -> FastAPI:
     app = FastAPI(
+        lifespan=_enough_threads(settings),
         title="blkpilot",
         version=__version__,
         description="Control plane for tuning Linux block I/O across a fleet.",
@@ -201,5 +222,8 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     # inside the observation: a 429 is logged and counted with its request id
     app.add_middleware(RateLimitMiddleware, limits_text=settings.rate_limit)
+    # no more requests inside than the pool has connections (each holds one): the others
+    # wait here, on the event loop, not in threads (ConnectionAdmissionMiddleware)
+    app.add_middleware(ConnectionAdmissionMiddleware, limit=_admitted(settings))
     app.add_middleware(RequestObservationMiddleware)
     return app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -83,6 +84,27 @@ class RequestObservationMiddleware:
             )
             if not failed:
                 request_id.reset(token)
+
+
+class ConnectionAdmissionMiddleware:
+    """At most `limit` requests inside the application at once: as many as the database pool
+    has connections, since each request holds one. The others wait here, on the event loop.
+
+    Without it, requests beyond the pool wait for a connection inside AnyIO's worker threads;
+    once they hold every thread, the requests that do have connections cannot get a thread to
+    finish on, and nothing moves until the pool's 30 s timeout fails them all with 500 (found
+    by bench/fleet.py's 64 concurrent enrollments against a pool of 20)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.slots = asyncio.Semaphore(limit)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        async with self.slots:
+            await self.app(scope, receive, send)
 
 
 BODY_TOO_LARGE = "blkpilot.body_too_large"  # in the ASGI scope: the limit a body passed

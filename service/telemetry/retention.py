@@ -24,6 +24,7 @@ from datetime import UTC, date, datetime, timedelta
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from agent.contract.base import MAX_CLOCK_SKEW
 from service.errors import Unprocessable
 from service.ops import metrics
 from service.telemetry import repository
@@ -176,7 +177,8 @@ def ensure_days(
     """Make sure every window start has its day partition; a window older than the raw
     retention is refused (it would be dropped at once, and rollups of that day are final).
     A missing partition is made in its own short transaction, before the batch's (creating
-    one locks the whole table for a moment)."""
+    one locks the whole table for a moment). Called before the session has touched the
+    database."""
     now = now or datetime.now(UTC)
     horizon = policy.raw_horizon(now)
     starts = list(starts)
@@ -186,15 +188,20 @@ def ensure_days(
             f"{len(too_old)} window(s) start before {horizon:%Y-%m-%d}, past this server's raw"
             f" telemetry retention ({policy.raw_days} days): nothing from this batch was stored"
         )
-    days = {s.astimezone(UTC).date() for s in starts}
+    # (a start in the future is refused by ingest's own check, with its field)
+    latest = now + MAX_CLOCK_SKEW
+    days = {s.astimezone(UTC).date() for s in starts if s <= latest}
     if not CACHE.missing(days):
         return
-    CACHE.add(p.table for p in repository.partitions(session, RAW))
+    # a connection of its own, taken and given back before the request's session takes one:
+    # a request never holds two (ConnectionAdmissionMiddleware admits one per connection)
+    bind = session.get_bind()
+    engine = bind if isinstance(bind, Engine) else bind.engine
+    with engine.connect() as connection:
+        CACHE.add(p.table for p in repository.partitions(connection, RAW))
     missing = CACHE.missing(days)
     if not missing:
         return
-    bind = session.get_bind()
-    engine = bind if isinstance(bind, Engine) else bind.engine
     with engine.begin() as connection:
         repository.create_partitions(connection, RAW, missing)
     CACHE.add(p.table for p in missing)

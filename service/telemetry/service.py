@@ -32,6 +32,8 @@ def ingest(
     only names the node never reported are unknown.
     """
     assert node.node_id is not None
+    # first, before this request's session holds a connection (it may need one of its own)
+    retention.ensure_days(session, policy or RetentionPolicy(), (w.start for w in batch.windows))
     device_ids = device_repository.ids_by_name(session, node.node_id)
     unknown = [
         {"loc": ["body", "windows", index, "device"], "msg": f"unknown device {window.device!r}"}
@@ -63,7 +65,6 @@ def ingest(
     keys = [(w.device, w.start, w.end) for w in batch.windows]
     if len(set(keys)) != len(keys):
         raise Unprocessable("the batch holds the same device and interval twice")
-    retention.ensure_days(session, policy or RetentionPolicy(), (w.start for w in batch.windows))
 
     if not repository.claim_batch(session, batch.batch_id, node.node_id, len(batch.windows)):
         owner = repository.batch_owner(session, batch.batch_id)

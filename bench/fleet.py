@@ -1,0 +1,461 @@
+"""A simulated fleet against a real control plane: `blkpilot serve` (one or more replicas) on
+PostgreSQL, with asyncio clients playing the nodes.
+
+1. Enrollment: every node takes an enrollment token, enrolls and reports a real inventory of
+   --devices devices (NVMe, SATA SSD, HDD and ULL classes mixed as a fleet has them).
+2. Telemetry in compressed time: each node posts a batch per simulated 10 s interval holding
+   one window per device, --intervals times, as fast as the service acknowledges; plus one
+   benchmark observation per node. Recorded: windows per second held, the batch p99, and
+   whether that keeps up with the fleet's real-time rate (nodes x devices / 10 s).
+3. Size: the bytes a window and an hourly rollup row take in their partitions (after a
+   rollup of the simulated hours), and from them the database's growth per simulated day of
+   the whole fleet, with raw windows only and with rollups past the raw retention.
+4. The read paths at that size, each timed --reads times: the device list (first page, a deep
+   page through the cursor, a class filter), the fleet page, a device's page, the audit list
+   and the recommendations list; p95 of each against 300 ms.
+
+    python -m bench.fleet                                 # 10,000 nodes x 16 devices
+    python -m bench.fleet --nodes 500 --intervals 3       # a quick look
+
+Records bench/results/fleet.json and a row in fleet.md with the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agent.contract.wire import DeviceClass
+from bench.record import provenance, record
+from tests.factories import device_inventory
+from tests.proc import BLKPILOT, clean_env, free_port, start_serve, stop, wait_ready
+
+READ_P95_TARGET_MS = 300.0
+WINDOW_SECONDS = 10
+RAW_DAYS, HOURLY_DAYS = 14, 400  # the service's default retention
+# a fleet's mix of device classes, per 16 slots
+MIX = [DeviceClass.NVME_FLASH] * 8 + [DeviceClass.SATA_SSD] * 4 + [DeviceClass.HDD] * 2
+MIX += [DeviceClass.ULL] * 2
+
+
+def _inventory(devices: int) -> dict[str, Any]:
+    found = []
+    for i in range(devices):
+        cls = MIX[i % len(MIX)]
+        name = {DeviceClass.HDD: f"sd{chr(97 + i)}", DeviceClass.SATA_SSD: f"sd{chr(97 + i)}"}.get(
+            cls, f"nvme{i}n1"
+        )
+        found.append(
+            device_inventory(
+                name, device_class=cls, rotational=cls is DeviceClass.HDD
+            ).model_dump(mode="json")
+        )
+    return {"kernel_version": "6.1.0-18-amd64", "devices": found}
+
+
+def _window(device: str, start: datetime, seed: int) -> dict[str, Any]:
+    reads, writes = 900 + seed % 200, 200 + seed % 50
+    return {
+        "device": device,
+        "start": start.isoformat(),
+        "end": (start + timedelta(seconds=WINDOW_SECONDS)).isoformat(),
+        "read_ios": reads,
+        "write_ios": writes,
+        "read_bytes": reads * 4096,
+        "write_bytes": writes * 16384,
+        "iops": (reads + writes) / WINDOW_SECONDS,
+        "read_share": reads / (reads + writes),
+        "mean_request_bytes": (reads * 4096 + writes * 16384) / (reads + writes),
+        "mean_latency_us": 90.0 + seed % 30,
+        "queue_depth": 1.5,
+        "utilisation": 0.3,
+    }
+
+
+class Timer:
+    def __init__(self) -> None:
+        self.samples: dict[str, list[float]] = {}
+
+    def add(self, name: str, seconds: float) -> None:
+        self.samples.setdefault(name, []).append(seconds)
+
+    def p(self, name: str, q: float) -> float:
+        values = sorted(self.samples[name])
+        return values[min(len(values) - 1, int(q * len(values)))] * 1000
+
+
+async def _enroll(
+    client: httpx.AsyncClient, admin: dict[str, str], index: int, inventory: dict[str, Any]
+) -> tuple[str, str]:
+    created = await client.post("/api/v1/enrollment-tokens", json={}, headers=admin)
+    _check(created)
+    token = created.json()
+    response = await client.post(
+        "/api/v1/nodes",
+        json={"enrollment_token": token["token"], "hostname": f"node-{index:05d}"},
+    )
+    _check(response)
+    enrolled = response.json()
+    headers = {"Authorization": f"Bearer {enrolled['node_token']}"}
+    put = await client.put(
+        f"/api/v1/nodes/{enrolled['node']['id']}/inventory", json=inventory, headers=headers
+    )
+    _check(put)
+    return enrolled["node_token"], enrolled["node"]["id"]
+
+
+def _check(response: httpx.Response) -> None:
+    if response.status_code >= 300:
+        raise RuntimeError(
+            f"{response.request.method} {response.request.url.path}:"
+            f" {response.status_code} {response.text[:300]}"
+        )
+
+
+async def _bounded(limit: int, jobs: list[Any]) -> list[Any]:
+    gate = asyncio.Semaphore(limit)
+
+    async def one(job: Any) -> Any:
+        async with gate:
+            return await job
+
+    return await asyncio.gather(*(one(j) for j in jobs))
+
+
+async def enroll_fleet(
+    bases: list[str], admin: str, nodes: int, inventory: dict[str, Any], clients: int
+) -> list[tuple[str, str, str]]:
+    """(base, node token, node id) per node; nodes spread over the replicas."""
+    headers = {"Authorization": f"Bearer {admin}"}
+    limits = httpx.Limits(max_connections=clients)
+    sessions = [httpx.AsyncClient(base_url=b, timeout=120, limits=limits) for b in bases]
+    try:
+        jobs = [_enroll(sessions[i % len(bases)], headers, i, inventory) for i in range(nodes)]
+        found = await _bounded(clients, jobs)
+    finally:
+        for session in sessions:
+            await session.aclose()
+    return [(bases[i % len(bases)], t, n) for i, (t, n) in enumerate(found)]
+
+
+async def post_telemetry(
+    fleet: list[tuple[str, str, str]],
+    devices: list[str],
+    intervals: int,
+    start: datetime,
+    clients: int,
+    timer: Timer,
+) -> int:
+    stored = 0
+    bases = sorted({b for b, _, _ in fleet})
+    limits = httpx.Limits(max_connections=clients)
+    sessions = {b: httpx.AsyncClient(base_url=b, timeout=120, limits=limits) for b in bases}
+
+    async def node_interval(base: str, token: str, interval: int, seed: int) -> int:
+        at = start + timedelta(seconds=WINDOW_SECONDS * interval)
+        body = {
+            "batch_id": str(uuid.uuid4()),
+            "windows": [_window(d, at, seed + i) for i, d in enumerate(devices)],
+        }
+        began = time.perf_counter()
+        response = await sessions[base].post(
+            "/api/v1/telemetry/batches",
+            json=body,
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        timer.add("batch", time.perf_counter() - began)
+        if response.status_code != 201:
+            raise RuntimeError(f"{response.status_code}: {response.text[:300]}")
+        count: int = response.json()["windows"]
+        return count
+
+    try:
+        for interval in range(intervals):  # every node's interval, then the next interval
+            jobs = [node_interval(b, t, interval, n) for n, (b, t, _) in enumerate(fleet)]
+            stored += sum(await _bounded(clients, jobs))
+    finally:
+        for session in sessions.values():
+            await session.aclose()
+    return stored
+
+
+async def post_observations(
+    fleet: list[tuple[str, str, str]], device_ids: dict[str, list[str]], clients: int
+) -> None:
+    workload = {
+        "name": "fleet-randread-4k",
+        "tool": "fio",
+        "engine": "io_uring",
+        "duration_s": 1.0,
+        "jobs": [{"name": "r", "pattern": "randread", "read_share": 1.0, "queue_depth": 1}],
+    }
+    now = datetime.now(UTC)
+    limits = httpx.Limits(max_connections=clients)
+    bases = sorted({b for b, _, _ in fleet})
+    sessions = {b: httpx.AsyncClient(base_url=b, timeout=120, limits=limits) for b in bases}
+
+    async def one(base: str, token: str, node: str) -> None:
+        body = {
+            "device_id": device_ids[node][0],
+            "kind": "benchmark",
+            "tool": "fio",
+            "workload": workload,
+            "configuration": {"scheduler": "none"},
+            "metrics": {"iops": 12000.0, "lat_p50_us": 80.0, "lat_p99_us": 210.0},
+            "started_at": (now - timedelta(seconds=2)).isoformat(),
+            "finished_at": now.isoformat(),
+        }
+        response = await sessions[base].post(
+            "/api/v1/observations", json=body, headers={"Authorization": f"Bearer {token}"}
+        )
+        if response.status_code != 201:
+            raise RuntimeError(f"{response.status_code}: {response.text[:300]}")
+
+    try:
+        await _bounded(clients, [one(b, t, n) for b, t, n in fleet])
+    finally:
+        for session in sessions.values():
+            await session.aclose()
+
+
+def sizes(url: str, now: datetime) -> dict[str, float]:
+    """Bytes per raw window and per hourly row, measured in their partitions after the upkeep
+    rolled up the simulated hours."""
+    from sqlalchemy import text
+
+    from service import db
+    from service.telemetry.retention import RetentionPolicy, maintain
+
+    engine = db.create_db_engine(url, pool_size=1)
+    try:
+        maintain(engine, RetentionPolicy(), now + timedelta(hours=2))  # the hours are closed
+        with engine.connect() as connection:
+
+            def measure(parent: str) -> tuple[int, int]:
+                row = connection.execute(
+                    text(
+                        "SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0),"
+                        f" (SELECT count(*) FROM {parent})"
+                        " FROM pg_inherits i WHERE i.inhparent = CAST(:p AS regclass)"
+                    ),
+                    {"p": parent},
+                ).one()
+                return int(row[0]), int(row[1])
+
+            raw_bytes, raw_rows = measure("telemetry_windows")
+            hourly_bytes, hourly_rows = measure("telemetry_hourly")
+            total = connection.execute(text("SELECT pg_database_size(current_database())")).scalar()
+    finally:
+        engine.dispose()
+    return {
+        "raw_rows": raw_rows,
+        "raw_bytes_per_window": raw_bytes / max(raw_rows, 1),
+        "hourly_rows": hourly_rows,
+        "hourly_bytes_per_row": hourly_bytes / max(hourly_rows, 1),
+        "database_bytes": float(total or 0),
+    }
+
+
+def time_reads(base: str, admin: str, viewer_cookie: dict[str, str], reads: int) -> Timer:
+    timer = Timer()
+    headers = {"Authorization": f"Bearer {admin}"}
+    with httpx.Client(base_url=base, timeout=60, headers=headers) as client:
+        first = client.get("/api/v1/devices", params={"limit": 100})
+        first.raise_for_status()
+        device = first.json()[0]["id"]
+        # a deep page: follow the cursor 50 pages in, then time the page after it
+        cursor = first.headers.get("X-Next-Cursor")
+        for _ in range(50):
+            if cursor is None:
+                break
+            page = client.get("/api/v1/devices", params={"limit": 100, "cursor": cursor})
+            cursor = page.headers.get("X-Next-Cursor")
+        paths: dict[str, tuple[str, dict[str, Any]]] = {
+            "device list": ("/api/v1/devices", {"limit": 100}),
+            "device list, deep page": (
+                "/api/v1/devices",
+                {"limit": 100, **({"cursor": cursor} if cursor else {})},
+            ),
+            "device list, class filter": (
+                "/api/v1/devices",
+                {"limit": 100, "device_class": "sata_ssd"},
+            ),
+            "device telemetry": (f"/api/v1/devices/{device}/telemetry", {"limit": 360}),
+            "audit list": ("/api/v1/audit", {"limit": 100}),
+            "recommendations": ("/api/v1/recommendations", {"limit": 100}),
+        }
+        for _ in range(reads):
+            for name, (path, params) in paths.items():
+                began = time.perf_counter()
+                response = client.get(path, params=params)
+                timer.add(name, time.perf_counter() - began)
+                response.raise_for_status()
+    with httpx.Client(base_url=base, timeout=60, cookies=viewer_cookie) as ui:
+        for _ in range(reads):
+            for name, path in (("fleet page", "/ui/"), ("device page", f"/ui/devices/{device}")):
+                began = time.perf_counter()
+                response = ui.get(path)
+                timer.add(name, time.perf_counter() - began)
+                response.raise_for_status()
+    return timer
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--devices", type=int, default=16, help="devices per node")
+    parser.add_argument("--intervals", type=int, default=3, help="simulated 10 s intervals")
+    parser.add_argument("--clients", type=int, default=64, help="requests in flight")
+    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--reads", type=int, default=20, help="timed requests per read path")
+    parser.add_argument("--database-url", default=None, help="default: embedded PostgreSQL")
+    parser.add_argument("--no-record", action="store_true")
+    args = parser.parse_args()
+
+    data_dir = Path(tempfile.mkdtemp(prefix="blkpilot-fleet-"))
+    embedded = None
+    url = args.database_url
+    if url is None:
+        from service.embedded import EmbeddedPostgres
+
+        embedded = EmbeddedPostgres(data_dir / "db")
+        url = embedded.start()
+    env = clean_env(data_dir, BLKPILOT_DATABASE_URL=url, BLKPILOT_RATE_LIMIT="1000000/second")
+    env["BLKPILOT_ROLLOUT_WORKER"] = "false"
+    servers: list[subprocess.Popen[str]] = []
+    bases: list[str] = []
+    result: dict[str, Any] = {
+        "benchmark": "fleet",
+        "nodes": args.nodes,
+        "devices": args.devices,
+        "devices_total": f"{args.nodes:,} x {args.devices}",
+    }
+    try:
+        for replica in range(args.replicas):
+            port = free_port()
+            bases.append(f"http://127.0.0.1:{port}")
+            (data_dir / f"replica-{replica}").mkdir()
+            servers.append(start_serve(data_dir / f"replica-{replica}", env, port))
+            wait_ready(f"{bases[-1]}/readyz", servers[-1], timeout=120)
+        admin = subprocess.run(
+            [BLKPILOT, "token", "create", "--name", "fleet", "--role", "admin"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()[-1]
+        inventory = _inventory(args.devices)
+        names = [d["name"] for d in inventory["devices"]]
+
+        print(f"enrolling {args.nodes} nodes x {args.devices} devices ...", flush=True)
+        began = time.perf_counter()
+        fleet = asyncio.run(enroll_fleet(bases, admin, args.nodes, inventory, args.clients))
+        result["enroll_nodes_per_second"] = round(args.nodes / (time.perf_counter() - began), 1)
+
+        start = (datetime.now(UTC) - timedelta(minutes=30)).replace(microsecond=0)
+        timer = Timer()
+        print(f"telemetry: {args.intervals} intervals of every device ...", flush=True)
+        began = time.perf_counter()
+        stored = asyncio.run(
+            post_telemetry(fleet, names, args.intervals, start, args.clients, timer)
+        )
+        elapsed = time.perf_counter() - began
+        sent = args.nodes * args.devices * args.intervals
+        assert stored == sent, (stored, sent)
+        rate = sent / elapsed
+        needed = args.nodes * args.devices / WINDOW_SECONDS
+        result |= {
+            "windows": sent,
+            "windows_per_second": round(rate),
+            "real_time_windows_per_second": round(needed),
+            "keeps_up": rate >= needed,
+            "headroom": round(rate / needed, 2),
+            "batch_p50_ms": round(timer.p("batch", 0.5), 1),
+            "batch_p99_ms": round(timer.p("batch", 0.99), 1),
+        }
+        with httpx.Client(base_url=bases[0], headers={"Authorization": f"Bearer {admin}"}) as c:
+            device_ids: dict[str, list[str]] = {}
+            for _, _, node in fleet[: min(len(fleet), 2_000)]:
+                device_ids[node] = [d["id"] for d in c.get(f"/api/v1/nodes/{node}/devices").json()]
+        print(f"observations from {len(device_ids)} nodes ...", flush=True)
+        asyncio.run(
+            post_observations(
+                [f for f in fleet if f[2] in device_ids], device_ids, args.clients
+            )
+        )
+
+        print("sizes and rollups ...", flush=True)
+        size = sizes(url, start)
+        per_day_windows = args.nodes * args.devices * 86_400 / WINDOW_SECONDS
+        raw_day = per_day_windows * size["raw_bytes_per_window"]
+        hourly_day = args.nodes * args.devices * 24 * size["hourly_bytes_per_row"]
+        result |= {
+            "raw_bytes_per_window": round(size["raw_bytes_per_window"], 1),
+            "hourly_bytes_per_row": round(size["hourly_bytes_per_row"], 1),
+            "raw_gib_per_day": round(raw_day / 2**30, 1),
+            "hourly_gib_per_day": round(hourly_day / 2**30, 2),
+            # without retention every day adds raw_day for good; with it the store holds
+            # RAW_DAYS of raw windows and HOURLY_DAYS of hours
+            "steady_state_gib_with_rollups": round(
+                (RAW_DAYS * raw_day + HOURLY_DAYS * hourly_day) / 2**30, 1
+            ),
+            "gib_after_a_year_raw_only": round(365 * raw_day / 2**30, 1),
+            "database_gib_measured": round(size["database_bytes"] / 2**30, 2),
+        }
+
+        print("read paths ...", flush=True)
+        signed = httpx.post(
+            f"{bases[0]}/ui/login", data={"token": admin}, follow_redirects=False
+        )
+        reads = time_reads(bases[0], admin, dict(signed.cookies), args.reads)
+        result["read_p95_ms"] = {
+            name: round(reads.p(name, 0.95), 1) for name in sorted(reads.samples)
+        }
+        result["read_p95_target_ms"] = READ_P95_TARGET_MS
+    finally:
+        for server in servers:
+            stop(server)
+        if embedded is not None:
+            embedded.stop()
+
+    result |= {"replicas": args.replicas, "clients": args.clients, **provenance("fleet.py")}
+    print(json.dumps(result, indent=2))
+    slowest = max(result["read_p95_ms"].values())
+    result["slowest_read_p95_ms"] = slowest
+    if not args.no_record:
+        record(
+            "fleet",
+            result,
+            {
+                "nodes x devices": "devices_total",
+                "windows/s": "windows_per_second",
+                "real-time need": "real_time_windows_per_second",
+                "batch p99 ms": "batch_p99_ms",
+                "raw GiB/day": "raw_gib_per_day",
+                "steady GiB (14 d raw + 400 d hours)": "steady_state_gib_with_rollups",
+                "slowest read p95 ms": "slowest_read_p95_ms",
+            },
+        )
+    ok = result["keeps_up"] and slowest < READ_P95_TARGET_MS
+    print(
+        f"{'PASS' if ok else 'SHORT'}: {result['windows_per_second']:,} windows/s against"
+        f" {result['real_time_windows_per_second']:,} needed; slowest read p95 {slowest} ms"
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
