@@ -57,9 +57,9 @@ def _inventory(devices: int) -> dict[str, Any]:
             cls, f"nvme{i}n1"
         )
         found.append(
-            device_inventory(
-                name, device_class=cls, rotational=cls is DeviceClass.HDD
-            ).model_dump(mode="json")
+            device_inventory(name, device_class=cls, rotational=cls is DeviceClass.HDD).model_dump(
+                mode="json"
+            )
         )
     return {"kernel_version": "6.1.0-18-amd64", "devices": found}
 
@@ -392,9 +392,7 @@ def main() -> int:
                 device_ids[node] = [d["id"] for d in c.get(f"/api/v1/nodes/{node}/devices").json()]
         print(f"observations from {len(device_ids)} nodes ...", flush=True)
         asyncio.run(
-            post_observations(
-                [f for f in fleet if f[2] in device_ids], device_ids, args.clients
-            )
+            post_observations([f for f in fleet if f[2] in device_ids], device_ids, args.clients)
         )
 
         print("sizes and rollups ...", flush=True)
@@ -417,9 +415,7 @@ def main() -> int:
         }
 
         print("read paths ...", flush=True)
-        signed = httpx.post(
-            f"{bases[0]}/ui/login", data={"token": admin}, follow_redirects=False
-        )
+        signed = httpx.post(f"{bases[0]}/ui/login", data={"token": admin}, follow_redirects=False)
         reads = time_reads(bases[0], admin, dict(signed.cookies), args.reads)
         result["read_p95_ms"] = {
             name: round(reads.p(name, 0.95), 1) for name in sorted(reads.samples)

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from agent.contract.base import MAX_CLOCK_SKEW
 from service.errors import Unprocessable
 from service.ops import metrics
+from service.ops.transactions import on_commit
 from service.telemetry import repository
 from service.telemetry.repository import HOURLY, RAW, Partition
 
@@ -176,9 +177,7 @@ def ensure_days(
 ) -> None:
     """Make sure every window start has its day partition; a window older than the raw
     retention is refused (it would be dropped at once, and rollups of that day are final).
-    A missing partition is made in its own short transaction, before the batch's (creating
-    one locks the whole table for a moment). Called before the session has touched the
-    database."""
+    A missing partition is made in the batch's own transaction."""
     now = now or datetime.now(UTC)
     horizon = policy.raw_horizon(now)
     starts = list(starts)
@@ -193,18 +192,16 @@ def ensure_days(
     days = {s.astimezone(UTC).date() for s in starts if s <= latest}
     if not CACHE.missing(days):
         return
-    # a connection of its own, taken and given back before the request's session takes one:
-    # a request never holds two (ConnectionAdmissionMiddleware admits one per connection)
-    bind = session.get_bind()
-    engine = bind if isinstance(bind, Engine) else bind.engine
-    with engine.connect() as connection:
-        CACHE.add(p.table for p in repository.partitions(connection, RAW))
+    CACHE.add(p.table for p in repository.partitions(session, RAW))
     missing = CACHE.missing(days)
     if not missing:
         return
-    with engine.begin() as connection:
-        repository.create_partitions(connection, RAW, missing)
-    CACHE.add(p.table for p in missing)
+    # made in the request's own transaction: a request never holds two connections
+    # (ConnectionAdmissionMiddleware admits one request per connection). Creating a partition
+    # locks the table until the batch commits; the upkeep makes days ahead so that ingest
+    # seldom has to.
+    repository.create_partitions(session.connection(), RAW, missing)
+    on_commit(session, lambda: CACHE.add(p.table for p in missing))
 
 
 class MaintenanceWorker:

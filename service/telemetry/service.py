@@ -32,7 +32,6 @@ def ingest(
     only names the node never reported are unknown.
     """
     assert node.node_id is not None
-    # first, before this request's session holds a connection (it may need one of its own)
     retention.ensure_days(session, policy or RetentionPolicy(), (w.start for w in batch.windows))
     device_ids = device_repository.ids_by_name(session, node.node_id)
     unknown = [

@@ -1,0 +1,54 @@
+"""Short versions of the fleet-scale benchmarks (bench/fleet.py, bench/ingest.py), so that the
+suite runs what they measure: every window sent is stored, the sizes and read paths are
+measured. The figures themselves belong to the recorded runs (bench/results/)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(*args: str) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-m", *args, "--no-record"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr[-3000:]  # 1: below a target, not an error
+    start = done.stdout.index("{\n")
+    end = done.stdout.rindex("\n}") + 2
+    result: dict[str, object] = json.loads(done.stdout[start:end])
+    return result
+
+
+@pytest.mark.timeout(600)
+def test_a_small_fleet_enrolls_posts_and_reads() -> None:
+    result = _run("bench.fleet", "--nodes", "30", "--intervals", "2", "--reads", "2")
+    assert result["windows"] == 30 * 16 * 2
+    assert isinstance(result["raw_bytes_per_window"], float)
+    assert 50 < result["raw_bytes_per_window"] < 5_000
+    assert 0 < result["hourly_bytes_per_row"] < 5_000  # type: ignore[operator]
+    reads = result["read_p95_ms"]
+    assert isinstance(reads, dict)
+    assert set(reads) >= {"device list", "device list, deep page", "fleet page", "device page"}
+
+
+@pytest.mark.timeout(600)
+def test_ingest_and_copy_are_measured_in_one_run() -> None:
+    result = _run(
+        "bench.ingest", "--clients", "2", "--batches", "3", "--windows", "200", "--replicas", "2"
+    )
+    assert result["windows"] == 2 * 3 * 200
+    assert result["replicas"] == 2
+    share = result["share_of_copy"]
+    assert isinstance(share, float)
+    assert 0 < share < 1  # the HTTP path stores fewer rows a second than COPY alone
