@@ -11,7 +11,15 @@ from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import Session
 
 from agent.contract.base import EARLIEST_WINDOW, MAX_CLOCK_SKEW
-from service.tables import Device, Node, Observation, Policy, RecommendationRow, TelemetryWindowRow
+from service.tables import (
+    Device,
+    Node,
+    Observation,
+    Policy,
+    RecommendationRow,
+    TelemetryHourlyRow,
+    TelemetryWindowRow,
+)
 
 
 def present_devices(
@@ -122,3 +130,14 @@ def latest_recommendations(
         .order_by(RecommendationRow.created_at.desc())
         .limit(limit)
     ).all()
+
+
+def hours(session: Session, device_id: uuid.UUID, since: datetime) -> list[TelemetryHourlyRow]:
+    """The device's hourly rollups since then, oldest first."""
+    return list(
+        session.scalars(
+            select(TelemetryHourlyRow)
+            .where(TelemetryHourlyRow.device_id == device_id, TelemetryHourlyRow.hour >= since)
+            .order_by(TelemetryHourlyRow.hour)
+        )
+    )

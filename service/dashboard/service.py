@@ -6,15 +6,25 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
 from service.dashboard import repository
-from service.tables import Device, Node, Observation, Policy, RecommendationRow, TelemetryWindowRow
+from service.tables import (
+    Device,
+    Node,
+    Observation,
+    Policy,
+    RecommendationRow,
+    TelemetryHourlyRow,
+    TelemetryWindowRow,
+)
 
 WINDOWS_SHOWN = 720  # an hour of 5 s windows
 OBSERVATIONS_READ = 5000
 RECOMMENDATIONS_SHOWN = 10
+HOURS_SHOWN = timedelta(days=90)  # hourly rollups outlive the raw windows
 
 
 @dataclass(frozen=True)
@@ -25,6 +35,7 @@ class DeviceDetail:
     windows: list[TelemetryWindowRow]  # oldest first
     observations: list[Observation]  # newest first
     recommendations: Sequence[RecommendationRow]  # newest first
+    hours: list[TelemetryHourlyRow]  # oldest first: the rollups of the last HOURS_SHOWN
 
 
 FLEET_PAGE = 100
@@ -62,4 +73,5 @@ def device_detail(session: Session, device_id: uuid.UUID) -> DeviceDetail | None
         repository.latest_windows(session, device_id, WINDOWS_SHOWN),
         repository.latest_observations(session, device_id, OBSERVATIONS_READ),
         repository.latest_recommendations(session, device_id, RECOMMENDATIONS_SHOWN),
+        repository.hours(session, device_id, datetime.now(UTC) - HOURS_SHOWN),
     )

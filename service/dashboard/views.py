@@ -362,6 +362,23 @@ def device_page(
                     "W",
                 )
             )
+    if detail.hours:
+        hours = [h.hour for h in detail.hours]
+        ios = [h.read_ios + h.write_ios for h in detail.hours]
+        telemetry.append(
+            charts.timeline(
+                "Hourly history (rollups, kept past the raw windows)",
+                hours,
+                {
+                    "mean latency": [
+                        h.latency_us_ios / n if n else None
+                        for h, n in zip(detail.hours, ios, strict=True)
+                    ],
+                    "worst p99": [h.max_p99_us for h in detail.hours],
+                },
+                "µs",
+            )
+        )
     observations, recent = detail.observations, detail.recommendations
     latest = recent[0].workload_name if recent else None
     benchmarks = _benchmarks([o for o in observations if o.kind == "benchmark"], workload or latest)

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response, status
@@ -23,7 +23,7 @@ from service.errors import (
 from service.ops import metrics
 from service.ops.middleware import BODY_TOO_LARGE
 from service.telemetry import service
-from service.telemetry.schemas import TelemetryWindowRead
+from service.telemetry.schemas import TelemetryHourRead, TelemetryWindowRead
 
 router = APIRouter(prefix=f"{API_PREFIX}", tags=["telemetry"])
 
@@ -104,3 +104,22 @@ def device_telemetry(
         session, principal, device_id, since=since, until=until, limit=limit
     )
     return [TelemetryWindowRead.model_validate(window) for window in windows]
+
+
+@router.get(
+    "/devices/{device_id}/telemetry/hourly",
+    response_model=list[TelemetryHourRead],
+    responses=responses(Unauthorized, Forbidden, NotFound),
+)
+def device_telemetry_hourly(
+    device_id: uuid.UUID,
+    session: SessionDep,
+    principal: AnyPrincipal,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[TelemetryHourRead]:
+    """Oldest first: the device's hours rolled up from its windows, kept past the raw
+    retention (default: the last 30 days)."""
+    start = since or datetime.now(UTC) - timedelta(days=30)
+    hours = service.hours_for_device(session, principal, device_id, since=start, until=until)
+    return [TelemetryHourRead.model_validate(hour) for hour in hours]

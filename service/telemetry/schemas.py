@@ -45,3 +45,40 @@ class TelemetryWindowRead(BaseModel):
         if not self.energy_joules:
             return None
         return (self.read_bytes + self.write_bytes) / self.energy_joules
+
+
+class TelemetryHourRead(BaseModel):
+    """A device's hour, rolled up from its raw windows (kept past the raw retention)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    device_id: uuid.UUID
+    hour: datetime
+    windows: int
+    seconds: float
+    read_ios: int
+    write_ios: int
+    read_bytes: int
+    write_bytes: int
+    queue_depth_seconds: float
+    busy_seconds: float
+    latency_us_ios: float
+    energy_joules: float | None
+    max_p99_us: float | None
+    operations: list[dict[str, Any]] | None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def iops(self) -> float:
+        return (self.read_ios + self.write_ios) / self.seconds if self.seconds else 0.0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def mean_latency_us(self) -> float | None:
+        ios = self.read_ios + self.write_ios
+        return self.latency_us_ios / ios if ios else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def utilisation(self) -> float:
+        return self.busy_seconds / self.seconds if self.seconds else 0.0

@@ -15,7 +15,7 @@ from service.errors import Conflict, Unprocessable
 from service.ops import metrics
 from service.ops.transactions import on_commit
 from service.security import Principal
-from service.tables import TelemetryWindowRow
+from service.tables import TelemetryHourlyRow, TelemetryWindowRow
 from service.telemetry import repository, retention
 from service.telemetry.retention import RetentionPolicy
 
@@ -128,3 +128,15 @@ def windows_for_device(
 ) -> Sequence[TelemetryWindowRow]:
     device_service.get_device(session, principal, device_id)
     return repository.windows_for_device(session, device_id, since=since, until=until, limit=limit)
+
+
+def hours_for_device(
+    session: Session,
+    principal: Principal,
+    device_id: uuid.UUID,
+    *,
+    since: datetime,
+    until: datetime | None,
+) -> Sequence[TelemetryHourlyRow]:
+    device_service.get_device(session, principal, device_id)
+    return repository.hourly_for_device(session, device_id, since=since, until=until)

@@ -454,3 +454,36 @@ def test_the_fleet_p99_histogram_counts_ebpf_windows(
     assert seen == 1  # the eBPF window only
     assert metrics.WINDOW_P99._sum.get() > before[0]
     assert "blkpilot_fleet_window_p99_seconds_bucket" in client.get("/metrics").text
+
+
+def test_hourly_rollups_are_read_through_the_api_and_the_device_page(
+    client: TestClient, session: Session, node: tuple[Node, str]
+) -> None:
+    """The hours the upkeep rolls up (here in the test's transaction) are what the API's
+    hourly telemetry and the device page's history show."""
+    from service.telemetry import repository
+
+    _, token = node
+    windows = [ebpf_window("loop0", index=i) for i in range(6)]  # a minute from yesterday noon
+    assert client.post(URL, json=_batch(*windows), headers=bearer(token)).status_code == 201
+    start = datetime.fromisoformat(windows[0]["start"])
+    assert repository.roll_up(session.connection(), start, start + timedelta(hours=1)) == 1
+    viewer = create_api_token(session, role=Role.VIEWER)
+    device = session.scalars(
+        select(TelemetryWindowRow.device_id).where(TelemetryWindowRow.window_start == start)
+    ).one()
+    session.commit()
+    hours = client.get(f"/api/v1/devices/{device}/telemetry/hourly", headers=bearer(viewer)).json()
+    assert len(hours) == 1
+    (hour,) = hours
+    assert hour["windows"] == 6
+    assert hour["iops"] == pytest.approx(6 * (1000 + 250) / 60)
+    assert hour["mean_latency_us"] == pytest.approx(85.5)
+    assert hour["max_p99_us"] == max(
+        session.scalars(select(TelemetryWindowRow.p99_us)).all(), key=lambda v: v or 0
+    )
+    assert {o["op"] for o in hour["operations"]} == {"read", "write"}
+    signed = client.post("/ui/login", data={"token": viewer}, follow_redirects=False)
+    client.cookies.update(signed.cookies)
+    page = client.get(f"/ui/devices/{device}")
+    assert "Hourly history (rollups" in page.text
