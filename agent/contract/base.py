@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Self
@@ -78,6 +80,22 @@ def reject_nul(value: object) -> None:
 # set while a message's fields are validated: the message walked them all for NUL already,
 # so the messages inside it need not again
 _WALKED: ContextVar[bool] = ContextVar("blkpilot_nul_walked", default=False)
+
+
+@contextmanager
+def nul_free_json(raw: bytes) -> Iterator[None]:
+    """Around validating the JSON document `raw`: when its bytes hold no \\u0000 escape, no
+    string in it can hold NUL (JSON allows no raw control characters in strings), and the
+    messages need not walk it for one. A false alarm (an escaped backslash before "u0000")
+    only costs the walk."""
+    if b"\\u0000" in raw:
+        yield
+        return
+    token = _WALKED.set(True)
+    try:
+        yield
+    finally:
+        _WALKED.reset(token)
 
 
 def _no_nul(value: str) -> str:

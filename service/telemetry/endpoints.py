@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
+from agent.contract.base import nul_free_json
 from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt
 from service.deps import API_PREFIX, AnyPrincipal, CurrentNode, SessionDep, SettingsDep
 from service.errors import (
@@ -40,7 +41,8 @@ async def _batch_body(request: Request) -> TelemetryBatch:
             raise PayloadTooLarge(f"request body exceeds {limit} bytes") from None
         raise
     try:
-        return TelemetryBatch.model_validate_json(raw)
+        with nul_free_json(raw):
+            return TelemetryBatch.model_validate_json(raw)
     except ValidationError as error:
         raise RequestValidationError(
             [{**e, "loc": ("body", *e["loc"])} for e in error.errors()]

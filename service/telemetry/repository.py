@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 import psycopg
@@ -24,6 +25,7 @@ RAW = TelemetryWindowRow.__tablename__
 HOURLY = TelemetryHourlyRow.__tablename__
 # what COPY writes, in order; JSONB columns are wrapped for psycopg
 COPY_COLUMNS = tuple(c.name for c in TelemetryWindowRow.__table__.columns)
+_VALUES = itemgetter(*COPY_COLUMNS)
 _JSONB_AT = [COPY_COLUMNS.index(c) for c in ("power_readings", "operations")]
 # one advisory lock for partition DDL (any process, any replica)
 PARTITION_LOCK = 0x626C6B70  # "blkp"
@@ -65,8 +67,8 @@ def copy_windows(session: Session, rows: Iterable[dict[str, Any]]) -> int:
 
 
 def copy_row(row: dict[str, Any]) -> list[Any]:
-    """A row's values in COPY_COLUMNS' order, JSON columns wrapped."""
-    values = [row.get(c) for c in COPY_COLUMNS]
+    """A row's values in COPY_COLUMNS' order (every column given), JSON columns wrapped."""
+    values = list(_VALUES(row))
     for index in _JSONB_AT:
         if values[index] is not None:
             values[index] = Jsonb(values[index])

@@ -374,6 +374,14 @@ class TestTextInput:
         viewer = create_api_token(session, role=Role.VIEWER)
         query = client.get("/api/v1/audit", params={"actor": "a\u0000b"}, headers=bearer(viewer))
         assert query.status_code == 422
+        # a batch is parsed from its bytes (bytes without a \u0000 escape skip the walk):
+        # one NUL deep in one window still refuses it, naming where
+        windows = [telemetry_window("loop0", index=i) for i in range(3)]
+        windows[2]["latency_note"] = "no eBPF\u0000"
+        refused = client.post(URL, json=_batch(*windows), headers=bearer(token))
+        assert refused.status_code == 422
+        assert "NUL" in refused.json()["detail"]
+        assert _stored(session) == 0
 
 
 class TestLatencyDistributions:
