@@ -232,7 +232,7 @@ async def post_observations(
 def sizes(url: str, now: datetime) -> dict[str, float]:
     """Bytes per raw window and per hourly row, measured in their partitions after the upkeep
     rolled up the simulated hours."""
-    from sqlalchemy import text
+    from sqlalchemy import func, select, table, text
 
     from service import db
     from service.telemetry.retention import RetentionPolicy, maintain
@@ -243,14 +243,15 @@ def sizes(url: str, now: datetime) -> dict[str, float]:
         with engine.connect() as connection:
 
             def measure(parent: str) -> tuple[int, int]:
-                row = connection.execute(
+                size = connection.execute(
                     text(
-                        "SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0),"
-                        f" (SELECT count(*) FROM {parent})"
+                        "SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)"
                         " FROM pg_inherits i WHERE i.inhparent = CAST(:p AS regclass)"
                     ),
                     {"p": parent},
-                ).one()
+                ).scalar()
+                rows = connection.execute(select(func.count()).select_from(table(parent))).scalar()
+                row = (size or 0, rows or 0)
                 return int(row[0]), int(row[1])
 
             raw_bytes, raw_rows = measure("telemetry_windows")

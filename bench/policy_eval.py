@@ -25,6 +25,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.record import RESULTS, provenance, record
 from models import evaluate
@@ -167,9 +168,8 @@ def record_reports(
     minutes: float,
 ) -> bool:
     suffix = "" if args.holdout == "cell" else f"_{args.holdout}"
-    (RESULTS / f"policy_eval{suffix}_cells.json").write_text(
-        json.dumps(evaluate.as_json(reports), indent=1) + "\n"
-    )
+    # a run of some objectives replaces those, and keeps the others' recorded results
+    _merge(RESULTS / f"policy_eval{suffix}_cells.json", evaluate.as_json(reports), indent=1)
     devices = sorted(grid.devices)
     workloads = sorted(grid.workloads)
     configs = min(len(grid.configs(*cell)) for cell in grid.cells())
@@ -258,9 +258,14 @@ def record_reports(
                 "80 % interval coverage, change": "coverage_change",
             },
         )
-    (RESULTS / f"policy_eval{suffix}.json").write_text(json.dumps(summaries, indent=2) + "\n")
+    _merge(RESULTS / f"policy_eval{suffix}.json", summaries, indent=2)
     print(json.dumps(summaries, indent=2))
     return ok
+
+
+def _merge(path: Path, found: dict[str, Any], indent: int) -> None:
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**kept, **found}, indent=indent) + "\n")
 
 
 if __name__ == "__main__":
