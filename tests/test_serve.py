@@ -136,6 +136,20 @@ def test_db_current_reports_head(served: ServiceProcess) -> None:
     assert current == head != "None"
 
 
+def test_telemetry_maintain_runs_a_pass_by_hand(served: ServiceProcess) -> None:
+    """The running service made the partitions at start; a pass by hand finds them there,
+    and with a shorter raw retention it drops the days past it."""
+    result = run("telemetry", "maintain", env=served.env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("created 0 partition(s), dropped 0 (none)")
+    shorter = {**served.env, "BLKPILOT_TELEMETRY_RAW_DAYS": "3"}
+    result = run("telemetry", "maintain", env=shorter)
+    assert result.returncode == 0, result.stderr
+    dropped = result.stdout.split("dropped ")[1].split()[0]
+    assert int(dropped) >= 11  # 14 days ago to 4 days ago
+    assert "telemetry_windows_p" in result.stdout
+
+
 def test_production_refuses_the_embedded_database(tmp_path: Path) -> None:
     result = run("serve", env=clean_env(tmp_path, BLKPILOT_ENVIRONMENT="production"))
     assert result.returncode == 2

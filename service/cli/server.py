@@ -197,9 +197,39 @@ def demo(
     )
 
 
+telemetry_app = typer.Typer(help="Telemetry storage: partitions, rollups, retention.")
+
+
+@telemetry_app.command("maintain")
+def telemetry_maintain() -> None:
+    """One upkeep pass now (serve runs one every BLKPILOT_TELEMETRY_UPKEEP_SECONDS): day
+    partitions ahead, closed hours rolled up, days past the raw retention rolled up and
+    dropped, months past the hourly retention dropped."""
+    settings = load_settings()
+    from service import db
+    from service.runtime import database_url
+    from service.telemetry.retention import maintain
+
+    with database_url(settings) as url:
+        engine = db.create_db_engine(url, pool_size=1)
+        try:
+            report = maintain(engine, settings.retention)
+        finally:
+            engine.dispose()
+    if not report.ran:
+        typer.echo("another process is running a pass; nothing done")
+        raise typer.Exit(code=3)
+    typer.echo(
+        f"created {len(report.created)} partition(s), dropped {len(report.dropped)}"
+        f" ({', '.join(report.dropped) or 'none'}); {report.rolled_up} device-hour(s) rolled up;"
+        f" {report.batches_forgotten} batch id(s) past retention forgotten"
+    )
+
+
 def register(app: typer.Typer) -> None:
     app.command()(serve)
     app.command()(demo)
     app.add_typer(db_app, name="db")
     app.add_typer(token_app, name="token")
     app.add_typer(enrollment_app, name="enrollment-token")
+    app.add_typer(telemetry_app, name="telemetry")
