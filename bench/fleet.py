@@ -232,31 +232,17 @@ async def post_observations(
 def sizes(url: str, now: datetime) -> dict[str, float]:
     """Bytes per raw window and per hourly row, measured in their partitions after the upkeep
     rolled up the simulated hours."""
-    from sqlalchemy import func, select, table, text
-
     from service import db
+    from service.telemetry import repository
     from service.telemetry.retention import RetentionPolicy, maintain
 
     engine = db.create_db_engine(url, pool_size=1)
     try:
         maintain(engine, RetentionPolicy(), now + timedelta(hours=2))  # the hours are closed
         with engine.connect() as connection:
-
-            def measure(parent: str) -> tuple[int, int]:
-                size = connection.execute(
-                    text(
-                        "SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)"
-                        " FROM pg_inherits i WHERE i.inhparent = CAST(:p AS regclass)"
-                    ),
-                    {"p": parent},
-                ).scalar()
-                rows = connection.execute(select(func.count()).select_from(table(parent))).scalar()
-                row = (size or 0, rows or 0)
-                return int(row[0]), int(row[1])
-
-            raw_bytes, raw_rows = measure("telemetry_windows")
-            hourly_bytes, hourly_rows = measure("telemetry_hourly")
-            total = connection.execute(text("SELECT pg_database_size(current_database())")).scalar()
+            raw_bytes, raw_rows = repository.stored_size(connection, repository.RAW)
+            hourly_bytes, hourly_rows = repository.stored_size(connection, repository.HOURLY)
+            total = repository.database_size(connection)
     finally:
         engine.dispose()
     return {

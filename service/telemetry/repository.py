@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
-from sqlalchemy import delete, func, select, text
+from sqlalchemy import delete, func, select, table, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
@@ -145,6 +145,25 @@ def create_partitions(
         )
         created.append(partition.table)
     return created
+
+
+def stored_size(connection: Connection, parent: str) -> tuple[int, int]:
+    """(bytes on disk with indexes, rows) of a partitioned table's partitions."""
+    size = connection.execute(
+        text(
+            "SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)"
+            " FROM pg_inherits i WHERE i.inhparent = CAST(:parent AS regclass)"
+        ),
+        {"parent": parent},
+    ).scalar()
+    rows = connection.execute(select(func.count()).select_from(table(parent))).scalar()
+    return int(size or 0), int(rows or 0)
+
+
+def database_size(connection: Connection) -> int:
+    return int(
+        connection.execute(text("SELECT pg_database_size(current_database())")).scalar() or 0
+    )
 
 
 def drop_partition(connection: Connection, partition: Partition) -> None:
