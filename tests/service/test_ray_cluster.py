@@ -1,32 +1,34 @@
 """The nightly job on a real multi-process Ray cluster on this machine: `ray start --head` and
-a second `ray start --address …` as separate processes (two nodes, one CPU each), and the job
-connecting through RAY_ADDRESS, as a user who outgrew one machine would point blkpilot at their
-cluster with nothing else changed. Its training data are recorded runs of the policy grid
-(real fio on this machine's loop devices), stored as observations."""
+a second `ray start --address …` as separate processes (two nodes, one CPU each), and the job —
+`blkpilot nightly`, a process of its own — connecting through RAY_ADDRESS, as a
+user who outgrew one machine would point blkpilot at their cluster with nothing else changed.
+Its training data are recorded runs of the policy grid (real fio on this machine's loop
+devices), stored as observations in a database of the test's own."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from agent.contract.wire import ObservationCreate, ObservationKind
 from models.grid import Grid
+from service import db
 from service.observations import service as observations
-from service.recommendations import nightly
 from service.security import Principal
-from service.tables import ModelVersion
+from tests.conftest import create_database, drop_database
 from tests.factories import create_node, device_inventory, report_inventory
-from tests.proc import free_port
+from tests.proc import BLKPILOT, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY = str(Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin" / "ray")
@@ -81,53 +83,92 @@ def ray_cluster(ray_auth: dict[str, str]) -> Iterator[str]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
+@pytest.fixture
+def scratch_url(server_url: str) -> Iterator[str]:
+    url = create_database(server_url, "blkpilot_test_ray_cluster")
+    db.upgrade(url)
+    yield url
+    drop_database(server_url, "blkpilot_test_ray_cluster")
+
+
+def _observations(url: str) -> int:
+    """The recorded grid's runs of the host's two loop devices on three workloads."""
+    grid = Grid.load(GRID)
+    engine = db.create_db_engine(url, pool_size=1)
+    stored = 0
+    try:
+        with Session(engine, expire_on_commit=False) as session, session.begin():
+            node, _ = create_node(session)
+            principal = Principal(name=f"node:{node.hostname}", node_id=node.id)
+            names = {"host-loop-tmpfs": "loop0", "host-loop-disk": "loop1"}
+            made = report_inventory(session, node, *(device_inventory(n) for n in names.values()))
+            ids = {grid_name: d.id for grid_name, d in zip(names, made, strict=True)}
+            workloads = sorted({r.workload for r in grid.runs if r.device in DEVICES})[:3]
+            finished = datetime.now(UTC) - timedelta(hours=1)
+            for run in grid.runs:
+                if run.device not in DEVICES or run.workload not in workloads:
+                    continue
+                observations.record(
+                    session,
+                    principal,
+                    ObservationCreate(
+                        device_id=ids[run.device],
+                        kind=ObservationKind.BENCHMARK,
+                        tool="fio",
+                        workload=grid.workloads[run.workload],
+                        configuration=run.config,
+                        metrics=run.metrics,
+                        started_at=finished - timedelta(seconds=2),
+                        finished_at=finished,
+                    ),
+                )
+                stored += 1
+    finally:
+        engine.dispose()
+    return stored
+
+
 @pytest.mark.timeout(900)
 def test_nightly_on_a_two_node_ray_cluster(
-    ray_cluster: str, session: Session, monkeypatch: pytest.MonkeyPatch
+    ray_cluster: str, ray_auth: dict[str, str], scratch_url: str
 ) -> None:
-    import ray
-
-    grid = Grid.load(GRID)
-    node, _ = create_node(session)
-    principal = Principal(name=f"node:{node.hostname}", node_id=node.id)
-    names = {"host-loop-tmpfs": "loop0", "host-loop-disk": "loop1"}
-    devices = report_inventory(session, node, *(device_inventory(n) for n in names.values()))
-    ids = {grid_name: d.id for grid_name, d in zip(names, devices, strict=True)}
-    workloads = sorted({r.workload for r in grid.runs if r.device in DEVICES})[:3]
-    finished = datetime.now(UTC) - timedelta(hours=1)
-    stored = 0
-    for run in grid.runs:
-        if run.device not in DEVICES or run.workload not in workloads:
-            continue
-        observations.record(
-            session,
-            principal,
-            ObservationCreate(
-                device_id=ids[run.device],
-                kind=ObservationKind.BENCHMARK,
-                tool="fio",
-                workload=grid.workloads[run.workload],
-                configuration=run.config,
-                metrics=run.metrics,
-                started_at=finished - timedelta(seconds=2),
-                finished_at=finished,
-            ),
-        )
-        stored += 1
+    stored = _observations(scratch_url)
     assert stored > 100
+    env = {
+        **os.environ,
+        **ray_auth,
+        "RAY_ADDRESS": ray_cluster,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "BLKPILOT_DATABASE_URL": scratch_url,
+    }
 
     # the cluster is two processes' nodes, each with its own CPU
-    ray.init(address=ray_cluster, log_to_driver=False)
-    try:
-        alive = [n for n in ray.nodes() if n["Alive"]]  # type: ignore[no-untyped-call]
-        assert len(alive) == 2
-        assert ray.cluster_resources()["CPU"] == 2  # type: ignore[no-untyped-call]
-    finally:
-        ray.shutdown()
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import ray; ray.init(log_to_driver=False);"
+            " print(sum(n['Alive'] for n in ray.nodes()), ray.cluster_resources()['CPU'])",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert probe.stdout.split()[-2:] == ["2", "2.0"]
 
-    monkeypatch.setenv("RAY_ADDRESS", ray_cluster)
-    report = nightly.run(session, max_canaries=0)
-    assert report.where == f"the Ray cluster at {ray_cluster}"
-    assert report.samples == stored
-    versions = session.scalars(select(ModelVersion).where(ModelVersion.run_id == report.run_id))
-    assert {"p50_latency", "p99_latency", "iops"} <= {v.objective for v in versions}
+    job = subprocess.run(
+        [BLKPILOT, "nightly", "--max-canaries", "0", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert job.returncode == 0, job.stderr[-3000:]
+    report = json.loads(job.stdout[job.stdout.index("{") :])
+    assert report["where"] == f"the Ray cluster at {ray_cluster}"
+    assert report["samples"] == stored
+    assert {"p50_latency", "p99_latency", "iops"} <= {m["objective"] for m in report["models"]}
