@@ -6,9 +6,11 @@ import io
 import json
 import logging
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -72,11 +74,20 @@ def test_an_agents_refused_call_names_the_id_the_service_logged(
     rid = refused.value.request_id
     assert re.fullmatch(r"[0-9a-f]{32}", rid)
     assert f"(request {rid})" in str(refused.value)
-    logged = [
-        json.loads(line)
-        for line in (service.data_dir / "serve.log").read_text().splitlines()
-        if line.startswith("{")
-    ]
-    (line,) = [entry for entry in logged if entry.get("request_id") == rid]
+
+    def lines() -> list[dict[str, Any]]:
+        logged = [
+            json.loads(line)
+            for line in (service.data_dir / "serve.log").read_text().splitlines()
+            if line.startswith("{")
+        ]
+        return [entry for entry in logged if entry.get("request_id") == rid]
+
+    # the access line is written once the response has gone out: on a busy machine, a moment
+    # after the client has it
+    deadline = time.monotonic() + 10
+    while not lines() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (line,) = lines()
     assert line["status"] == 401
     assert line["route"] == "/api/v1/nodes/{node_id}/devices"
