@@ -129,10 +129,10 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
         current = first.locator("td.config").first.inner_text()
         expect(first.locator("td.config").nth(1)).not_to_have_text(current)
         # predicted better, or level where only the papers' priors favour it (with a CPU hog the
-        # demo's depth-1 sweep cannot tell bfq's idling from none: +0.0 %, "same"); never worse
+        # demo's depth-1 sweep cannot tell bfq's idling from none: ±0.0 %, "same"); never worse
         gain = first.get_by_test_id("gain").locator("span").first
         expect(gain).to_have_class(re.compile(r"^(better|same)$"))
-        expect(gain).to_contain_text("+")
+        expect(gain).to_have_text(re.compile(r"^(\+\d|±0\.0)"))
         expect(page.get_by_test_id("keeps")).to_be_attached()  # the rest keep what they run
 
         # to that device

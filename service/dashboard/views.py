@@ -38,6 +38,15 @@ from service.tables import Observation, Policy, TelemetryWindowRow
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+
+
+def _signed_pct(fraction: float) -> str:
+    """A change as a signed percentage; one that rounds to nothing is ±0.0 (not "-0.0")."""
+    shown = f"{fraction * 100:+.1f}"
+    return "±0.0" if shown in ("+0.0", "-0.0") else shown
+
+
+templates.env.filters["signed_pct"] = _signed_pct
 SESSION, CSRF = SESSION_COOKIE, "blkpilot_csrf"
 METRICS = {
     "lat_p50_us": ("p50 latency", "µs"),

@@ -303,3 +303,14 @@ def test_the_fleet_page_counts_everything_and_lists_a_page_at_a_time(
     assert listed(second.text) == [f"c-{label}/loop0", f"c-{label}/loop1"]
     assert 'data-testid="next-page"' not in second.text
     assert client.get("/ui/?after=bm90LWpzb24").status_code == 422
+
+
+def test_a_change_that_rounds_to_nothing_has_no_sign() -> None:
+    from service.dashboard.views import _signed_pct
+
+    assert [_signed_pct(v) for v in (0.123, -0.0004, 0.0004, -0.02)] == [
+        "+12.3",
+        "±0.0",
+        "±0.0",
+        "-2.0",
+    ]
