@@ -157,7 +157,7 @@ def ablation(
                     "pick beats every fixed rule": "pick_beats_fixed_rules",
                 },
             )
-    (RESULTS / "policy_eval_ablation.json").write_text(json.dumps(table, indent=2) + "\n")
+    _merge(RESULTS / "policy_eval_ablation.json", table, indent=2)
 
 
 def record_reports(
