@@ -41,19 +41,19 @@ HOST_DEVICES = {  # grid name -> (where the backing file lives, size)
 }
 
 
-def load_existing() -> Grid:
-    if not RESULT.exists():
+def load_existing(path: Path = RESULT) -> Grid:
+    if not path.exists():
         return Grid()
-    with gzip.open(RESULT, "rt") as handle:
+    with gzip.open(path, "rt") as handle:
         return Grid.from_json(json.load(handle))
 
 
-def save(grid: Grid) -> None:
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    tmp = RESULT.with_suffix(".tmp")
+def save(grid: Grid, path: Path = RESULT) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
     with gzip.open(tmp, "wt") as handle:
         json.dump(grid.to_json(), handle, separators=(",", ":"))
-    tmp.replace(RESULT)
+    tmp.replace(path)
 
 
 def host_grid(
@@ -108,6 +108,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--device", action="append", help="only this device (repeatable)")
     parser.add_argument("--workload", action="append", help="only this workload (repeatable)")
+    parser.add_argument(
+        "--out", type=Path, default=RESULT, help="the grid file to grow (default: the main grid)"
+    )
     args = parser.parse_args()
     if not (args.host or args.lab):
         parser.error("give --host, --lab or both")
@@ -133,7 +136,7 @@ def main() -> int:
         )
         # read now, not at the start: another part may have been recorded meanwhile; the
         # cells measured now replace what an earlier run recorded of them
-        grid = load_existing()
+        grid = load_existing(args.out)
         fresh = set(measured.cells())
         grid.runs = [r for r in grid.runs if (r.device, r.workload) not in fresh]
         recorded = {
@@ -148,7 +151,7 @@ def main() -> int:
         earlier = grid.meta.get(part, [])
         grid.meta[part] = [*(earlier if isinstance(earlier, list) else [earlier]), recorded]
         grid.merge(measured)
-        save(grid)
+        save(grid, args.out)
         cells = sorted(fresh)
         configs = min(len(grid.configs(*cell)) for cell in cells)
         doc = {
