@@ -39,7 +39,7 @@ import httpx
 from agent.contract.wire import DeviceClass
 from bench.record import provenance, record
 from tests.factories import device_inventory
-from tests.proc import BLKPILOT, clean_env, free_port, start_serve, stop, wait_ready
+from tests.proc import BLKPILOT, clean_env, start_replicas, stop
 
 READ_P95_TARGET_MS = 300.0
 WINDOW_SECONDS = 10
@@ -323,7 +323,6 @@ def main() -> int:
     env = clean_env(data_dir, BLKPILOT_DATABASE_URL=url, BLKPILOT_RATE_LIMIT="1000000/second")
     env["BLKPILOT_ROLLOUT_WORKER"] = "false"
     servers: list[subprocess.Popen[str]] = []
-    bases: list[str] = []
     result: dict[str, Any] = {
         "benchmark": "fleet",
         "nodes": args.nodes,
@@ -331,12 +330,7 @@ def main() -> int:
         "devices_total": f"{args.nodes:,} x {args.devices}",
     }
     try:
-        for replica in range(args.replicas):
-            port = free_port()
-            bases.append(f"http://127.0.0.1:{port}")
-            (data_dir / f"replica-{replica}").mkdir()
-            servers.append(start_serve(data_dir / f"replica-{replica}", env, port))
-            wait_ready(f"{bases[-1]}/readyz", servers[-1], timeout=120)
+        bases = start_replicas(data_dir, env, args.replicas, servers)
         admin = subprocess.run(
             [BLKPILOT, "token", "create", "--name", "fleet", "--role", "admin"],
             env=env,

@@ -33,7 +33,7 @@ import httpx
 
 from bench.record import provenance, record
 from tests.factories import device_inventory
-from tests.proc import BLKPILOT, clean_env, free_port, start_serve, stop, wait_ready
+from tests.proc import BLKPILOT, clean_env, start_replicas, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -198,15 +198,8 @@ def main() -> int:
     extra["BLKPILOT_RATE_LIMIT"] = "1000000/second"
     env = clean_env(data_dir, **extra)
     servers: list[subprocess.Popen[str]] = []
-    bases: list[str] = []
     try:
-        for replica in range(args.replicas):  # one after the other: each upgrades the schema
-            port = free_port()
-            bases.append(f"http://127.0.0.1:{port}")
-            replica_dir = data_dir / f"replica-{replica}"
-            replica_dir.mkdir()
-            servers.append(start_serve(replica_dir, env, port))  # one data directory
-            wait_ready(f"{bases[-1]}/readyz", servers[-1], timeout=90)
+        bases = start_replicas(data_dir, env, args.replicas, servers)
         base = bases[0]
         admin = subprocess.run(
             [BLKPILOT, "token", "create", "--name", "bench", "--role", "admin"],

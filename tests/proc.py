@@ -67,6 +67,26 @@ def start_serve(data_dir: Path, env: dict[str, str], port: int) -> subprocess.Po
         )
 
 
+def start_replicas(
+    data_dir: Path,
+    env: dict[str, str],
+    count: int,
+    servers: list[subprocess.Popen[str]],
+    timeout: float = 120,
+) -> list[str]:
+    """`count` `serve` processes on env's database, one after the other (each upgrades the
+    schema at start), each logging in data_dir/replica-N. They join `servers` as they start, so
+    that the caller's cleanup stops those that did. Returns their base URLs."""
+    bases = []
+    for replica in range(count):
+        port = free_port()
+        bases.append(f"http://127.0.0.1:{port}")
+        (data_dir / f"replica-{replica}").mkdir()
+        servers.append(start_serve(data_dir / f"replica-{replica}", env, port))
+        wait_ready(f"{bases[-1]}/readyz", servers[-1], timeout=timeout)
+    return bases
+
+
 def stop(process: subprocess.Popen[str], sig: signal.Signals = signal.SIGTERM) -> int:
     process.send_signal(sig)
     try:
