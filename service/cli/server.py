@@ -6,6 +6,7 @@ runs, so it can be registered on a node that has only the agent extra installed.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -70,6 +71,12 @@ def serve(
             database.engine, settings.retention, settings.telemetry_upkeep_seconds
         )
         upkeep.start()
+        # what start-up allocated (the app, its routes, SQLAlchemy's metadata) is kept for
+        # the process's life: out of the collector's way, so that a telemetry batch's
+        # thousands of short-lived objects do not make every full collection walk it
+        # (`python -m bench.ingest --batches 100`: 8.8k windows/s without, 13.7-14.0k with)
+        gc.collect()
+        gc.freeze()
         try:
             uvicorn.run(
                 app,
