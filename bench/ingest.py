@@ -12,7 +12,7 @@ the two says how much of the database the HTTP path uses. And the service's own 
 window, timed alone (validation, row, COPY values): its sum bounds what one `serve` process can
 ingest, however fast the database is.
 
-    python -m bench.ingest                       # defaults: 4 clients x 40 batches x 500 windows
+    python -m bench.ingest                       # defaults: 4 clients x 100 batches x 500 windows
     python -m bench.ingest --clients 8 --batches 20
 """
 
@@ -206,7 +206,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--batches", type=int, default=40, help="batches per client")
+    parser.add_argument("--batches", type=int, default=100, help="batches per client")
     parser.add_argument("--windows", type=int, default=500, help="windows per batch")
     parser.add_argument("--devices", type=int, default=16, help="devices per node")
     parser.add_argument("--warmup", type=int, default=2, help="batches per client not timed")
