@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     telemetry_raw_days: int = Field(default=14, ge=1, le=3_650)
     telemetry_hourly_days: int = Field(default=400, ge=1, le=36_500)
     telemetry_upkeep_seconds: float = Field(default=300.0, ge=1, le=86_400)
+    # how long `serve` keeps an idle connection open: longer than its clients keep one for
+    # reuse (httpx: 5 s), or a client reusing one as the server closes it gets a reset
+    # (uvicorn's own default is also 5 s: the race bench/fleet.py hit about once in 5 runs)
+    keep_alive_seconds: int = Field(default=15, ge=1, le=3_600)
 
     @property
     def retention(self) -> RetentionPolicy:

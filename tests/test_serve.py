@@ -3,6 +3,8 @@ real agent CLI and client."""
 
 from __future__ import annotations
 
+import http.client
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +44,24 @@ def test_binds_loopback_by_default(served: ServiceProcess) -> None:
     assert served.base_url.startswith("http://127.0.0.1:")
     assert httpx.get(f"{served.base_url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{served.base_url}/readyz").json()["status"] == "ok"
+
+
+def test_an_idle_connection_outlives_the_clients_keep_alive(served: ServiceProcess) -> None:
+    """A connection left idle longer than httpx keeps one (5 s) is still served: were the
+    server to close it at 5 s too (uvicorn's default), a client reusing it as it closes gets
+    a reset (bench/fleet.py did, about once in five runs)."""
+    host, port = served.base_url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        for pause in (0.0, 6.5):
+            time.sleep(pause)
+            conn.request("GET", "/healthz")  # on the one socket: http.client does not redial
+            sock = conn.sock
+            response = conn.getresponse()
+            assert (response.status, response.read()) == (200, b'{"status":"ok"}'), pause
+            assert conn.sock is sock is not None, "the server closed the connection"
+    finally:
+        conn.close()
 
 
 def test_openapi_is_served(served: ServiceProcess) -> None:

@@ -19,6 +19,7 @@ def add(
     before: dict[str, Any] | None,
     after: dict[str, Any] | None,
     detail: str,
+    flush: bool = True,
 ) -> AuditEvent:
     event = AuditEvent(
         actor=actor,
@@ -30,7 +31,8 @@ def add(
         detail=detail,
     )
     session.add(event)
-    session.flush()
+    if flush:
+        session.flush()
     return event
 
 

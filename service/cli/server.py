@@ -85,6 +85,7 @@ def serve(
                 log_level="info",
                 log_config=None,  # uvicorn's lines through the same (JSON) handler
                 access_log=False,  # RequestIdMiddleware writes one, with the request id
+                timeout_keep_alive=settings.keep_alive_seconds,
                 ssl_certfile=settings.tls_certfile,
                 ssl_keyfile=settings.tls_keyfile,
             )

@@ -48,7 +48,8 @@ def list_devices(
     return session.scalars(query).all()
 
 
-def add(session: Session, device: Device) -> Device:
+def add(session: Session, device: Device, *, flush: bool = True) -> Device:
     session.add(device)
-    session.flush()
+    if flush:
+        session.flush()
     return device

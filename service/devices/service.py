@@ -67,8 +67,14 @@ def replace_inventory(
         fields = _fields(reported)
         device = existing.pop(reported.name, None)
         if device is None:
+            # the id is given here, so the new devices and their audit events go to the
+            # database together at the next flush (a few multi-row INSERTs, not two per device)
             device = repository.add(
-                session, Device(node_id=node_id, name=reported.name, last_seen_at=now, **fields)
+                session,
+                Device(
+                    id=uuid.uuid4(), node_id=node_id, name=reported.name, last_seen_at=now, **fields
+                ),
+                flush=False,
             )
             added += 1
             audit.record(
@@ -79,6 +85,7 @@ def replace_inventory(
                 target_id=device.id,
                 after=configuration_of(device),
                 detail=f"{reported.name} ({reported.device_class.value})",
+                flush=False,
             )
             continue
         before = configuration_of(device)
@@ -98,6 +105,7 @@ def replace_inventory(
                 before=before,
                 after=after,
                 detail="reported by the agent's inventory",
+                flush=False,
             )
     gone = 0
     for device in existing.values():
