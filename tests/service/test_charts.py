@@ -1,0 +1,52 @@
+"""The dashboard's hand-drawn timeline: what it draws follows the data."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from datetime import UTC, datetime, timedelta
+
+from service.dashboard import charts
+
+T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _svg(markup: str) -> ET.Element:
+    # our own output, not untrusted input
+    return ET.fromstring(markup[markup.index("<svg") : markup.rindex("</svg>") + 6])  # noqa: S314
+
+
+def test_a_gap_splits_the_line_and_points_stay_inside_the_plot() -> None:
+    times = [T0 + timedelta(seconds=10 * i) for i in range(10)]
+    values: list[float | None] = [1.0, 2.0, 3.0, None, None, 5.0, 8.0, 2.0, None, 4.0]
+    svg = _svg(charts.timeline("Mean latency", times, {"latency": values}, "µs"))
+    lines = svg.findall(f"{SVG}polyline")
+    assert [len(line.get("points", "").split()) for line in lines] == [3, 3]
+    assert len(svg.findall(f"{SVG}circle")) == 1  # the lone last value
+    ys = [float(p.split(",")[1]) for line in lines for p in line.get("points", "").split()]
+    # larger values are drawn higher (smaller y), all within the plot area
+    assert ys[1] < ys[0]
+    assert ys[4] < ys[3]
+    assert all(0 < y < float(svg.get("height", "0")) for y in ys)
+
+
+def test_two_series_get_a_legend_and_text_is_escaped() -> None:
+    times = [T0 + timedelta(hours=i) for i in range(48)]
+    markup = charts.timeline(
+        "p99 <script>", times, {"p50": [1.0] * 48, "p99 & more": [3.0] * 48}, "µs"
+    )
+    assert "<script>" not in markup
+    assert "&lt;script&gt;" in markup
+    svg = _svg(markup)
+    texts = [t.text for t in svg.iter(f"{SVG}text")]
+    assert "p50" in texts
+    assert "p99 & more" in texts
+    # two days: the ticks carry the date
+    assert any(t and re.fullmatch(r"11-2\d \d\d:\d\d", t) for t in texts)
+
+
+def test_no_data_still_draws_an_empty_frame() -> None:
+    svg = _svg(charts.timeline("IOPS", [], {"IOPS": []}, "I/O per s"))
+    assert svg.findall(f"{SVG}polyline") == []
+    assert "IOPS" in [t.text for t in svg.iter(f"{SVG}text")]
