@@ -1,6 +1,7 @@
-"""Short versions of the fleet-scale benchmarks (bench/fleet.py, bench/ingest.py), so that the
-suite runs what they measure: every window sent is stored, the sizes and read paths are
-measured. The figures themselves belong to the recorded runs (bench/results/)."""
+"""Short versions of the fleet-scale benchmarks (bench/fleet.py, bench/ingest.py,
+bench/partitions), so that the suite runs what they measure: every window sent is stored, the
+sizes and read paths are measured. The figures themselves belong to the recorded runs
+(bench/results/)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,22 @@ def test_ingest_and_copy_are_measured_in_one_run() -> None:
     share = result["share_of_copy"]
     assert isinstance(share, float)
     assert 0 < share < 1  # the HTTP path stores fewer rows a second than COPY alone
+
+
+@pytest.mark.timeout(600)
+def test_partition_sizes_are_measured_against_each_other() -> None:
+    result = _run("bench.partitions", "--devices", "2", "--repeats", "5")
+    sizes = result["sizes"]
+    assert isinstance(sizes, dict)
+    assert list(sizes) == ["hour", "day", "week"]
+    # 14 days of retention and 3 ahead, on each size's boundaries
+    assert 17 * 24 <= sizes["hour"]["partitions"] <= 17 * 24 + 1
+    assert 17 <= sizes["day"]["partitions"] <= 18
+    assert 3 <= sizes["week"]["partitions"] <= 4
+    assert all(s["windows"] == 2 * 14 * 8_640 for s in sizes.values())
+    # a read with no time bound plans a branch per partition: hours cost the planner most
+    assert sizes["hour"]["newest_planning_ms"] > sizes["day"]["newest_planning_ms"]
+    # a day later, hours and days drop what passed the horizon; a week may not yet have
+    assert sizes["hour"]["partitions_dropped_a_day_later"] >= 24
+    assert sizes["day"]["partitions_dropped_a_day_later"] >= 1
+    assert sizes["week"]["retained_beyond_horizon_share"] == 0.5

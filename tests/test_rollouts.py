@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -32,6 +33,7 @@ from agent.config import AgentConfig
 from agent.enrollment import enroll_node
 from agent.runner import Agent
 from kernel.lab import devices as lab
+from service.embedded import EmbeddedPostgres
 from tests.agent.conftest import NO_POWER
 from tests.proc import BLKPILOT, ServiceProcess, clean_env
 
@@ -80,7 +82,7 @@ class Host:
 
 @dataclass
 class Fleet:
-    service: ServiceProcess
+    service: FleetService
     hosts: dict[str, Host]
     label: str
     resumes: dict[str, int] = field(default_factory=dict)  # rollout id -> resumes
@@ -152,6 +154,7 @@ class FleetService(ServiceProcess):
     def env(self) -> dict[str, str]:
         return clean_env(
             self.data_dir,
+            **self.settings,
             BLKPILOT_ROLLOUT_HOST_VARS=str(self.host_vars),
             BLKPILOT_ROLLOUT_POLL_SECONDS="0.5",
             BLKPILOT_ROLLOUT_LEASE_SECONDS="10",
@@ -428,6 +431,41 @@ def test_the_service_restarted_mid_rollout_finishes_it(fleet: Fleet) -> None:
     assert all(host.scheduler() == "none" for host in fleet.hosts.values())
     attempts = {t["hostname"]: t["attempts"] for t in done["targets"]}
     assert max(attempts.values()) >= 2, attempts  # the interrupted device got a fresh canary
+
+
+def test_two_replicas_one_carries_the_rollout(fleet: Fleet) -> None:
+    """A second `serve` on the same database, its rollout worker running too: each rollout is
+    leased to one worker, which runs every playbook of it; the other never touches it."""
+    fleet.reset("bfq")
+    database = EmbeddedPostgres(fleet.service.data_dir)  # attaches to the running server
+    (fleet.service.data_dir.parent / "replica-b").mkdir(exist_ok=True)
+    other = FleetService(
+        fleet.service.data_dir.parent / "replica-b",
+        settings={"BLKPILOT_DATABASE_URL": database.start()},
+    )
+    other.host_vars = fleet.service.host_vars
+    other.admin = fleet.service.admin
+    try:
+        other.start()
+        started = fleet.start(config={"scheduler": "none"}, stages=["100%"])
+        assert started.status_code == 201, started.text
+        rollout_id = started.json()["id"]
+        done = fleet.wait(rollout_id, ("succeeded", "rolled_back", "failed"))
+        assert done["status"] == "succeeded", done["status_detail"]
+        # the other replica reads the same rollout
+        assert other.api("GET", f"/rollouts/{rollout_id}").json()["status"] == "succeeded"
+    finally:
+        if other.process is not None:
+            assert other.stop() == 0
+        database.stop()  # lets go of this handle; the first replica still holds the server
+    runs = {}
+    for replica in (fleet.service, other):
+        log = (replica.data_dir / "serve.log").read_text()
+        assert re.search(r"rollout worker \S+ started", log), "both workers were looking"
+        runs[replica.data_dir.name] = log.count(f"rollout {rollout_id}: ")
+    assert sorted(runs.values())[0] == 0, runs
+    assert sorted(runs.values())[1] >= len(fleet.hosts), runs  # a canary per device, at least
+    assert all(host.scheduler() == "none" for host in fleet.hosts.values())
 
 
 def _plain(value: Any) -> Any:

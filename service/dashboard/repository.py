@@ -48,27 +48,26 @@ _COMPLETION = func.coalesce(
 
 def fleet_counts(session: Session) -> dict[str, dict[str, int]]:
     """Present devices counted by class, current scheduler and completion mode, in the
-    database (a fleet's devices are not loaded to be counted)."""
-    counts: dict[str, dict[str, int]] = {}
-    present = Device.present.is_(True)
-    for name, column in (
-        ("classes", Device.device_class),
-        ("schedulers", func.coalesce(Device.current_scheduler, "unknown")),
-    ):
-        rows = session.execute(
-            select(column, func.count()).where(present).group_by(column).order_by(column)
-        )
-        counts[name] = {str(key): int(n) for key, n in rows}
+    database (a fleet's devices are not loaded to be counted), in one pass over the devices:
+    three GROUP BYs scanned 160,000 devices three times (the fleet page took 840 ms p95 at
+    10,000 nodes x 16 devices, `python -m bench.fleet`)."""
+    scheduler = func.coalesce(Device.current_scheduler, "unknown")
     rows = session.execute(
-        select(_COMPLETION, func.count())
+        select(Device.device_class, scheduler, _COMPLETION, func.count())
         .select_from(Device)
         .outerjoin(Policy, Policy.device_id == Device.id)
-        .where(present)
-        .group_by(_COMPLETION)
-        .order_by(_COMPLETION)
+        .where(Device.present.is_(True))
+        .group_by(Device.device_class, scheduler, _COMPLETION)
     )
-    counts["completions"] = {str(key): int(n) for key, n in rows}
-    return counts
+    counts: dict[str, dict[str, int]] = {"classes": {}, "schedulers": {}, "completions": {}}
+    for device_class, current, completion, n in rows:
+        for name, key in (
+            ("classes", device_class),
+            ("schedulers", current),
+            ("completions", completion),
+        ):
+            counts[name][str(key)] = counts[name].get(str(key), 0) + int(n)
+    return {name: dict(sorted(found.items())) for name, found in counts.items()}
 
 
 def device_names(session: Session, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:

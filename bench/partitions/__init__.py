@@ -1,0 +1,1 @@
+"""How big a telemetry partition should be: `python -m bench.partitions` (see __main__)."""
