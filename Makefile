@@ -77,6 +77,9 @@ unit:
 
 bench: setup
 	python -m bench.ingest
+	python -m bench.ingest --replicas 2
+	python -m bench.partitions
+	python -m bench.fleet
 	python -m bench.agent_footprint
 	python -m bench.canary
 	python -m bench.live_canary

@@ -464,7 +464,7 @@ def test_two_replicas_one_carries_the_rollout(fleet: Fleet) -> None:
         assert re.search(r"rollout worker \S+ started", log), "both workers were looking"
         runs[replica.data_dir.name] = log.count(f"rollout {rollout_id}: ")
     assert sorted(runs.values())[0] == 0, runs
-    assert sorted(runs.values())[1] >= len(fleet.hosts), runs  # a canary per device, at least
+    assert sorted(runs.values())[1] >= 1, runs  # the stage's playbook, at least
     assert all(host.scheduler() == "none" for host in fleet.hosts.values())
 
 
