@@ -182,7 +182,10 @@ def test_polling_completes_only_when_the_device_is_done(polling: LabResult) -> N
             irq, poll = summary[f"{device}/{size}/interrupt"], summary[f"{device}/{size}/classic"]
             assert poll["context_switches_per_io"] < 0.2, (device, size, poll)
             assert poll["context_switches_per_io"] < irq["context_switches_per_io"]
-            assert poll["lat_mean_us"] < irq["lat_mean_us"]
+            # the median, not the mean: one second of I/O under TCG, where a host stall of a
+            # few ms moves a mean (CI once: polling's mean 353 µs against interrupts' 299,
+            # where the recorded runs give polling 0.53-0.66 of interrupts' mean)
+            assert poll["lat_p50_us"] < irq["lat_p50_us"], (device, size, poll, irq)
     # with interrupts the submitter sleeps once per I/O, where the device takes longer than
     # the path from submission to the wait. The flash-like device (80 µs) always does; the
     # ULL-like one (5 µs) often completes before fio waits under TCG's slow CPU (0.05-0.28
