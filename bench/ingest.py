@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 
+from bench.http import LeanClient
 from bench.record import provenance, record
 from tests.factories import device_inventory
 from tests.proc import BLKPILOT, clean_env, start_replicas, stop
@@ -100,10 +101,8 @@ def enroll(base: str, admin: str, name: str, devices: list[str]) -> str:
 
 async def client_run(base: str, token: str, bodies: list[bytes], latencies: list[float]) -> int:
     """One client posting its batches one after another, over one kept-alive connection
-    (bench.fleet's minimal HTTP/1.1 client: httpx cost more CPU per request than small batches
-    cost the service, so the figure would have been the client's)."""
-    from bench.fleet import LeanClient
-
+    (bench.http: httpx cost more CPU per request than small batches cost the service, so the
+    figure would have been the client's)."""
     client = LeanClient(base, 1)
     stored = 0
     try:

@@ -77,9 +77,9 @@ def reject_nul(value: object) -> None:
 
 
 # set while a JSON document known to hold no NUL is validated (nul_free_json): its messages
-# need not walk it. Otherwise each message walks what it is given; a message inside another
-# walks its part again, which a plain before-validator costs less than skipping it would with
-# a wrap-validator on every message (a 500-window batch validates ~10 % faster)
+# need not walk it. Otherwise each message walks what it is given, and a message inside
+# another walks its part again: a before-validator, cheaper on the hot path than the
+# wrap-validator that avoided that (a 500-window batch validates ~10 % faster)
 _WALKED: ContextVar[bool] = ContextVar("blkpilot_nul_walked", default=False)
 
 
