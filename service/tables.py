@@ -10,6 +10,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Column,
     DateTime,
     Double,
     ForeignKey,
@@ -17,6 +18,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     func,
@@ -242,6 +244,20 @@ class Policy(Base):
     applied_config: Mapped[dict[str, Any] | None] = mapped_column()
     applied_detail: Mapped[str | None] = mapped_column(Text)
     applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+# Present devices counted by class, current scheduler and completion mode, kept by triggers
+# on devices and policies (migration 0009) as +1/-1 rows: the fleet page and the metrics sum
+# them instead of scanning every device (130-180 ms idle at 160,000 devices). Append-only, so
+# concurrent enrolments never wait on one counter row; the upkeep folds them back together.
+DEVICE_COUNTS = Table(
+    "device_counts",
+    Base.metadata,
+    Column("device_class", String(16), nullable=False),
+    Column("scheduler", String(16), nullable=False),
+    Column("completion", Text, nullable=False),
+    Column("n", Integer, nullable=False),
+)
 
 
 class AuditEvent(Base):

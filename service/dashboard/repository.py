@@ -7,10 +7,11 @@ import uuid
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from agent.contract.base import EARLIEST_WINDOW, MAX_CLOCK_SKEW
+from service.devices import repository as devices_repository
 from service.tables import (
     Device,
     Node,
@@ -41,33 +42,20 @@ def present_devices(
     return [(device, hostname, policy) for device, hostname, policy in session.execute(query)]
 
 
-_COMPLETION = func.coalesce(
-    func.coalesce(Policy.applied_config, Policy.config).op("->>")("completion"), "interrupt"
-)
-
-
 def fleet_counts(session: Session) -> dict[str, dict[str, int]]:
-    """Present devices counted by class, current scheduler and completion mode, in the
-    database (a fleet's devices are not loaded to be counted), in one pass over the devices:
-    three GROUP BYs scanned 160,000 devices three times (the fleet page took 840 ms p95 at
-    10,000 nodes x 16 devices, `python -m bench.fleet`)."""
-    scheduler = func.coalesce(Device.current_scheduler, "unknown")
-    rows = session.execute(
-        select(Device.device_class, scheduler, _COMPLETION, func.count())
-        .select_from(Device)
-        .outerjoin(Policy, Policy.device_id == Device.id)
-        .where(Device.present.is_(True))
-        .group_by(Device.device_class, scheduler, _COMPLETION)
-    )
-    counts: dict[str, dict[str, int]] = {"classes": {}, "schedulers": {}, "completions": {}}
-    for device_class, current, completion, n in rows:
+    """Present devices counted by class, current scheduler and completion mode, from the
+    trigger-kept counts: counting the devices themselves took 130-180 ms on an idle machine at
+    10,000 nodes x 16 devices, 377 ms p95 under the fleet's telemetry (`python -m
+    bench.fleet`)."""
+    found: dict[str, dict[str, int]] = {"classes": {}, "schedulers": {}, "completions": {}}
+    for device_class, scheduler, completion, n in devices_repository.counts(session):
         for name, key in (
             ("classes", device_class),
-            ("schedulers", current),
+            ("schedulers", scheduler),
             ("completions", completion),
         ):
-            counts[name][str(key)] = counts[name].get(str(key), 0) + int(n)
-    return {name: dict(sorted(found.items())) for name, found in counts.items()}
+            found[name][key] = found[name].get(key, 0) + n
+    return {name: dict(sorted(each.items())) for name, each in found.items()}
 
 
 def device_names(session: Session, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:

@@ -124,7 +124,7 @@ class FleetCollector(Collector):
             for device_class, scheduler, count in repository.devices_by_class_and_scheduler(
                 session
             ):
-                devices.add_metric([device_class, scheduler or "unknown"], count)
+                devices.add_metric([device_class, scheduler], count)
             yield devices
 
             recommendations = GaugeMetricFamily(

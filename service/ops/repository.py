@@ -6,9 +6,9 @@ from __future__ import annotations
 from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
 
+from service.devices import repository as devices_repository
 from service.tables import (
     AuditEvent,
-    Device,
     Observation,
     RecommendationRow,
     Rollout,
@@ -25,13 +25,12 @@ def ping(engine: Engine) -> None:
         connection.execute(text("SELECT 1"))
 
 
-def devices_by_class_and_scheduler(session: Session) -> list[tuple[str, str | None, int]]:
-    query = (
-        select(Device.device_class, Device.current_scheduler, func.count())
-        .where(Device.present.is_(True))
-        .group_by(Device.device_class, Device.current_scheduler)
-    )
-    return [(a, b, c) for a, b, c in session.execute(query)]
+def devices_by_class_and_scheduler(session: Session) -> list[tuple[str, str, int]]:
+    """From the trigger-kept counts: a scrape does not scan the fleet's devices."""
+    totals: dict[tuple[str, str], int] = {}
+    for device_class, scheduler, _completion, n in devices_repository.counts(session):
+        totals[device_class, scheduler] = totals.get((device_class, scheduler), 0) + n
+    return [(a, b, n) for (a, b), n in sorted(totals.items())]
 
 
 def recommendations_by_status(session: Session) -> list[tuple[str, int]]:

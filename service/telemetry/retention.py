@@ -25,6 +25,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from agent.contract.base import MAX_CLOCK_SKEW
+from service.devices import repository as devices_repository
 from service.errors import Unprocessable
 from service.ops import metrics
 from service.ops.transactions import on_commit
@@ -57,6 +58,7 @@ class MaintenanceReport:
     dropped: list[str] = field(default_factory=list)
     rolled_up: int = 0  # device-hours written
     batches_forgotten: int = 0
+    counts_folded: int = 0  # device_counts rows folded away
 
 
 def _days(first: date, last: date) -> Iterable[date]:
@@ -127,6 +129,9 @@ def _pass(engine: Engine, policy: RetentionPolicy, now: datetime) -> Maintenance
                 repository.drop_partition(connection, partition)
                 report.dropped.append(partition.table)
         report.batches_forgotten = repository.forget_batches(connection, horizon)
+    with engine.begin() as connection:
+        # the device counts' +1/-1 rows since the last pass, folded (one row per key)
+        report.counts_folded = devices_repository.fold_counts(connection)
     if report.created or report.dropped:
         log.info(
             "telemetry partitions: created %s, dropped %s; %d device-hours rolled up",
