@@ -90,6 +90,7 @@ class TaskResult:
     mean_latency_us: float
     p50_us: float
     p99_us: float
+    max_us: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def parse(document: dict[str, Any]) -> FioResult:
             raise BenchmarkFailed(f"fio job {job['jobname']} failed with error {job['error']}")
         histogram: dict[int, int] = {}
         ios = io_bytes = 0
-        weighted_latency = 0.0
+        weighted_latency = worst = 0.0
         for direction in ("read", "write"):
             side = job[direction]
             n = int(side["total_ios"])
@@ -139,6 +140,8 @@ def parse(document: dict[str, Any]) -> FioResult:
             io_bytes += int(side["io_bytes"])
             counters[f"{direction}_ios"] += n
             weighted_latency += side["lat_ns"]["mean"] * n
+            if n:
+                worst = max(worst, float(side["lat_ns"].get("max", 0)))
             for value, count in side["lat_ns"].get("bins", {}).items():
                 histogram[int(value)] = histogram.get(int(value), 0) + int(count)
         for value, count in histogram.items():
@@ -155,6 +158,7 @@ def parse(document: dict[str, Any]) -> FioResult:
                 weighted_latency / ios / 1000 if ios else 0.0,
                 _percentile(histogram, 50) / 1000,
                 _percentile(histogram, 99) / 1000,
+                worst / 1000,
             )
         )
         counters["ios"] += ios

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 from agent.contract.workloads import (
-    Arrival,
     DbBenchSpec,
     IOEngine,
     IOPattern,
@@ -85,13 +84,22 @@ def hotstorage22() -> list[WorkloadSpec]:
     return found
 
 
+# flashsim's read service time in the lab (250 µs + 4 KiB at 2 µs/KiB): the think time of the
+# "think" case is near it, so that a reader's next request comes about when FIOS's
+# anticipation window (T_service * alpha / (1 - alpha), alpha 0.5) closes
+READ_SERVICE_US = 258
+
+
 def fios() -> list[WorkloadSpec]:
+    """FAST '12's cases, then harder ones beyond the paper."""
     reader = JobSpec(name="reader")
     writer = JobSpec(name="writer", pattern=IOPattern.RANDWRITE, read_share=0.0)
 
-    # thinktime about equal to the I/O's own service time, as in the paper's Figure 3 setup
+    # a closed loop that thinks about a read's service time after each I/O (the paper's
+    # Figure 3 setup). Not a Poisson rate: fio's rate_iops caps the rate, and a cap above what
+    # the task reaches (10,000/s against ~3,000) left no think time at all
     def thinking(job: JobSpec) -> JobSpec:
-        return job.model_copy(update={"tasks": 4, "thinktime_us": 100, "arrival": Arrival.POISSON})
+        return job.model_copy(update={"tasks": 4, "thinktime_us": READ_SERVICE_US})
 
     return [
         WorkloadSpec(name="fios-1r1w", engine=IOEngine.PSYNC, jobs=[reader, writer]),
@@ -107,6 +115,31 @@ def fios() -> list[WorkloadSpec]:
             name="fios-4k-vs-128k",
             engine=IOEngine.PSYNC,
             jobs=[JobSpec(name="small"), JobSpec(name="large", block_sizes={131072: 100})],
+        ),
+        # beyond the paper: writers with deep queues against QD1 readers
+        WorkloadSpec(
+            name="fios-deep-writers",
+            engine=IOEngine.LIBAIO,
+            jobs=[
+                reader.model_copy(update={"tasks": 2}),
+                writer.model_copy(update={"tasks": 2, "queue_depth": 16}),
+            ],
+        ),
+        # a reader that thinks 1 ms between reads (longer than any anticipation window)
+        # against four writers
+        WorkloadSpec(
+            name="fios-1r-think1ms-4w",
+            engine=IOEngine.PSYNC,
+            jobs=[
+                reader.model_copy(update={"thinktime_us": 1000}),
+                writer.model_copy(update={"tasks": 4}),
+            ],
+        ),
+        # one reader against seven writers: its p99 and maximum latency
+        WorkloadSpec(
+            name="fios-1r7w",
+            engine=IOEngine.PSYNC,
+            jobs=[reader, writer.model_copy(update={"tasks": 7})],
         ),
     ]
 

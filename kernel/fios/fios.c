@@ -27,6 +27,20 @@
  * from issue to completion divided by the number of requests on the device at issue
  * (the paper's equation 1), charged at completion.
  *
+ * Every task is charged, requests without an io_context too (to one shared account, which
+ * gets a slice like any task); a charge is never more than one timeslice (a large discard
+ * would otherwise shut its task out for epochs), and a requeued request's charge is refunded
+ * (it is charged again when it is issued again).
+ *
+ * Depth: asynchronous requests and writes may take at most `async_depth` of the scheduler's
+ * tags (default 3/4 of nr_requests, as mq-deadline), so that synchronous reads always find a
+ * tag and reach FIOS instead of blocking in tag allocation behind writers.
+ *
+ * Per-request state, only in requests whose elv fields prepare_request made ours
+ * (RQF_ELVPRIV; a flush sequence reuses those fields): priv[0] the issue time in units of
+ * 1,024 ns as an unsigned long (compared modulo its width: on 32-bit it wraps after 73 minutes,
+ * far beyond any request's life), priv[1] flags and the parallelism at issue.
+ *
  * Locking: fd->lock, taken with interrupts disabled (completions and the anticipation timer
  * run in hard interrupt context). Per-task state lives in the io_cq, which the block layer
  * keeps alive while a request of the task holds its io_context; exit_icq drops every other
@@ -37,6 +51,7 @@
 #include <linux/blk-mq.h>
 #include <linux/hrtimer.h>
 #include <linux/iocontext.h>
+#include <linux/ioprio.h>
 #include <linux/kernel.h>
 #include <linux/ktime.h>
 #include <linux/module.h>
@@ -56,6 +71,8 @@
 #define FIOS_MAX_TIMESLICE_US 1000000
 #define FIOS_MAX_DEPTH 256
 #define FIOS_MAX_COST_NS 100000000ULL
+#define FIOS_TIME_SHIFT 10 /* priv[0] time unit: 1,024 ns */
+#define FIOS_DEFAULT_WEIGHT 4 /* best effort, level 4: what nice 0 maps to */
 
 /* rq->elv.priv[1] flags; priv[0] holds the issue time in ns */
 #define FIOS_RQ_INFLIGHT 0x2UL /* issued, completion not seen yet */
@@ -73,6 +90,7 @@ struct fios_task {
 	u64 epoch;			/* the epoch `remaining_ns` belongs to */
 	s64 remaining_ns;
 	u64 service_ns;			/* EWMA of issue-to-completion time */
+	unsigned int weight;		/* from the I/O priority: its slice is weight/4 of one */
 	bool exited;			/* io_cq exited: never anticipate for it again */
 };
 
@@ -88,6 +106,8 @@ struct fios_stats {
 	u64 anticipation_hits;
 	u64 anticipation_idle_ns;
 	u64 writes_held;
+	u64 refunds;
+	u64 timer_early;	/* the anticipation timer ran before the deadline it was set for */
 };
 
 struct fios_data {
@@ -101,6 +121,8 @@ struct fios_data {
 	unsigned int queued[2];
 	unsigned int inflight[2];
 	u64 epoch;
+	s64 epoch_floor_permille;	/* least share of its slice a task charged this epoch has
+					 * left: what a newcomer gets (see fios_remaining) */
 	bool waiting;			/* queued work may not go yet: has_work says no until an
 					 * insert, a completion or the anticipation's end */
 
@@ -120,6 +142,10 @@ struct fios_data {
 	unsigned int alpha_permille;
 	bool read_preference;
 	unsigned int max_depth;
+	unsigned int async_depth;	/* tags async requests and writes may take */
+	bool async_depth_set;		/* written by hand: kept when nr_requests changes */
+	unsigned int word_shift;	/* the sched tags' bitmap word: 1 << word_shift tags */
+	unsigned int shallow_depth;	/* async_depth as tags per word (how sbitmap limits) */
 	u64 cost_ns[2][2];		/* [dir][0: 4 KiB, 1: 128 KiB]; all set = calibrated */
 
 	struct fios_stats stats;
@@ -161,28 +187,91 @@ static u64 fios_model_cost(struct fios_data *fd, int dir, unsigned int bytes)
 	s64 c4 = fd->cost_ns[dir][0], c128 = fd->cost_ns[dir][1];
 	s64 cost = c4 + div_s64((c128 - c4) * ((s64)bytes - 4096), 131072 - 4096);
 
-	return max_t(s64, cost, 1000);
+	return clamp_t(s64, cost, 1000, fd->timeslice_ns);
 }
 
-/* The task's slice left in the current epoch; a refreshed slice carries last epoch's debt. */
+/*
+ * The I/O priority as a weight: best effort level L weighs 8 - L (the default, level 4, 4;
+ * level 0 twice that), real time twice its best-effort level, idle 1. A task's slice is
+ * timeslice * weight / 4.
+ */
+static unsigned int fios_weight(int ioprio)
+{
+	unsigned int level = min_t(unsigned int, IOPRIO_PRIO_LEVEL(ioprio), 7);
+
+	switch (IOPRIO_PRIO_CLASS(ioprio)) {
+	case IOPRIO_CLASS_RT:
+		return 2 * (8 - level);
+	case IOPRIO_CLASS_BE:
+		return 8 - level;
+	case IOPRIO_CLASS_IDLE:
+		return 1;
+	default:
+		return FIOS_DEFAULT_WEIGHT;
+	}
+}
+
+static s64 fios_slice(struct fios_data *fd, struct fios_task *task)
+{
+	return div_u64(fd->timeslice_ns * READ_ONCE(task->weight), FIOS_DEFAULT_WEIGHT);
+}
+
+/*
+ * The task's slice left in the current epoch; a refreshed slice carries last epoch's debt.
+ * A task never charged before (a new process) that arrives mid-epoch gets the least share of
+ * a slice that any task charged in this epoch still has, not a full slice: otherwise readers
+ * started one after another would each bring a fresh slice, keep the epoch open and starve
+ * the tasks that used theirs up. It gets a full slice from the next epoch on.
+ */
 static s64 fios_remaining(struct fios_data *fd, struct fios_task *task)
 {
+	s64 slice = fios_slice(fd, task);
+
 	if (task->epoch == fd->epoch)
 		return task->remaining_ns;
+	if (!task->epoch)
+		return div_s64(slice * max_t(s64, fd->epoch_floor_permille, 0), 1000);
 	if (task->epoch + 1 == fd->epoch && task->remaining_ns < 0)
-		return (s64)fd->timeslice_ns + task->remaining_ns;
-	return fd->timeslice_ns;
+		return slice + task->remaining_ns;
+	return slice;
 }
 
+static void fios_new_epoch(struct fios_data *fd)
+{
+	fd->epoch++;
+	fd->epoch_floor_permille = 1000;
+	fd->stats.epochs++;
+}
+
+/* No charge is more than a timeslice: one huge request (a discard) costs its task one epoch. */
 static void fios_charge(struct fios_data *fd, struct fios_task *task, u64 cost)
 {
-	task->remaining_ns = fios_remaining(fd, task) - (s64)cost;
+	s64 slice = fios_slice(fd, task);
+
+	task->remaining_ns = fios_remaining(fd, task) - (s64)min(cost, fd->timeslice_ns);
 	task->epoch = fd->epoch;
+	if (slice > 0)
+		fd->epoch_floor_permille = min(fd->epoch_floor_permille,
+					       div64_s64(task->remaining_ns * 1000, slice));
+}
+
+/* A charge given back (a requeued request): the slice left grows, up to a full slice. */
+static void fios_refund(struct fios_data *fd, struct fios_task *task, u64 cost)
+{
+	task->remaining_ns = min_t(s64, fios_remaining(fd, task) + (s64)min(cost, fd->timeslice_ns),
+				   fios_slice(fd, task));
+	task->epoch = fd->epoch;
+}
+
+/* Are the request's elv fields ours? Only if prepare_request ran for it. */
+static inline bool fios_owns_fields(struct request *rq)
+{
+	return rq->rq_flags & RQF_ELVPRIV;
 }
 
 static bool fios_eligible(struct fios_data *fd, struct fios_task *task)
 {
-	return task == &fd->unowned || fios_remaining(fd, task) > 0;
+	return fios_remaining(fd, task) > 0;
 }
 
 /* The eligible task with the most slice left that has a queued request of `dir`
@@ -199,7 +288,7 @@ static struct fios_task *fios_pick_task(struct fios_data *fd, int dir)
 			continue;
 		if (!fios_eligible(fd, task))
 			continue;
-		left = task == &fd->unowned ? S64_MAX : fios_remaining(fd, task);
+		left = fios_remaining(fd, task);
 		if (left > best_left) {
 			best = task;
 			best_left = left;
@@ -244,21 +333,24 @@ static void fios_issue(struct fios_data *fd, struct request *rq, u64 now)
 {
 	struct fios_task *task = rq_task(fd, rq);
 	int dir = rq_dir(rq);
-	unsigned long flags = (unsigned long)rq->elv.priv[1] | FIOS_RQ_INFLIGHT;
+	unsigned long flags;
 	unsigned int parallelism;
 
+	if (!fios_owns_fields(rq))
+		return; /* not tracked: its elv fields may be another layer's */
+	flags = (unsigned long)rq->elv.priv[1] | FIOS_RQ_INFLIGHT;
 	fd->inflight[dir]++;
 	parallelism = fd->inflight[FIOS_READ] + fd->inflight[FIOS_WRITE];
 	if (!task->inflight++)
 		list_add_tail(&task->busy_node, &fd->busy);
 	fd->stats.dispatched[dir]++;
-	if (task != &fd->unowned && fios_calibrated(fd)) {
+	if (fios_calibrated(fd)) {
 		fios_charge(fd, task, fios_model_cost(fd, dir, blk_rq_bytes(rq)));
 		flags |= FIOS_RQ_CHARGED;
 	}
 	flags = (flags & ((1UL << FIOS_RQ_PAR_SHIFT) - 1)) |
 		((unsigned long)parallelism << FIOS_RQ_PAR_SHIFT);
-	rq->elv.priv[0] = (void *)(uintptr_t)now;
+	rq->elv.priv[0] = (void *)(uintptr_t)(unsigned long)(now >> FIOS_TIME_SHIFT);
 	rq->elv.priv[1] = (void *)flags;
 }
 
@@ -365,8 +457,7 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		 */
 		if (fd->antic_task || fios_slice_holder_busy(fd) || fios_anticipate(fd, 1, now))
 			goto wait;
-		fd->epoch++;
-		fd->stats.epochs++;
+		fios_new_epoch(fd);
 		rq = fios_choose(fd, now);
 	}
 	if (!rq)
@@ -410,13 +501,7 @@ static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *l
 		int dir = rq_dir(rq);
 
 		list_del_init(&rq->queuelist);
-		if (!(rq->rq_flags & RQF_ELVPRIV)) {
-			/* prepare_request was not called: the elv fields are ours to set */
-			rq->elv.icq = NULL;
-			rq->elv.priv[0] = NULL;
-			rq->elv.priv[1] = NULL;
-		}
-		if (at_head || !(rq->rq_flags & RQF_ELVPRIV)) {
+		if (at_head || !fios_owns_fields(rq)) {
 			list_add_tail(&rq->queuelist, &fd->dispatch);
 			continue;
 		}
@@ -460,27 +545,36 @@ static void fios_prepare_request(struct request *rq)
 		    !(READ_ONCE(icq->flags) & (ICQ_EXITED | ICQ_DESTROYED))) {
 			atomic_long_inc(&ioc->refcount); /* what ioc_find_get_icq takes */
 			rcu_read_unlock();
-			rq->elv.icq = icq;
-			return;
+			goto found;
 		}
 		rcu_read_unlock();
 	}
 	icq = ioc_find_get_icq(rq->q);
-	if (icq)
-		WRITE_ONCE(fd->icq_hint, icq);
+	if (!icq) {
+		rq->elv.icq = NULL;
+		return;
+	}
+	WRITE_ONCE(fd->icq_hint, icq);
+found:
 	rq->elv.icq = icq;
+	/* the submitter's I/O priority now (ioprio_set may change it at any time) */
+	WRITE_ONCE(icq_to_task(icq)->weight, fios_weight(get_current_ioprio()));
 }
 
 /* Called once per completion, before finish_request; `now` is the completion time. */
 static void fios_completed_request(struct request *rq, u64 now)
 {
 	struct fios_data *fd = rq->q->elevator->elevator_data;
-	unsigned long rqflags = (unsigned long)rq->elv.priv[1];
+	unsigned long rqflags;
 	struct fios_task *task;
 	unsigned long flags;
 	bool kick = false;
 	int dir = rq_dir(rq);
+	u64 elapsed;
 
+	if (!fios_owns_fields(rq))
+		return;
+	rqflags = (unsigned long)rq->elv.priv[1];
 	if (!(rqflags & FIOS_RQ_INFLIGHT))
 		return;
 	spin_lock_irqsave(&fd->lock, flags);
@@ -489,15 +583,15 @@ static void fios_completed_request(struct request *rq, u64 now)
 	if (!--task->inflight)
 		list_del_init(&task->busy_node);
 	rq->elv.priv[1] = (void *)(rqflags & ~FIOS_RQ_INFLIGHT);
+	/* modulo the width of unsigned long: right across a wrap */
+	elapsed = (u64)((unsigned long)(now >> FIOS_TIME_SHIFT) -
+			(unsigned long)(uintptr_t)rq->elv.priv[0]) << FIOS_TIME_SHIFT;
+	if (!(rqflags & FIOS_RQ_CHARGED))
+		fios_charge(fd, task,
+			    div_u64(elapsed, max(rqflags >> FIOS_RQ_PAR_SHIFT, 1UL)));
 	if (task != &fd->unowned) {
-		u64 issued = (u64)(uintptr_t)rq->elv.priv[0];
-		u64 elapsed = now > issued ? now - issued : 0;
-		unsigned long parallelism = max(rqflags >> FIOS_RQ_PAR_SHIFT, 1UL);
-
 		task->service_ns = task->service_ns ?
 			task->service_ns - (task->service_ns >> 3) + (elapsed >> 3) : elapsed;
-		if (!(rqflags & FIOS_RQ_CHARGED))
-			fios_charge(fd, task, div_u64(elapsed, parallelism));
 		/*
 		 * Candidates for anticipation (see fios_anticipate): only a task with slice left,
 		 * so that the completion of an exhausted task's request (a write that overlapped
@@ -521,13 +615,18 @@ static void fios_completed_request(struct request *rq, u64 now)
 		blk_mq_run_hw_queues(rq->q, true);
 }
 
+/* The request left the device without completing: it is no longer in flight, and what it
+ * was charged at issue is refunded (it will be charged when issued again). */
 static void fios_requeue_request(struct request *rq)
 {
 	struct fios_data *fd = rq->q->elevator->elevator_data;
-	unsigned long rqflags = (unsigned long)rq->elv.priv[1];
+	unsigned long rqflags;
 	struct fios_task *task;
 	unsigned long flags;
 
+	if (!fios_owns_fields(rq))
+		return;
+	rqflags = (unsigned long)rq->elv.priv[1];
 	if (!(rqflags & FIOS_RQ_INFLIGHT))
 		return;
 	spin_lock_irqsave(&fd->lock, flags);
@@ -535,6 +634,10 @@ static void fios_requeue_request(struct request *rq)
 	fd->inflight[rq_dir(rq)]--;
 	if (!--task->inflight)
 		list_del_init(&task->busy_node);
+	if (rqflags & FIOS_RQ_CHARGED) {
+		fios_refund(fd, task, fios_model_cost(fd, rq_dir(rq), blk_rq_bytes(rq)));
+		fd->stats.refunds++;
+	}
 	rq->elv.priv[1] = (void *)(rqflags & ~(FIOS_RQ_INFLIGHT | FIOS_RQ_CHARGED));
 	spin_unlock_irqrestore(&fd->lock, flags);
 }
@@ -554,24 +657,89 @@ static enum hrtimer_restart fios_anticipation_timer(struct hrtimer *timer)
 	struct fios_data *fd = container_of(timer, struct fios_data, timer);
 	unsigned long flags;
 	u64 now = ktime_get_ns();
+	enum hrtimer_restart restart = HRTIMER_NORESTART;
 	bool kick = false;
 
 	spin_lock_irqsave(&fd->lock, flags);
 	if (fd->antic_task && now >= fd->antic_deadline_ns)
 		fios_end_anticipation(fd, now, false);
-	if (!fd->antic_task && fd->waiting) {
+	if (fd->antic_task && hrtimer_is_queued(timer)) {
+		/* re-armed for a newer anticipation while this ran (hrtimer_start is only called
+		 * under fd->lock): that one's expiry stands */
+	} else if (fd->antic_task) {
+		/*
+		 * Not due by this CPU's clock (another CPU set the deadline; under SMP the clocks
+		 * the two read may differ by a little): come back at the deadline rather than
+		 * leave what waits for the anticipation's end waiting for ever.
+		 */
+		fd->stats.timer_early++;
+		hrtimer_set_expires(timer, ns_to_ktime(fd->antic_deadline_ns));
+		restart = HRTIMER_RESTART;
+	} else if (fd->waiting) {
 		WRITE_ONCE(fd->waiting, false);
 		kick = true;
 	}
 	spin_unlock_irqrestore(&fd->lock, flags);
 	if (kick)
 		blk_mq_run_hw_queues(fd->q, true);
-	return HRTIMER_NORESTART;
+	return restart;
+}
+
+/*
+ * Asynchronous requests and writes may take at most async_depth scheduler tags; synchronous
+ * reads are not limited (mq-deadline's rule, and kyber's and bfq's in spirit).
+ */
+static void fios_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
+{
+	struct fios_data *fd = data->q->elevator->elevator_data;
+
+	if (op_is_sync(opf) && !op_is_write(opf))
+		return;
+	data->shallow_depth = READ_ONCE(fd->shallow_depth);
+}
+
+/* sbitmap applies a shallow depth to each word of the tag bitmap, not to the whole: scale
+ * async_depth (of nr_requests tags) to a word, as bfq does. Under fd->lock. */
+static void fios_update_shallow(struct fios_data *fd)
+{
+	unsigned long word = 1UL << fd->word_shift;
+	unsigned long total = max(fd->q->nr_requests, 1UL);
+
+	fd->async_depth = clamp_t(unsigned int, fd->async_depth, 1, total);
+	WRITE_ONCE(fd->shallow_depth,
+		   clamp_t(unsigned long, fd->async_depth * word / total, 1, word));
+}
+
+/* nr_requests changed (and at init): a default async depth follows it, a set one is clamped.
+ * The tags' wake batch is sized for the smallest shallow depth there can be (1), so that no
+ * async_depth written later can leave a waiter without a wake-up. */
+static void fios_depth_updated(struct blk_mq_hw_ctx *hctx)
+{
+	struct request_queue *q = hctx->queue;
+	struct fios_data *fd = q->elevator->elevator_data;
+	unsigned long flags;
+
+	spin_lock_irqsave(&fd->lock, flags);
+	if (!fd->async_depth_set)
+		fd->async_depth = max(1UL, 3 * q->nr_requests / 4);
+	fd->word_shift = hctx->sched_tags->bitmap_tags.sb.shift;
+	fios_update_shallow(fd);
+	spin_unlock_irqrestore(&fd->lock, flags);
+	sbitmap_queue_min_shallow_depth(&hctx->sched_tags->bitmap_tags, 1);
+}
+
+static int fios_init_hctx(struct blk_mq_hw_ctx *hctx, unsigned int hctx_idx)
+{
+	fios_depth_updated(hctx);
+	return 0;
 }
 
 static void fios_init_icq(struct io_cq *icq)
 {
-	fios_task_init(icq_to_task(icq));
+	struct fios_task *task = icq_to_task(icq);
+
+	fios_task_init(task);
+	task->weight = FIOS_DEFAULT_WEIGHT;
 }
 
 static void fios_exit_icq(struct io_cq *icq)
@@ -646,7 +814,9 @@ static int fios_init_sched(struct request_queue *q, struct elevator_type *e)
 	fd->alpha_permille = FIOS_DEFAULT_ALPHA_PERMILLE;
 	fd->read_preference = true;
 	fd->max_depth = FIOS_DEFAULT_MAX_DEPTH;
-	fd->epoch = 1;
+	fd->epoch = 1; /* 0: a task never charged */
+	fd->epoch_floor_permille = 1000;
+	fd->unowned.weight = FIOS_DEFAULT_WEIGHT;
 	eq->elevator_data = fd;
 
 	/* one scheduler per queue, dispatching for every hardware queue */
@@ -712,6 +882,8 @@ FIOS_ATTR(timeslice_us, FIOS_MIN_TIMESLICE_US, FIOS_MAX_TIMESLICE_US,
 	  div_u64(fd->timeslice_ns, NSEC_PER_USEC), fd->timeslice_ns = value * NSEC_PER_USEC)
 FIOS_ATTR(read_preference, 0, 1, fd->read_preference, fd->read_preference = value)
 FIOS_ATTR(max_depth, 1, FIOS_MAX_DEPTH, fd->max_depth, fd->max_depth = value)
+FIOS_ATTR(async_depth, 1, fd->q->nr_requests, fd->async_depth,
+	  (fd->async_depth = value, fd->async_depth_set = true, fios_update_shallow(fd)))
 FIOS_ATTR(cost_read_4k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_READ][0],
 	  fd->cost_ns[FIOS_READ][0] = value)
 FIOS_ATTR(cost_read_128k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_READ][1],
@@ -737,10 +909,10 @@ static ssize_t fios_stats_show(struct elevator_queue *e, char *page)
 	return sysfs_emit(page,
 			  "epoch %llu\nepochs %llu\nreads %llu\nwrites %llu\nanticipations %llu\n"
 			  "anticipation_hits %llu\nanticipation_idle_ns %llu\nwrites_held %llu\n"
-			  "cost_model %s\n",
+			  "refunds %llu\ntimer_early %llu\ncost_model %s\n",
 			  epoch, s.epochs, s.dispatched[FIOS_READ], s.dispatched[FIOS_WRITE],
 			  s.anticipations, s.anticipation_hits, s.anticipation_idle_ns,
-			  s.writes_held, calibrated ? "calibrated" : "elapsed/parallelism");
+			  s.writes_held, s.refunds, s.timer_early, calibrated ? "calibrated" : "elapsed/parallelism");
 }
 
 #define FIOS_RW(name) __ATTR(name, 0644, fios_##name##_show, fios_##name##_store)
@@ -750,6 +922,7 @@ static struct elv_fs_entry fios_attrs[] = {
 	FIOS_RW(timeslice_us),
 	FIOS_RW(read_preference),
 	FIOS_RW(max_depth),
+	FIOS_RW(async_depth),
 	FIOS_RW(cost_read_4k_ns),
 	FIOS_RW(cost_read_128k_ns),
 	FIOS_RW(cost_write_4k_ns),
@@ -760,6 +933,9 @@ static struct elv_fs_entry fios_attrs[] = {
 
 static struct elevator_type fios_sched = {
 	.ops = {
+		.limit_depth		= fios_limit_depth,
+		.depth_updated		= fios_depth_updated,
+		.init_hctx		= fios_init_hctx,
 		.insert_requests	= fios_insert_requests,
 		.dispatch_request	= fios_dispatch_request,
 		.has_work		= fios_has_work,

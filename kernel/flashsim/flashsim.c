@@ -5,8 +5,11 @@
  *
  * - Reads and writes have separate service times: a fixed latency plus a per-KiB transfer
  *   time (writes are much slower than reads, as on NAND).
- * - The device has `units` parallel units (dies); each request goes to the unit its LBA is
- *   striped onto (64 KiB chunks), and a unit serves one request at a time. A read that lands
+ * - The device has `units` parallel units (dies), the LBA space striped over them in chunks of
+ *   `chunk_kb`; a request is served by every unit its sectors are striped onto, each piece
+ *   (a fixed latency plus its own transfer) as soon as its unit is free, and completes with its
+ *   last piece: a large read keeps several units busy, as on a real SSD. A unit serves one
+ *   request at a time. A read that lands
  *   on a unit busy with a write waits behind it: the read-blocked-by-write effect the FIOS
  *   paper measures, while requests on different units proceed in parallel. A write may
  *   occupy several units (`write_units`), as writes striped over dies do: then it also
@@ -20,6 +23,7 @@
 #include <linux/blk-mq.h>
 #include <linux/hrtimer.h>
 #include <linux/list.h>
+#include <linux/log2.h>
 #include <linux/module.h>
 #include <linux/spinlock.h>
 #include <linux/vmalloc.h>
@@ -57,12 +61,20 @@ static unsigned int poll_queues;
 module_param(poll_queues, uint, 0444);
 MODULE_PARM_DESC(poll_queues, "Hardware queues completed by polling (0: interrupts only)");
 
+static unsigned int submit_queues = 1;
+module_param(submit_queues, uint, 0444);
+MODULE_PARM_DESC(submit_queues, "Hardware queues for submission (interrupt-completed)");
+
+static unsigned int chunk_kb = 64;
+module_param(chunk_kb, uint, 0444);
+MODULE_PARM_DESC(chunk_kb, "Stripe unit in KiB (a power of two, 4 to 1024)");
+
 static unsigned int queue_depth = 64;
 module_param(queue_depth, uint, 0444);
 MODULE_PARM_DESC(queue_depth, "Tags per hardware queue");
 
-#define FLASHSIM_CHUNK_SHIFT 7 /* 64 KiB stripes, in 512-byte sectors */
 #define FLASHSIM_MAX_UNITS 64
+#define FLASHSIM_MAX_QUEUES 16
 
 struct flashsim_cmd {
 	struct hrtimer timer;
@@ -88,34 +100,47 @@ struct flashsim {
 
 static struct flashsim *flashsim;
 
-static u64 service_ns(struct request *rq)
+static u64 service_ns(bool write, unsigned int bytes)
 {
-	u64 kib = DIV_ROUND_UP(blk_rq_bytes(rq), 1024);
+	u64 kib = DIV_ROUND_UP(bytes, 1024);
 
-	if (rq_data_dir(rq) == WRITE)
+	if (write)
 		return write_lat_ns + kib * write_ns_per_kb;
 	return read_lat_ns + kib * read_ns_per_kb;
 }
 
 /*
- * When the request finishes: a read on its unit, a write on `write_units` units from its own,
- * each after whatever those units are busy with.
+ * When the request finishes. Each chunk-sized piece goes to its unit (a write to `write_units`
+ * units from there) and starts when those units are free; the request is done with its last
+ * piece. Pieces of one request on the same unit run one after the other. A write that takes
+ * several units (write_units > 1) is one piece on the units from its first chunk.
  */
-static u64 schedule_on_unit(struct flashsim *dev, struct request *rq)
+static u64 schedule_on_units(struct flashsim *dev, struct request *rq)
 {
-	unsigned int unit = (blk_rq_pos(rq) >> FLASHSIM_CHUNK_SHIFT) % units;
-	unsigned int span = rq_data_dir(rq) == WRITE ? write_units : 1;
-	u64 now = ktime_get_ns();
-	u64 start = now, done;
+	unsigned int chunk_sectors = chunk_kb << 1;
+	bool write = rq_data_dir(rq) == WRITE;
+	unsigned int span = write ? write_units : 1;
+	sector_t pos = blk_rq_pos(rq), end = pos + blk_rq_sectors(rq);
+	u64 now = ktime_get_ns(), done = now;
 	unsigned long flags;
-	unsigned int i;
 
 	spin_lock_irqsave(&dev->units_lock, flags);
-	for (i = 0; i < span; i++)
-		start = max(start, dev->busy_until[(unit + i) % units]);
-	done = start + service_ns(rq);
-	for (i = 0; i < span; i++)
-		dev->busy_until[(unit + i) % units] = done;
+	do {
+		/* a write that occupies several units anyway is served whole, as before */
+		sector_t next = span > 1 ? end :
+			min_t(sector_t, round_down(pos, chunk_sectors) + chunk_sectors, end);
+		unsigned int unit = div_u64(pos, chunk_sectors) % units;
+		u64 start = now, finish;
+		unsigned int i;
+
+		for (i = 0; i < span; i++)
+			start = max(start, dev->busy_until[(unit + i) % units]);
+		finish = start + service_ns(write, (next - pos) << SECTOR_SHIFT);
+		for (i = 0; i < span; i++)
+			dev->busy_until[(unit + i) % units] = finish;
+		done = max(done, finish);
+		pos = next;
+	} while (pos < end);
 	spin_unlock_irqrestore(&dev->units_lock, flags);
 	return done;
 }
@@ -172,7 +197,7 @@ static blk_status_t flashsim_queue_rq(struct blk_mq_hw_ctx *hctx,
 	status = copy_data(dev, rq);
 	if (status != BLK_STS_OK)
 		return status;
-	cmd->done_ns = schedule_on_unit(dev, rq);
+	cmd->done_ns = schedule_on_units(dev, rq);
 	if (hctx->type == HCTX_TYPE_POLL) {
 		struct flashsim_pollq *pq = hctx->driver_data;
 
@@ -232,14 +257,14 @@ static void flashsim_map_queues(struct blk_mq_tag_set *set)
 	struct blk_mq_queue_map *map;
 
 	map = &set->map[HCTX_TYPE_DEFAULT];
-	map->nr_queues = 1;
+	map->nr_queues = submit_queues;
 	map->queue_offset = 0;
 	blk_mq_map_queues(map);
 	if (set->nr_maps > HCTX_TYPE_POLL) {
 		set->map[HCTX_TYPE_READ].nr_queues = 0;
 		map = &set->map[HCTX_TYPE_POLL];
 		map->nr_queues = poll_queues;
-		map->queue_offset = 1;
+		map->queue_offset = submit_queues;
 		blk_mq_map_queues(map);
 	}
 }
@@ -263,7 +288,9 @@ static int __init flashsim_init(void)
 	int err;
 
 	if (!units || units > FLASHSIM_MAX_UNITS || !size_mb || poll_queues > 4 ||
-	    !write_units || write_units > units)
+	    !write_units || write_units > units || !submit_queues ||
+	    submit_queues > FLASHSIM_MAX_QUEUES || chunk_kb < 4 || chunk_kb > 1024 ||
+	    !is_power_of_2(chunk_kb))
 		return -EINVAL;
 	dev = kzalloc(sizeof(*dev), GFP_KERNEL);
 	if (!dev)
@@ -271,7 +298,7 @@ static int __init flashsim_init(void)
 	spin_lock_init(&dev->units_lock);
 	dev->sectors = (sector_t)size_mb << (20 - SECTOR_SHIFT);
 	dev->data = vzalloc((size_t)size_mb << 20);
-	hw_queues = 1 + poll_queues;
+	hw_queues = submit_queues + poll_queues;
 	dev->pollqs = kcalloc(hw_queues, sizeof(*dev->pollqs), GFP_KERNEL);
 	err = -ENOMEM;
 	if (!dev->data || !dev->pollqs)
@@ -319,9 +346,9 @@ static int __init flashsim_init(void)
 	if (err)
 		goto put_disk;
 	flashsim = dev;
-	pr_info("flashsim0: %u MiB, %u units, read %u ns + %u ns/KiB, write %u ns + %u ns/KiB on %u units, %u poll queues\n",
-		size_mb, units, read_lat_ns, read_ns_per_kb, write_lat_ns, write_ns_per_kb,
-		write_units, poll_queues);
+	pr_info("flashsim0: %u MiB, %u units of %u KiB stripes, read %u ns + %u ns/KiB, write %u ns + %u ns/KiB on %u units, %u submit and %u poll queues\n",
+		size_mb, units, chunk_kb, read_lat_ns, read_ns_per_kb, write_lat_ns,
+		write_ns_per_kb, write_units, submit_queues, poll_queues);
 	return 0;
 
 put_disk:

@@ -35,7 +35,11 @@ class Boot:
         return found
 
 
-def boot(kernel: Path, initrd: Path, *, memory_mb: int = 1536, timeout: float = 600) -> Boot:
+def boot(
+    kernel: Path, initrd: Path, *, memory_mb: int = 1536, cpus: int = 1, timeout: float = 600
+) -> Boot:
+    """Boot and wait for the scenario's end. cpus > 1 boots an SMP guest (multi-threaded TCG:
+    one host thread per vCPU)."""
     argv = [
         "qemu-system-x86_64",
         "-accel",
@@ -43,7 +47,7 @@ def boot(kernel: Path, initrd: Path, *, memory_mb: int = 1536, timeout: float = 
         "-m",
         str(memory_mb),
         "-smp",
-        "1",
+        str(cpus),
         "-kernel",
         str(kernel),
         "-initrd",

@@ -115,8 +115,9 @@ def fairness_files(
     tunables: dict[str, dict[str, int]] | None = None,
 ) -> tuple[str, dict[str, str]]:
     """For each workload and scheduler: each job alone, then all together (FIOS's method).
-    `tunables` are written under queue/iosched/ after selecting each scheduler; fios' own
-    counters are printed after each run."""
+    Each workload starts a fresh scheduler instance (selected through none), with `tunables`
+    written under queue/iosched/: fios' counters, printed after each run, are that workload's
+    alone."""
     target = BenchTarget(Path("/dev/flashsim0"), "flashsim0", False, False)
     queue = "/sys/block/flashsim0/queue"
     files: dict[str, str] = {}
@@ -127,11 +128,10 @@ def fairness_files(
         if kernel_name in LOADABLE and kernel_name not in loaded:
             script += f"insmod /lib/modules/{LOADABLE[kernel_name]}.ko\n"
             loaded.add(kernel_name)
-        # through none, so that every variant starts with a fresh scheduler instance
-        script += f"echo none > {queue}/scheduler\necho {kernel_name} > {queue}/scheduler\n"
-        for name, value in (tunables or {}).get(scheduler, {}).items():
-            script += f"echo {value} > {queue}/iosched/{name}\n"
         for workload in workloads:
+            script += f"echo none > {queue}/scheduler\necho {kernel_name} > {queue}/scheduler\n"
+            for name, value in (tunables or {}).get(scheduler, {}).items():
+                script += f"echo {value} > {queue}/iosched/{name}\n"
             timed = workload.model_copy(update={"duration_s": seconds, "warmup_s": 0.3})
             labels = fio_runs(f"{workload.name}/{scheduler}", timed, target, files)
             for label, run in labels.items():
@@ -164,6 +164,14 @@ def summarize_fairness(parsed: dict[str, fio_jobs.FioResult]) -> dict[str, Any]:
                 k.removeprefix("slowdown_"): round(v, 2)
                 for k, v in metrics.items()
                 if k.startswith("slowdown_")
+            },
+            # the worst task of each job: its p99 and maximum latency, µs
+            "latency_us": {
+                job: {
+                    "p99": round(max(t.p99_us for t in result.tasks if t.job == job), 1),
+                    "max": round(max(t.max_us for t in result.tasks if t.job == job), 1),
+                }
+                for job in dict.fromkeys(t.job for t in result.tasks)
             },
         }
     return summary
@@ -356,6 +364,7 @@ class Scenario:
     summarize_stats: (
         Callable[[dict[str, fio_jobs.FioResult], dict[str, dict[str, str]]], dict[str, Any]] | None
     ) = None
+    cpus: int = 1  # the guest's vCPUs
 
 
 def _overhead(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
@@ -397,6 +406,323 @@ def _fairness(
     return make
 
 
+SMP_DEVICES = {
+    # null_blk and flashsim with one submission queue per vCPU
+    "nullb0": "insmod /lib/modules/null_blk.ko queue_mode=2 irqmode=2 completion_nsec=10000"
+    " memory_backed=1 gb=1 submit_queues={cpus} hw_queue_depth=64\n",
+    "flashsim0": "insmod /lib/modules/flashsim.ko " + FLASH_LIKE + " submit_queues={cpus}\n",
+}
+# readers at QD1, a large-read reader and writers with deep queues, one process each (the
+# guest spreads them over its vCPUs, so requests arrive on every hardware queue)
+MIXED = (
+    "--direct=1 --time_based --runtime={ms}ms --size=64m --filename=/dev/{dev}"
+    " --name=read4k --rw=randread --bs=4k --ioengine=psync --numjobs=2"
+    " --name=read128k --rw=randread --bs=128k --ioengine=psync"
+    " --name=write --rw=randwrite --bs=4k --ioengine=libaio --iodepth=16 --numjobs=2"
+)
+# writers that would take every scheduler tag, against one synchronous reader
+DEPTH = (
+    "--direct=1 --time_based --runtime={ms}ms --size=64m --filename=/dev/flashsim0"
+    " --name=read --rw=randread --bs=4k --ioengine=psync"
+    " --name=write --rw=randwrite --bs=4k --ioengine=libaio --iodepth=128 --numjobs=2"
+)
+
+
+def _state(label: str, dev: str, extra: str = "") -> str:
+    """The device's state after a run, as a STATS block: what is still in flight (a lost
+    request stays there), its hardware queues."""
+    return (
+        f"echo BLKPILOT-STATS-BEGIN {label}\n"
+        f'echo "inflight $(cat /sys/block/{dev}/inflight)"\n'
+        f'echo "hw_queues $(ls /sys/block/{dev}/mq | wc -l)"\n'
+        f"{extra}echo BLKPILOT-STATS-END\n"
+    )
+
+
+def depth_script(seconds: float) -> str:
+    """fios' depth limit: a synchronous reader against writers (QD 128 each) that would take
+    every scheduler tag, with async_depth at its default and at nr_requests (no limit)."""
+    ms = round(seconds * 1000)
+    queue = "/sys/block/flashsim0/queue"
+    script = ""
+    for setting in ("default", "off"):
+        script += f"echo none > {queue}/scheduler\necho fios > {queue}/scheduler\n"
+        if setting == "off":
+            script += f"cat {queue}/nr_requests > {queue}/iosched/async_depth\n"
+        label = f"depth/{setting}"
+        script += _fio_block(label, DEPTH.format(ms=max(ms, 1500)))
+        script += _state(
+            label,
+            "flashsim0",
+            f'echo "async_depth $(cat {queue}/iosched/async_depth)"\n'
+            f'echo "nr_requests $(cat {queue}/nr_requests)"\n',
+        )
+
+    return script
+
+
+def smp_script(cpus: int, seconds: float, depth: bool = False) -> tuple[str, dict[str, str]]:
+    """Every scheduler on null_blk and flashsim with one hardware queue per vCPU, under mixed
+    readers and deep-queued writers; then fios' life cycle on flashsim: switched with
+    mq-deadline under load, rmmod while attached, fio killed while fios anticipates for it.
+    depth=True adds the depth limit's runs (depth_script) on the SMP guest: there fios stalled
+    in 3 of 7 runs on 2 vCPUs (every scheduler tag taken, nothing in flight; an open bug, see
+    the "smp2-depth" scenario), so the suite runs them on one vCPU ("flash-depth")."""
+    ms = round(seconds * 1000)
+    queue = "/sys/block/flashsim0/queue"
+    script = "insmod /lib/modules/configfs.ko\n"
+    script += "".join(line.format(cpus=cpus) for line in SMP_DEVICES.values())
+    script += "".join(f"insmod /lib/modules/{LOADABLE[s]}.ko\n" for s in LOADABLE)
+    for dev in SMP_DEVICES:
+        for scheduler in SCHEDULERS:
+            script += f"echo {scheduler} > /sys/block/{dev}/queue/scheduler\n"
+            label = f"{dev}/{scheduler}"
+            script += _fio_block(label, MIXED.format(ms=ms, dev=dev))
+            script += _state(label, dev)
+        script += f"echo none > /sys/block/{dev}/queue/scheduler\n"
+
+    # switched under load, twenty times each way
+    script += f"echo mq-deadline > {queue}/scheduler\n"
+    script += (
+        "fio --eta=never --output-format=json+ --output=/tmp/out.json --randrepeat=0"
+        " --lat_percentiles=1 --clat_percentiles=0"
+        f" --norandommap {MIXED.format(ms=max(ms * 3, 2000), dev='flashsim0')} &\n"
+        "pid=$!\nusleep 200000\nswitches=0\n"
+        "while [ $switches -lt 20 ]; do\n"
+        f"  echo fios > {queue}/scheduler && usleep 30000 &&"
+        f" echo mq-deadline > {queue}/scheduler && switches=$((switches + 1))\n"
+        "  usleep 30000\ndone\nwait $pid\nfio_exit=$?\n"
+        "echo BLKPILOT-RESULT-BEGIN lifecycle/switching\ncat /tmp/out.json\n"
+        "echo BLKPILOT-RESULT-END\n"
+    )
+    script += _state(
+        "lifecycle/switching", "flashsim0", 'echo "switches $switches"\necho "fio_exit $fio_exit"\n'
+    )
+
+    # rmmod while attached must be refused, and fios keep serving
+    script += f"echo fios > {queue}/scheduler\n"
+    script += "rmmod fios 2>/dev/null; rmmod_attached=$?\n"
+    script += _fio_block("lifecycle/after-rmmod", MIXED.format(ms=ms, dev="flashsim0"))
+    script += _state(
+        "lifecycle/after-rmmod",
+        "flashsim0",
+        f'echo "rmmod_attached_exit $rmmod_attached"\necho "scheduler $(cat {queue}/scheduler)"\n',
+    )
+
+    # fio killed while a reader with think time is anticipated
+    script += (
+        "fio --eta=never --output=/dev/null --direct=1 --time_based --runtime=20s --size=64m"
+        " --filename=/dev/flashsim0 --name=r --rw=randread --bs=4k --ioengine=psync"
+        " --thinktime=200 --name=w --rw=randwrite --bs=4k --ioengine=psync &\n"
+        f"pid=$!\nusleep {max(ms, 1000) * 1000}\n"
+        f"antic_before=$(grep '^anticipations ' {queue}/iosched/stats)\n"
+        "killall -9 fio\nwait $pid\nusleep 100000\n"
+    )
+    script += _state(
+        "lifecycle/killed",
+        "flashsim0",
+        f"echo \"before_kill $antic_before\"\ncat {queue}/iosched/stats | sed 's/^/fios_/'\n",
+    )
+    script += _fio_block("lifecycle/after-kill", MIXED.format(ms=ms, dev="flashsim0"))
+    script += _state("lifecycle/after-kill", "flashsim0")
+
+    if depth:
+        script += depth_script(seconds)
+    script += f"echo none > {queue}/scheduler\nrmmod fios\n"
+    script += "test -e /sys/module/fios && echo BLKPILOT-UNLOAD-FAILED\n"
+    script += "rmmod flashsim\ntest -e /sys/block/flashsim0 && echo BLKPILOT-UNLOAD-FAILED\n"
+    return script, {}
+
+
+def summarize_smp(
+    parsed: dict[str, fio_jobs.FioResult], states: dict[str, dict[str, str]]
+) -> dict[str, Any]:
+    """Per run: I/Os done, what stayed in flight, hardware queues; the life cycle's
+    outcomes; the depth limit's reader latency with and without it."""
+    runs = {}
+    for label, state in states.items():
+        result = parsed.get(label)
+        runs[label] = {
+            "inflight": [int(v) for v in state.get("inflight", "-1 -1").split()],
+            "hw_queues": int(state.get("hw_queues", "0")),
+            # fio's JSON was read back (a job that failed makes parse raise)
+            "ios": sum(t.ios for t in result.tasks) if result else 0,
+            **{k: v for k, v in state.items() if k not in ("inflight", "hw_queues")},
+        }
+    depth = {}
+    for setting in ("default", "off"):
+        result = parsed.get(f"depth/{setting}")
+        if result is not None:
+            (reader,) = [t for t in result.tasks if t.job == "read"]
+            depth[setting] = {
+                "reader_mean_us": round(reader.mean_latency_us, 1),
+                "reader_p99_us": round(reader.p99_us, 1),
+                "reader_iops": round(reader.iops, 1),
+                "writer_iops": round(sum(t.iops for t in result.tasks if t.job == "write"), 1),
+            }
+    return {"runs": runs, "depth": depth}
+
+
+def _smp(
+    cpus: int, depth: bool = False
+) -> Callable[[int, float, Tunables], tuple[str, dict[str, str]]]:
+    def make(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
+        return smp_script(cpus, seconds, depth)
+
+    return make
+
+
+def _depth(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
+    queue = "/sys/block/flashsim0/queue"
+    script = FLASHSIM.format(params=FLASH_LIKE) + "insmod /lib/modules/fios.ko\n"
+    script += depth_script(seconds)
+    script += f"echo none > {queue}/scheduler\nrmmod fios\nrmmod flashsim\n"
+    script += "test -e /sys/module/fios && echo BLKPILOT-UNLOAD-FAILED\n"
+    return script, {}
+
+
+# fios' slice in the review scenarios: the paper's 100 ms would give a 4 + 4 run one epoch per
+# 0.8 s of device time; 20 ms keeps a write's 4 ms a fifth of a writer's slice and gives runs of
+# a few seconds dozens of epochs (each run's count is in its stats)
+REVIEW_TIMESLICE_US = 20_000
+WEIGHTS = {"heavy": 0, "light": 4}  # best-effort levels: weights 8 and 4, 2:1
+WEIGHT_SCHEDULERS = ("none", "bfq", "fios")  # none ignores priorities; bfq weighs by them
+
+
+def weights_script(seconds: float, schedulers: tuple[str, ...] = WEIGHT_SCHEDULERS) -> str:
+    """Two identical writers (4 KB random, QD1; a write takes every unit, so device time is
+    shared by turns) at best-effort levels 0 and 4: device time should follow 2:1."""
+    queue = "/sys/block/flashsim0/queue"
+    jobs = " ".join(
+        f"--name={name} --rw=randwrite --bs=4k --ioengine=psync --prioclass=2 --prio={level}"
+        for name, level in WEIGHTS.items()
+    )
+    script = ""
+    for scheduler in schedulers:
+        script += f"echo none > {queue}/scheduler\necho {scheduler} > {queue}/scheduler\n"
+        if scheduler == "fios":
+            script += f"echo {REVIEW_TIMESLICE_US} > {queue}/iosched/timeslice_us\n"
+        script += _fio_block(
+            f"weights/{scheduler}",
+            f"--direct=1 --time_based --runtime={round(seconds * 1000)}ms --size=64m"
+            f" --filename=/dev/flashsim0 {jobs}",
+        )
+    return script
+
+
+CHURN_SCHEDULERS = ("mq-deadline", "fios")
+
+
+def churn_script(seconds: float, schedulers: tuple[str, ...] = CHURN_SCHEDULERS) -> str:
+    """One writer alone, then the same writer while short-lived readers (each a new process
+    reading for 50 ms) are started one after another for as long as it runs: how much of its
+    own throughput the writer keeps, and how many readers ran."""
+    queue = "/sys/block/flashsim0/queue"
+    ms = round(seconds * 1000)
+    writer = (
+        "--direct=1 --time_based --size=64m --filename=/dev/flashsim0"
+        " --name=writer --rw=randwrite --bs=4k --ioengine=psync"
+    )
+    reader = (
+        "fio --eta=never --output=/dev/null --direct=1 --time_based --runtime=50ms --size=64m"
+        " --filename=/dev/flashsim0 --name=reader --rw=randread --bs=4k --ioengine=psync"
+    )
+    script = ""
+    for scheduler in schedulers:
+        script += f"echo none > {queue}/scheduler\necho {scheduler} > {queue}/scheduler\n"
+        if scheduler == "fios":
+            script += f"echo {REVIEW_TIMESLICE_US} > {queue}/iosched/timeslice_us\n"
+        script += _fio_block(f"churn/{scheduler}/alone", f"{writer} --runtime={ms}ms")
+        script += (
+            "fio --eta=never --output-format=json+ --output=/tmp/out.json --randrepeat=0"
+            " --lat_percentiles=1 --clat_percentiles=0"
+            f" --norandommap {writer} --runtime={ms}ms &\npid=$!\nreaders=0\n"
+            "while kill -0 $pid 2>/dev/null; do\n"
+            f"  {reader} && readers=$((readers + 1))\ndone\nwait $pid\n"
+            f"echo BLKPILOT-RESULT-BEGIN churn/{scheduler}/together\ncat /tmp/out.json\n"
+            "echo BLKPILOT-RESULT-END\n"
+            f'echo BLKPILOT-STATS-BEGIN churn/{scheduler}/together\necho "readers $readers"\n'
+        )
+        if scheduler == "fios":
+            script += f"cat {queue}/iosched/stats\n"
+        script += "echo BLKPILOT-STATS-END\n"
+    return script
+
+
+REVIEW_WORKLOADS = (
+    "fios-4r4w-think",
+    "fios-4k-vs-128k",
+    "fios-deep-writers",
+    "fios-1r-think1ms-4w",
+    "fios-1r7w",
+)
+REVIEW_SCHEDULERS = ("none", "mq-deadline", "bfq", "fios")
+
+
+def _review(
+    workloads: tuple[str, ...], schedulers: tuple[str, ...]
+) -> Callable[[int, float, Tunables], tuple[str, dict[str, str]]]:
+    def make(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
+        chosen = [w for w in fios() if w.name in workloads]
+        tunables = {
+            **tunables,
+            "fios": {**tunables.get("fios", {}), "timeslice_us": REVIEW_TIMESLICE_US},
+        }
+        script, files = fairness_files(chosen, schedulers, seconds, tunables)
+        script = "insmod /lib/modules/bfq.ko\n" + script.replace("insmod /lib/modules/bfq.ko\n", "")
+        script += weights_script(seconds) + churn_script(seconds)
+        unload = "echo none > /sys/block/flashsim0/queue/scheduler\nrmmod fios\nrmmod flashsim\n"
+        unload += "test -e /sys/block/flashsim0 && echo BLKPILOT-UNLOAD-FAILED\n"
+        unload += "test -e /sys/module/fios && echo BLKPILOT-UNLOAD-FAILED\n"
+        return FLASHSIM.format(params=FLASH_LIKE) + script + unload, files
+
+    return make
+
+
+def summarize_review(
+    parsed: dict[str, fio_jobs.FioResult], stats: dict[str, dict[str, str]]
+) -> dict[str, Any]:
+    """The fairness cases (with fios' epochs per run), the weights' device-time ratio, and
+    what the writer keeps under reader churn."""
+    fairness_runs = {k: v for k, v in parsed.items() if k.split("/")[0].startswith("fios-")}
+    summary: dict[str, Any] = {"fairness": summarize_fairness(fairness_runs)}
+    for label, counters in stats.items():
+        workload, scheduler, kind = label.split("/")
+        if kind == "together" and workload in summary["fairness"] and "epochs" in counters:
+            case = summary["fairness"][workload][scheduler]
+            case["epochs"] = int(counters["epochs"])
+            case["anticipation_hits"] = (
+                f"{counters['anticipation_hits']}/{counters['anticipations']}"
+            )
+    weights = {}
+    for label, result in parsed.items():
+        if label.startswith("weights/"):
+            iops = {t.job: t.iops for t in result.tasks}
+            weights[label.split("/")[1]] = {
+                "heavy_iops": round(iops["heavy"], 1),
+                "light_iops": round(iops["light"], 1),
+                "ratio": round(iops["heavy"] / iops["light"], 2) if iops["light"] else None,
+            }
+    summary["weights"] = weights
+    churn = {}
+    for scheduler in CHURN_SCHEDULERS:
+        alone = parsed.get(f"churn/{scheduler}/alone")
+        together = parsed.get(f"churn/{scheduler}/together")
+        if alone is None or together is None:
+            continue
+        kept = together.tasks[0].iops / alone.tasks[0].iops if alone.tasks[0].iops else 0.0
+        counters = stats.get(f"churn/{scheduler}/together", {})
+        churn[scheduler] = {
+            "writer_iops_alone": round(alone.tasks[0].iops, 1),
+            "writer_iops_with_churn": round(together.tasks[0].iops, 1),
+            "writer_kept": round(kept, 3),
+            "readers": int(counters.get("readers", 0)),
+            **({"epochs": int(counters["epochs"])} if "epochs" in counters else {}),
+        }
+    summary["churn"] = churn
+    return summary
+
+
 def calibration_files(seconds: float) -> tuple[str, dict[str, str]]:
     """The agent's calibration runs (agent.calibrate) on flashsim under fios."""
     target = BenchTarget(Path("/dev/flashsim0"), "flashsim0", False, False)
@@ -417,6 +743,51 @@ def calibration_files(seconds: float) -> tuple[str, dict[str, str]]:
 
 
 SCENARIOS = {
+    # FIOS for a kernel reviewer: harder cases, weights and churn (bench/lab_fios_review.py);
+    # the short one runs in the suite
+    "flash-review": Scenario(
+        ["bfq"],
+        ["flashsim", "fios"],
+        _review(REVIEW_WORKLOADS, REVIEW_SCHEDULERS),
+        lambda parsed: summarize_review(parsed, {}),
+        calibrate=True,
+        summarize_stats=summarize_review,
+    ),
+    "flash-review-short": Scenario(
+        ["bfq"],
+        ["flashsim", "fios"],
+        _review(("fios-4r4w-think", "fios-1r7w"), ("mq-deadline", "fios")),
+        lambda parsed: summarize_review(parsed, {}),
+        calibrate=True,
+        summarize_stats=summarize_review,
+    ),
+    **{
+        f"smp{cpus}": Scenario(
+            ["configfs", "null_blk", "kyber-iosched", "bfq"],
+            ["flashsim", "fios"],
+            _smp(cpus),
+            lambda parsed: summarize_smp(parsed, {}),
+            summarize_stats=summarize_smp,
+            cpus=cpus,
+        )
+        for cpus in (2, 4)
+    },
+    # the depth limit on one vCPU (in the suite), and on two, where fios stalls (an open bug)
+    "flash-depth": Scenario(
+        [],
+        ["flashsim", "fios"],
+        _depth,
+        lambda parsed: summarize_smp(parsed, {}),
+        summarize_stats=summarize_smp,
+    ),
+    "smp2-depth": Scenario(
+        ["configfs", "null_blk", "kyber-iosched", "bfq"],
+        ["flashsim", "fios"],
+        _smp(2, depth=True),
+        lambda parsed: summarize_smp(parsed, {}),
+        summarize_stats=summarize_smp,
+        cpus=2,
+    ),
     "null-overhead": Scenario(
         ["configfs", "null_blk", "kyber-iosched", "bfq"],
         ["fios"],
@@ -459,13 +830,18 @@ def _boot(
     files: dict[str, str],
     seconds: float,
     cache: Path,
+    cpus: int = 1,
 ) -> tuple[qemu.Boot, dict[str, fio_jobs.FioResult]]:
     initrd = initramfs.build(
         cache / trio.version / f"{name}.initrd.gz", modules=modules, scenario=script, files=files
     )
     expected_runs = script.count("BLKPILOT-RESULT-BEGIN")
     booted = qemu.boot(
-        packages.vmlinuz(root, trio), initrd, timeout=120 + expected_runs * (seconds + 4)
+        packages.vmlinuz(root, trio),
+        initrd,
+        cpus=cpus,
+        # TCG runs every vCPU as a thread on the host's two cores: SMP guests are slower
+        timeout=120 + expected_runs * (seconds + 4) * cpus,
     )
     parsed = {}
     for label, body in booted.results.items():
@@ -496,7 +872,9 @@ def run(
         tunables["fios"] = {"alpha_permille": calibrate.DEFAULT_ALPHA_PERMILLE, **costs}
         problems += booted.kernel_problems()
     script, files = scenario.script(rounds, seconds, tunables)
-    booted, parsed = _boot(name, trio, root, modules, script, files, seconds, cache)
+    booted, parsed = _boot(
+        name, trio, root, modules, script, files, seconds, cache, cpus=scenario.cpus
+    )
     result = LabResult(
         name,
         trio.abi,

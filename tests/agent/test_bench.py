@@ -61,8 +61,9 @@ class TestLibrary:
     def test_job_files(self) -> None:
         target = directory_target(Path("/tmp"))
         think = fio.job_file(WORKLOADS["fios-4r4w-think"], target)
-        assert "rate_process=poisson" in think
-        assert "rate_iops=10000" in think  # mean gap 100 µs
+        # a closed loop with a think time near a read's service time, not a rate cap
+        assert "thinktime=258us" in think
+        assert "rate_iops" not in think
         assert "ioengine=psync" in think
         polled = fio.job_file(WORKLOADS["hs22-syncread-4k-t1-poll"], target)
         assert "hipri=1" in polled

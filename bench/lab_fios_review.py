@@ -1,0 +1,83 @@
+"""FIOS for a kernel reviewer, in the kernel lab (Debian 6.1 under QEMU TCG, flashsim):
+
+- the harder cases (`flash-review`): 4 + 4 with a real think time (a closed loop thinking a
+  read's service time), 4 KB against 128 KB reads (flashsim stripes large requests over its
+  units), writers with deep queues (libaio, QD 16) against QD1 readers, a reader thinking 1 ms
+  against four writers, one reader against seven writers (p99 and maximum latency) — under none,
+  mq-deadline, bfq and fios (calibrated, 20 ms slices, a fresh instance per workload: its epochs
+  and anticipations are that run's); I/O priorities (best effort 0 against 4: weights 2:1) under
+  none, bfq and fios; short-lived readers started one after another against one writer;
+- SMP and multi-queue (`smp2`, `smp4`): every scheduler on null_blk and flashsim with a queue
+  per vCPU, fios switched with mq-deadline under load, rmmod while attached, fio killed while
+  anticipated for, and the depth limit (a reader against writers at QD 128 each).
+
+TCG inflates every absolute number; compare within a run. Records bench/results/lab_fios_review.*
+
+    python -m bench.lab_fios_review                   # 4 s runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from bench.record import provenance, record
+from kernel.lab.scenarios import run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--no-record", action="store_true")
+    args = parser.parse_args()
+    review = run("flash-review", seconds=args.seconds)
+    smp = {cpus: run(f"smp{cpus}", seconds=min(args.seconds, 1.5)) for cpus in (2, 4)}
+    fairness = review.summary["fairness"]
+    doc = {
+        "benchmark": "lab_fios_review",
+        "kernel": review.kernel,
+        "fios_tunables": review.tunables.get("fios", {}),
+        "fairness": fairness,
+        "weights": review.summary["weights"],
+        "churn": review.summary["churn"],
+        "smp": {f"smp{c}": r.summary for c, r in smp.items()},
+        "kernel_problems": review.kernel_problems
+        + [p for r in smp.values() for p in r.kernel_problems],
+        "seconds": args.seconds,
+        **provenance("lab_fios_review.py"),
+    }
+    worst = {
+        w: {s: case["worst_over_proportional"] for s, case in cases.items()}
+        for w, cases in fairness.items()
+    }
+    doc["worst_over_proportional"] = worst
+    doc["fios_worst"] = max(cases["fios"] for cases in worst.values())
+    doc["fios_epochs_min"] = min(cases["fios"].get("epochs", 0) for cases in fairness.values())
+    doc["weights_ratio_fios"] = doc["weights"].get("fios", {}).get("ratio")
+    doc["churn_writer_kept_fios"] = doc["churn"].get("fios", {}).get("writer_kept")
+    depth = smp[2].summary["depth"]
+    doc["depth_reader_mean_us"] = (
+        f"{depth['default']['reader_mean_us']} (limit) / {depth['off']['reader_mean_us']} (none)"
+    )
+    print(json.dumps(doc, indent=2))
+    if not args.no_record:
+        record(
+            "lab_fios_review",
+            doc,
+            {
+                "fios worst / proportional": "fios_worst",
+                "fios epochs (fewest)": "fios_epochs_min",
+                "weights 2:1 -> fios": "weights_ratio_fios",
+                "writer kept under churn": "churn_writer_kept_fios",
+                "reader mean µs, depth": "depth_reader_mean_us",
+                "kernel": "kernel",
+            },
+        )
+    return 0 if not doc["kernel_problems"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
