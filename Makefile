@@ -87,6 +87,7 @@ bench: setup
 	python -m bench.agent_footprint --load
 	python -m bench.lab_overhead
 	python -m bench.lab_flash
+	python -m bench.lab_fios_review
 	python -m bench.fleet_gaps
 	python -m bench.fleet_gaps --hog
 	python -m bench.canary --hog

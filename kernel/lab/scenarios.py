@@ -409,7 +409,7 @@ def _fairness(
 SMP_DEVICES = {
     # null_blk and flashsim with one submission queue per vCPU
     "nullb0": "insmod /lib/modules/null_blk.ko queue_mode=2 irqmode=2 completion_nsec=10000"
-    " memory_backed=1 gb=1 submit_queues={cpus} hw_queue_depth=64\n",
+    " memory_backed=1 gb=1 submit_queues={cpus} poll_queues=0 hw_queue_depth=64\n",
     "flashsim0": "insmod /lib/modules/flashsim.ko " + FLASH_LIKE + " submit_queues={cpus}\n",
 }
 # readers at QD1, a large-read reader and writers with deep queues, one process each (the
