@@ -156,8 +156,10 @@ def parse(document: dict[str, Any]) -> FioResult:
                 io_bytes,
                 ios / runtime if runtime else 0.0,
                 weighted_latency / ios / 1000 if ios else 0.0,
-                _percentile(histogram, 50) / 1000,
-                _percentile(histogram, 99) / 1000,
+                # fio's bins stand for their bucket's midpoint, which can lie above the exact
+                # maximum when that falls in the bucket's lower half: no percentile exceeds it
+                min(_percentile(histogram, 50), worst or math.inf) / 1000,
+                min(_percentile(histogram, 99), worst or math.inf) / 1000,
                 worst / 1000,
             )
         )

@@ -28,7 +28,8 @@ class Boot:
 
     def kernel_problems(self) -> list[str]:
         """WARNING, BUG, Oops and taint lines: a module must leave none."""
-        pattern = re.compile(r"WARNING:|BUG:|Oops|Call Trace|tainted", re.I)
+        # word-bounded: "loops_per_jiffy" (TCG's calibration message) is no Oops
+        pattern = re.compile(r"WARNING:|BUG:|\bOops\b|Call Trace|\btainted\b", re.I)
         found = [line for line in self.dmesg.splitlines() if pattern.search(line)]
         if "BLKPILOT-UNLOAD-FAILED" in self.console:
             found.append("a module did not unload")

@@ -10,7 +10,7 @@ import pytest
 
 from agent import calibrate
 from agent.power import CpuPowerModel
-from kernel.lab import packages
+from kernel.lab import packages, qemu
 from kernel.lab import report as lab_report
 from kernel.lab.scenarios import SCHEDULERS, STOCK, LabResult, run
 from tests.proc import ServiceProcess
@@ -33,6 +33,23 @@ def test_the_trio_shares_one_version() -> None:
     assert trio.abi.startswith("6.1.0-")
     assert trio.version in packages.versions("linux-source-6.1")
     assert trio.version in packages.versions(f"linux-headers-{trio.abi}")
+
+
+def test_kernel_problems_are_warnings_oopses_and_taints_only() -> None:
+    """TCG's SMP guests print "calibrate_delay_direct() failed to get a good estimate for
+    loops_per_jiffy": no Oops, though it holds the letters."""
+    log = (
+        "[ 0.02] calibrate_delay_direct() failed to get a good estimate for loops_per_jiffy.\n"
+        "[    3.1] fios: loaded\n"
+    )
+    assert qemu.Boot(console="", seconds=0, dmesg=log).kernel_problems() == []
+    for line in (
+        "[ 5.2] WARNING: CPU: 1 PID: 80 at block/blk-mq.c:1200 blk_mq_start_request",
+        "[ 5.2] Oops: 0000 [#1] PREEMPT SMP NOPTI",
+        "[ 5.2] CPU: 0 PID: 1 Comm: sh Tainted: G           OE      6.1.0-56-amd64",
+        "[ 5.2] BUG: kernel NULL pointer dereference, address: 0000000000000008",
+    ):
+        assert qemu.Boot(console="", seconds=0, dmesg=log + line).kernel_problems() == [line]
 
 
 def test_every_scheduler_ran_in_every_round(overhead: LabResult) -> None:
