@@ -49,6 +49,7 @@
 
 #include <linux/blkdev.h>
 #include <linux/blk-mq.h>
+#include <linux/blktrace_api.h>
 #include <linux/hrtimer.h>
 #include <linux/iocontext.h>
 #include <linux/ioprio.h>
@@ -56,12 +57,15 @@
 #include <linux/ktime.h>
 #include <linux/module.h>
 #include <linux/rcupdate.h>
+#include <linux/sched.h>
+#include <linux/seq_file.h>
 #include <linux/slab.h>
 
 #include "elevator.h"
 #include "blk.h"
 #include "blk-mq.h"
 #include "blk-mq-sched.h"
+#include "blk-mq-debugfs.h"
 
 #define FIOS_DEFAULT_TIMESLICE_US 100000 /* the paper's (and CFQ's) 100 ms */
 #define FIOS_DEFAULT_ALPHA_PERMILLE 500	 /* the paper's alpha = 0.5 */
@@ -91,6 +95,7 @@ struct fios_task {
 	s64 remaining_ns;
 	u64 service_ns;			/* EWMA of issue-to-completion time */
 	unsigned int weight;		/* from the I/O priority: its slice is weight/4 of one */
+	pid_t pid;			/* the last submitter's process id (debugfs, traces) */
 	bool exited;			/* io_cq exited: never anticipate for it again */
 };
 
@@ -241,15 +246,19 @@ static void fios_new_epoch(struct fios_data *fd)
 	fd->epoch++;
 	fd->epoch_floor_permille = 1000;
 	fd->stats.epochs++;
+	blk_add_trace_msg(fd->q, "fios epoch %llu", fd->epoch);
 }
 
 /* No charge is more than a timeslice: one huge request (a discard) costs its task one epoch. */
 static void fios_charge(struct fios_data *fd, struct fios_task *task, u64 cost)
 {
 	s64 slice = fios_slice(fd, task);
+	s64 before = fios_remaining(fd, task);
 
-	task->remaining_ns = fios_remaining(fd, task) - (s64)min(cost, fd->timeslice_ns);
+	task->remaining_ns = before - (s64)min(cost, fd->timeslice_ns);
 	task->epoch = fd->epoch;
+	if (before > 0 && task->remaining_ns <= 0)
+		blk_add_trace_msg(fd->q, "fios spent pid %d epoch %llu", task->pid, fd->epoch);
 	if (slice > 0)
 		fd->epoch_floor_permille = min(fd->epoch_floor_permille,
 					       div64_s64(task->remaining_ns * 1000, slice));
@@ -305,6 +314,8 @@ static void fios_end_anticipation(struct fios_data *fd, u64 now, bool hit)
 	if (!task)
 		return;
 	idle = now > fd->antic_start_ns ? now - fd->antic_start_ns : 0;
+	blk_add_trace_msg(fd->q, "fios antic end pid %d %s idle %lluus", task->pid,
+			  hit ? "hit" : "expired", div_u64(idle, NSEC_PER_USEC));
 	fios_charge(fd, task, idle);
 	fd->stats.anticipation_idle_ns += idle;
 	if (hit)
@@ -378,6 +389,8 @@ static bool fios_anticipate(struct fios_data *fd, int which, u64 now)
 	fd->antic_start_ns = now;
 	fd->antic_deadline_ns = deadline;
 	fd->stats.anticipations++;
+	blk_add_trace_msg(fd->q, "fios antic pid %d %s window %lluus", task->pid,
+			  fd->antic_read ? "read" : "any", div_u64(deadline - now, NSEC_PER_USEC));
 	/* a little slack (1/8 of the window) lets the timer share an expiry with others */
 	hrtimer_start_range_ns(&fd->timer, ns_to_ktime(deadline), window >> 3, HRTIMER_MODE_ABS);
 	return true;
@@ -559,6 +572,7 @@ found:
 	rq->elv.icq = icq;
 	/* the submitter's I/O priority now (ioprio_set may change it at any time) */
 	WRITE_ONCE(icq_to_task(icq)->weight, fios_weight(get_current_ioprio()));
+	WRITE_ONCE(icq_to_task(icq)->pid, task_tgid_nr(current));
 }
 
 /* Called once per completion, before finish_request; `now` is the completion time. */
@@ -931,6 +945,81 @@ static struct elv_fs_entry fios_attrs[] = {
 	__ATTR_NULL
 };
 
+#ifdef CONFIG_BLK_DEBUG_FS
+/* --- debugfs: /sys/kernel/debug/block/<dev>/sched/ ----------------------------------------- */
+
+static s64 fios_ns_until(u64 deadline, u64 now)
+{
+	return deadline >= now ? (s64)(deadline - now) : -(s64)(now - deadline);
+}
+
+/* The scheduler's state now: epoch, counts, whether it waits and what it anticipates. */
+static int fios_state_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct fios_data *fd = q->elevator->elevator_data;
+	struct fios_task *antic;
+	unsigned long flags;
+	u64 now = ktime_get_ns();
+
+	spin_lock_irqsave(&fd->lock, flags);
+	antic = fd->antic_task;
+	seq_printf(m, "epoch %llu\nepoch_floor_permille %lld\nwaiting %d\n", fd->epoch,
+		   fd->epoch_floor_permille, READ_ONCE(fd->waiting));
+	seq_printf(m, "queued %u %u\ninflight %u %u\ndispatch_list %s\n",
+		   fd->queued[FIOS_READ], fd->queued[FIOS_WRITE], fd->inflight[FIOS_READ],
+		   fd->inflight[FIOS_WRITE], list_empty(&fd->dispatch) ? "empty" : "nonempty");
+	if (antic)
+		seq_printf(m, "anticipating pid %d %s deadline_in_ns %lld\n", antic->pid,
+			   fd->antic_read ? "read" : "any",
+			   fios_ns_until(fd->antic_deadline_ns, now));
+	else
+		seq_puts(m, "anticipating none\n");
+	seq_printf(m, "timer %s\nshallow_depth %u of %u\n",
+		   hrtimer_is_queued(&fd->timer) ? "armed" : "idle", fd->shallow_depth,
+		   1U << fd->word_shift);
+	spin_unlock_irqrestore(&fd->lock, flags);
+	return 0;
+}
+
+static void fios_task_show(struct fios_data *fd, struct seq_file *m, struct fios_task *task,
+			   const char *who)
+{
+	seq_printf(m, "%s %d weight %u left_ns %lld queued %u %u inflight %u service_ns %llu%s\n",
+		   who, task->pid, task->weight, fios_remaining(fd, task),
+		   task->queued[FIOS_READ], task->queued[FIOS_WRITE], task->inflight,
+		   task->service_ns, task->exited ? " exited" : "");
+}
+
+/*
+ * One line per task with requests queued in FIOS or on the device: its slice left this epoch
+ * (negative: in debt, waiting for the next epoch), queued reads and writes (writes held by
+ * write blocking among them), requests in flight, its moving average service time.
+ */
+static int fios_tasks_show(void *data, struct seq_file *m)
+{
+	struct request_queue *q = data;
+	struct fios_data *fd = q->elevator->elevator_data;
+	struct fios_task *task;
+	unsigned long flags;
+
+	spin_lock_irqsave(&fd->lock, flags);
+	list_for_each_entry(task, &fd->active, active_node)
+		fios_task_show(fd, m, task, task == &fd->unowned ? "unowned" : "pid");
+	list_for_each_entry(task, &fd->busy, busy_node)
+		if (list_empty(&task->active_node)) /* else shown above */
+			fios_task_show(fd, m, task, task == &fd->unowned ? "unowned" : "pid");
+	spin_unlock_irqrestore(&fd->lock, flags);
+	return 0;
+}
+
+static const struct blk_mq_debugfs_attr fios_queue_debugfs_attrs[] = {
+	{"state", 0400, fios_state_show},
+	{"tasks", 0400, fios_tasks_show},
+	{},
+};
+#endif
+
 static struct elevator_type fios_sched = {
 	.ops = {
 		.limit_depth		= fios_limit_depth,
@@ -950,6 +1039,9 @@ static struct elevator_type fios_sched = {
 		.init_sched		= fios_init_sched,
 		.exit_sched		= fios_exit_sched,
 	},
+#ifdef CONFIG_BLK_DEBUG_FS
+	.queue_debugfs_attrs = fios_queue_debugfs_attrs,
+#endif
 	.icq_size = sizeof(struct fios_icq),
 	.icq_align = __alignof__(struct fios_icq),
 	.elevator_attrs = fios_attrs,

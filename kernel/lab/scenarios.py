@@ -649,6 +649,58 @@ def churn_script(seconds: float, schedulers: tuple[str, ...] = CHURN_SCHEDULERS)
     return script
 
 
+def observe_script(seconds: float) -> str:
+    """fios' debugfs and trace messages under readers with think time and writers: its state
+    and tasks read in the middle of the run, and the messages it left in the kernel's blk
+    tracer (epochs, anticipations begun and ended, slices spent) counted against its stats."""
+    queue = "/sys/block/flashsim0/queue"
+    sched = "/sys/kernel/debug/block/flashsim0/sched"
+    tracing = "/sys/kernel/tracing"
+    ms = max(round(seconds * 1000), 1000)
+    return (
+        "mount -t debugfs none /sys/kernel/debug 2>/dev/null\n"
+        f"mount -t tracefs none {tracing} 2>/dev/null\n"
+        f"echo none > {queue}/scheduler\necho fios > {queue}/scheduler\n"
+        f"echo {REVIEW_TIMESLICE_US} > {queue}/iosched/timeslice_us\n"
+        f"echo 4096 > {tracing}/buffer_size_kb\necho blk > {tracing}/current_tracer\n"
+        # messages only: 1 s of every request's events would overrun the buffer
+        "echo notify > /sys/block/flashsim0/trace/act_mask\n"
+        "echo 1 > /sys/block/flashsim0/trace/enable\n"
+        "fio --eta=never --output=/dev/null --direct=1 --time_based"
+        f" --runtime={ms}ms --size=64m --filename=/dev/flashsim0"
+        " --name=reader --rw=randread --bs=4k --ioengine=psync --thinktime=258 --numjobs=2"
+        " --name=writer --rw=randwrite --bs=4k --ioengine=psync --numjobs=2 &\n"
+        # fio takes a while to start under TCG: read the state once its tasks are queueing
+        f"pid=$!\ntries=0\nwhile [ $tries -lt 100 ] && [ ! -s /tmp/tasks ]; do\n"
+        f"  usleep 20000; cat {sched}/tasks > /tmp/tasks; tries=$((tries + 1))\ndone\n"
+        f"usleep {ms * 200}\n"
+        f"cat {sched}/state > /tmp/state\ncat {sched}/tasks > /tmp/tasks\n"
+        "wait $pid\necho 0 > /sys/block/flashsim0/trace/enable\n"
+        f"cat {tracing}/trace > /tmp/trace\necho nop > {tracing}/current_tracer\n"
+        "echo BLKPILOT-STATS-BEGIN observe/fios\n"
+        "sed 's/^/state_/' /tmp/state\n"
+        "awk '{print \"task\" NR, $0}' /tmp/tasks\n"
+        f"cat {queue}/iosched/stats\n"
+        f'echo "trace_lines $(grep -c . /tmp/trace)"\n'
+        + "".join(
+            f"echo \"trace_{key} $(grep -c 'fios {text}' /tmp/trace)\"\n"
+            for key, text in TRACE_MESSAGES.items()
+        )
+        + "grep -m 3 'fios ' /tmp/trace | awk '{print \"sample\" NR, $0}'\n"
+        "echo BLKPILOT-STATS-END\n"
+    )
+
+
+# fios' trace messages (blk_add_trace_msg) by what the stats count of the same events
+TRACE_MESSAGES = {
+    "epochs": "epoch ",
+    "anticipations": "antic pid ",
+    "anticipation_ends": "antic end ",
+    "anticipation_hits": "antic end pid [0-9]* hit",
+    "spent": "spent ",
+}
+
+
 REVIEW_WORKLOADS = (
     "fios-4r4w-think",
     "fios-4k-vs-128k",
@@ -670,7 +722,7 @@ def _review(
         }
         script, files = fairness_files(chosen, schedulers, seconds, tunables)
         script = "insmod /lib/modules/bfq.ko\n" + script.replace("insmod /lib/modules/bfq.ko\n", "")
-        script += weights_script(seconds) + churn_script(seconds)
+        script += weights_script(seconds) + churn_script(seconds) + observe_script(seconds)
         unload = "echo none > /sys/block/flashsim0/queue/scheduler\nrmmod fios\nrmmod flashsim\n"
         unload += "test -e /sys/block/flashsim0 && echo BLKPILOT-UNLOAD-FAILED\n"
         unload += "test -e /sys/module/fios && echo BLKPILOT-UNLOAD-FAILED\n"
@@ -687,6 +739,8 @@ def summarize_review(
     fairness_runs = {k: v for k, v in parsed.items() if k.split("/")[0].startswith("fios-")}
     summary: dict[str, Any] = {"fairness": summarize_fairness(fairness_runs)}
     for label, counters in stats.items():
+        if label.count("/") != 2:
+            continue  # observe/fios, below
         workload, scheduler, kind = label.split("/")
         if kind == "together" and workload in summary["fairness"] and "epochs" in counters:
             case = summary["fairness"][workload][scheduler]
@@ -720,6 +774,21 @@ def summarize_review(
             **({"epochs": int(counters["epochs"])} if "epochs" in counters else {}),
         }
     summary["churn"] = churn
+    observed = stats.get("observe/fios")
+    if observed is not None:
+        summary["observe"] = {
+            "state": {k[len("state_") :]: v for k, v in observed.items() if k.startswith("state_")},
+            "tasks": [v for k, v in sorted(observed.items()) if k.startswith("task")],
+            "stats": {
+                k: int(observed[k])
+                for k in ("epochs", "anticipations", "anticipation_hits")
+                if k in observed
+            },
+            "trace": {
+                k[len("trace_") :]: int(v) for k, v in observed.items() if k.startswith("trace_")
+            },
+            "samples": [v for k, v in sorted(observed.items()) if k.startswith("sample")],
+        }
     return summary
 
 

@@ -407,5 +407,32 @@ def test_readers_started_one_after_another_do_not_starve_a_writer(review: LabRes
     assert churn["fios"]["writer_kept"] >= 0.25, churn
 
 
+def test_fios_state_and_trace_messages(review: LabResult) -> None:
+    """debugfs shows fios' state and its tasks in the middle of a run, and its blktrace notes
+    (read through ftrace's blk tracer) match its counters one for one."""
+    observed = review.summary["observe"]
+    state = observed["state"]
+    assert {"epoch", "queued", "inflight", "anticipating", "waiting"} <= state.keys(), state
+    assert int(state["epoch"]) >= 1
+    # four fio processes, each with requests queued or in flight at some moment: at least one
+    assert observed["tasks"], observed
+    for line in observed["tasks"]:
+        words = line.split()
+        assert words[0] in ("pid", "unowned"), line
+        assert int(words[1]) >= 0, line
+        fields = dict(zip(words[2::2], words[3::2], strict=False))
+        assert int(fields["weight"]) == 4, line  # best effort 4 (fio's default priority)
+        int(fields["left_ns"])
+    trace, stats = observed["trace"], observed["stats"]
+    assert stats["epochs"] > 1, observed
+    assert stats["anticipations"] > 0, observed
+    for key in ("epochs", "anticipations", "anticipation_hits"):
+        assert trace[key] == stats[key], observed
+    # an anticipation still open when the readers exit ends without a message
+    assert stats["anticipations"] - 1 <= trace["anticipation_ends"] <= stats["anticipations"]
+    assert trace["spent"] > 0, observed  # writers use their slices up within an epoch
+    assert any("fios " in sample for sample in observed["samples"]), observed
+
+
 def test_the_review_leaves_no_kernel_warning(review: LabResult) -> None:
     assert review.kernel_problems == []
