@@ -83,7 +83,11 @@ def boot(
     results = {name: body.strip() for name, body in RESULT.findall(console)}
     dmesg = DMESG.search(console)
     stats = {
-        name: dict(line.split(maxsplit=1) for line in body.strip().splitlines() if " " in line)
+        name: dict(
+            pair
+            for pair in (line.split(maxsplit=1) for line in body.strip().splitlines())
+            if len(pair) == 2  # "key value"; a lone word or a blank line is no pair
+        )
         for name, body in STATS.findall(console)
     }
     return Boot(

@@ -22,7 +22,7 @@ from agent.bench.target import BenchTarget
 from agent.collectors.cpu import parse_stat
 from agent.contract.workloads import WorkloadSpec
 from agent.power import CpuPowerModel
-from kernel.lab import build, initramfs, packages, qemu
+from kernel.lab import build, hooks, initramfs, packages, qemu
 
 STOCK = ("none", "mq-deadline", "kyber", "bfq")
 SCHEDULERS = (*STOCK, "fios")  # fios: kernel/fios, built for the lab kernel
@@ -856,6 +856,14 @@ SCENARIOS = {
         lambda parsed: summarize_smp(parsed, {}),
         summarize_stats=summarize_smp,
         cpus=2,
+    ),
+    # the scheduler hooks' own cost, timed in the guest (kernel/lab/hooks.py)
+    "null-hooks": Scenario(
+        ["configfs", "null_blk"],
+        ["fios"],
+        lambda rounds, seconds, tunables: (hooks.script(rounds, seconds), {}),
+        lambda parsed: hooks.summarize(parsed, {}),
+        summarize_stats=hooks.summarize,
     ),
     "null-overhead": Scenario(
         ["configfs", "null_blk", "kyber-iosched", "bfq"],

@@ -10,7 +10,7 @@ import pytest
 
 from agent import calibrate
 from agent.power import CpuPowerModel
-from kernel.lab import packages, qemu
+from kernel.lab import hooks, packages, qemu
 from kernel.lab import report as lab_report
 from kernel.lab.scenarios import SCHEDULERS, STOCK, LabResult, run
 from tests.proc import ServiceProcess
@@ -84,6 +84,37 @@ def test_fios_costs_less_than_bfq(overhead: LabResult) -> None:
 
 def test_no_warnings_in_the_kernel_log(overhead: LabResult) -> None:
     assert overhead.kernel_problems == []  # fios included: loaded, used, unloaded
+
+
+@pytest.fixture(scope="module")
+def hook_costs() -> LabResult:
+    return run("null-hooks", rounds=1, seconds=1.0)
+
+
+def test_every_hook_is_timed_in_the_guest(hook_costs: LabResult) -> None:
+    """The function-graph tracer times each hook of mq-deadline and fios in the same boot; a
+    request passes through prepare, insert, dispatch and finish once each (fios' completion
+    hook too), so those calls per request are about one, and no run lost trace events. The
+    magnitudes (fios' cost against mq-deadline's) are bench/lab_hooks.py's."""
+    assert hook_costs.kernel_problems == []
+    once = {"prepare_request", "insert_requests", "finish_request", "completed_request"}
+    for workload in hooks.WORKLOADS:
+        cases = hook_costs.summary[workload]
+        for scheduler, names in hooks.HOOKS.items():
+            case = cases[scheduler]
+            assert case["runs_lost"] == 0, case
+            assert case["requests"] > 500, case
+            for name in names:
+                if name.endswith("bio_merge") and workload == "qd1-read":
+                    continue  # direct random reads: nothing to merge with, maybe never called
+                hook = case["hooks"][name]
+                assert hook["median_ns"] > 0, (name, hook)
+                if name.split("_", 1)[1] in once:
+                    # requests still queued when fio stops: a few calls without a completion
+                    assert 0.9 <= hook["per_request"] <= 1.1, (name, hook)
+            assert case["hooks"][names[5]]["per_request"] >= 1, case  # dispatch: at least once
+            assert case["per_request_ns"] > 0, case
+        assert cases["fios_over_mq_deadline"] > 0, cases
 
 
 @pytest.fixture(scope="module")

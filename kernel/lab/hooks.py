@@ -1,0 +1,192 @@
+"""The scheduler's own cost per request, measured in the guest so that host load does not decide
+it: the function-graph tracer times each hook of mq-deadline and fios (the duration from entry
+to return, children included) in the same boot, on null_blk, where the device adds little.
+
+A TCG guest's clock is the host's, so a hook running while the host takes the vCPU's thread
+away is timed long; the median of each hook over every call (hundreds of thousands in the
+bench's runs) is not moved by that, where a mean or a whole-run latency is. Tracing adds the
+same entry/return cost to both schedulers' hooks.
+
+The guest reduces the trace to a histogram per hook (10 ns buckets below 10 µs, 1 µs above),
+which the host turns into medians; a request's cost is the sum over hooks of calls per request
+times the hook's median."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from agent.bench import fio as fio_jobs
+
+TRACING = "/sys/kernel/tracing"
+# every hook each scheduler registers that a request passes through (has_work runs on every
+# queue run, bio_merge on every bio); mq-deadline has no completed_request
+HOOKS = {
+    "mq-deadline": (
+        "dd_limit_depth",
+        "dd_bio_merge",
+        "dd_prepare_request",
+        "dd_insert_requests",
+        "dd_has_work",
+        "dd_dispatch_request",
+        "dd_finish_request",
+    ),
+    "fios": (
+        "fios_limit_depth",
+        "fios_bio_merge",
+        "fios_prepare_request",
+        "fios_insert_requests",
+        "fios_has_work",
+        "fios_dispatch_request",
+        "fios_completed_request",
+        "fios_finish_request",
+    ),
+}
+WORKLOADS = {
+    # the fast path: one synchronous reader at QD1
+    "qd1-read": "--name=read --rw=randread --bs=4k --ioengine=psync",
+    # reads and queued writes: depth limits, write blocking, anticipation
+    "read-write": (
+        "--name=read --rw=randread --bs=4k --ioengine=psync"
+        " --name=write --rw=randwrite --bs=4k --ioengine=libaio --iodepth=8"
+    ),
+}
+NULL_BLK = (
+    "insmod /lib/modules/null_blk.ko queue_mode=2 irqmode=2 completion_nsec=10000"
+    " memory_backed=1 gb=1 submit_queues=1 hw_queue_depth=64"
+)
+# the trace's text, reduced in the guest: "h.<hook>.<bucket> <calls>"
+REDUCE = (
+    # a call is one line: "fn();" with its duration, or, when an interrupt's traced call
+    # nested in it, "fn() {" ... "} /* fn */" with the duration on the closing line
+    "awk '/(\\(\\);|\\*\\/)$/ { n = split($0, part, \"|\"); fn = part[n];"
+    " gsub(/[ ();{}]|\\/\\*|\\*\\//, \"\", fn); sub(/\\[.*\\]/, \"\", fn);"
+    ' d = -1; for (i = 1; i <= NF; i++) if ($i == "us") d = $(i - 1); if (d < 0) next;'
+    ' b = d < 10 ? int(d * 100) : 1000 + int(d); h[fn "." b]++ }'
+    ' END { for (k in h) print "h." k, h[k] }\''
+)
+
+
+def script(rounds: int, seconds: float, buffer_mb: int = 96) -> str:
+    """mq-deadline and fios in turns (the order rotated each round), each run traced alone; the
+    trace buffer is sized to hold a run (its overruns are reported, and a run that lost
+    events is not counted)."""
+    ms = round(seconds * 1000)
+    out = (
+        f"mount -t tracefs none {TRACING} 2>/dev/null\n"
+        "insmod /lib/modules/configfs.ko\n"
+        f"{NULL_BLK}\ninsmod /lib/modules/fios.ko\n"
+        f"echo 0 > {TRACING}/tracing_on\n"
+        f"echo {buffer_mb * 1024} > {TRACING}/buffer_size_kb\n"
+        # only the hooks are patched (set_graph_function with a depth limit also times
+        # unrelated functions and misses calls); one by one: a name the kernel cannot trace
+        # is reported, not the whole list refused
+        "echo BLKPILOT-STATS-BEGIN hooks-setup\n"
+        + "".join(
+            f"echo {h} >> {TRACING}/set_ftrace_filter 2>/dev/null || echo missing_{h} 1\n"
+            for names in HOOKS.values()
+            for h in names
+        )
+        + f'echo "traced_functions $(grep -c . {TRACING}/set_ftrace_filter)"\n'
+        f"grep -E '^(dd_|fios_)' {TRACING}/available_filter_functions"
+        " | awk '{print \"a\" NR, $0}'\n"
+        "echo BLKPILOT-STATS-END\n"
+        f"echo funcgraph-tail > {TRACING}/trace_options\n"
+        f"echo function_graph > {TRACING}/current_tracer\n"
+        # warm-up: TCG translates fio's and the hooks' code on first use
+        "echo fios > /sys/block/nullb0/queue/scheduler\n"
+        "fio --eta=never --output=/dev/null --direct=1 --time_based --runtime=500ms"
+        f" --size=512m --filename=/dev/nullb0 {WORKLOADS['read-write']}\n"
+    )
+    schedulers = tuple(HOOKS)
+    for workload, jobs in WORKLOADS.items():
+        for r in range(rounds):
+            for scheduler in schedulers[r % 2 :] + schedulers[: r % 2]:
+                label = f"hooks/{workload}/{scheduler}/{r}"
+                out += (
+                    f"echo {scheduler} > /sys/block/nullb0/queue/scheduler\n"
+                    f"echo > {TRACING}/trace\necho 1 > {TRACING}/tracing_on\n"
+                    "fio --eta=never --output-format=json+ --output=/tmp/out.json"
+                    " --lat_percentiles=1 --clat_percentiles=0"
+                    f" --randrepeat=0 --norandommap --direct=1 --time_based --runtime={ms}ms"
+                    f" --size=512m --filename=/dev/nullb0 {jobs}\n"
+                    f"echo 0 > {TRACING}/tracing_on\n"
+                    f"echo BLKPILOT-RESULT-BEGIN {label}\ncat /tmp/out.json\n"
+                    "echo BLKPILOT-RESULT-END\n"
+                    f"echo BLKPILOT-STATS-BEGIN {label}\n"
+                    f"grep overrun {TRACING}/per_cpu/cpu0/stats | tr -d :\n"
+                    f"{REDUCE} {TRACING}/trace\n"
+                    "echo BLKPILOT-STATS-END\n"
+                )
+    out += f"echo nop > {TRACING}/current_tracer\n"
+    out += "echo none > /sys/block/nullb0/queue/scheduler\nrmmod fios\n"
+    out += "test -e /sys/module/fios && echo BLKPILOT-UNLOAD-FAILED\n"
+    return out
+
+
+def _quantile(histogram: dict[int, int], q: float) -> float:
+    """The q-quantile in ns of a bucket histogram (bucket b < 1000: b*10 ns wide 10 ns;
+    else (b - 1000) µs wide 1 µs), at the bucket's middle."""
+    total = sum(histogram.values())
+    seen = 0
+    for bucket in sorted(histogram):
+        seen += histogram[bucket]
+        if seen >= q * total:
+            return bucket * 10 + 5.0 if bucket < 1000 else (bucket - 1000) * 1000 + 500.0
+    return 0.0
+
+
+def summarize(
+    parsed: dict[str, fio_jobs.FioResult], stats: dict[str, dict[str, str]]
+) -> dict[str, Any]:
+    """Per workload and scheduler: requests, and per hook its calls per request and median
+    (and p90) duration over every run's calls; a request's cost (the sum of calls per request
+    times median) and fios' cost as a ratio of mq-deadline's."""
+    histograms: dict[tuple[str, str], dict[str, dict[int, int]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(int))
+    )
+    requests: dict[tuple[str, str], int] = defaultdict(int)
+    lost: dict[tuple[str, str], int] = defaultdict(int)
+    for label, counters in stats.items():
+        if not label.startswith("hooks/"):
+            continue
+        _, workload, scheduler, _round = label.split("/")
+        key = (workload, scheduler)
+        if int(counters.get("overrun", "0")):
+            lost[key] += 1  # the buffer was too small for this run: its counts are partial
+            continue
+        requests[key] += sum(t.ios for t in parsed[label].tasks)
+        for name, count in counters.items():
+            if name.startswith("h."):
+                hook, bucket = name[len("h.") :].rsplit(".", 1)
+                if hook in HOOKS[scheduler]:  # else tracing was not limited to the hooks
+                    histograms[key][hook][int(bucket)] += int(count)
+    setup = stats.get("hooks-setup", {})
+    summary: dict[str, Any] = {
+        # hooks the kernel could not trace (inlined or renamed): their cost is not counted
+        "untraceable": sorted(k[len("missing_") :] for k in setup if k.startswith("missing_")),
+    }
+    for (workload, scheduler), hooks in sorted(histograms.items()):
+        n = requests[(workload, scheduler)]
+        per_hook = {
+            hook: {
+                "calls": sum(h.values()),
+                "per_request": round(sum(h.values()) / n, 3) if n else None,
+                "median_ns": _quantile(h, 0.5),
+                "p90_ns": _quantile(h, 0.9),
+            }
+            for hook, h in sorted(hooks.items())
+        }
+        cost = sum(v["per_request"] * v["median_ns"] for v in per_hook.values() if n)
+        summary.setdefault(workload, {})[scheduler] = {
+            "requests": n,
+            "runs_lost": lost[(workload, scheduler)],
+            "hooks": per_hook,
+            "per_request_ns": round(cost, 1),
+        }
+    for cases in summary.values():
+        if isinstance(cases, dict) and "fios" in cases and "mq-deadline" in cases and cases["mq-deadline"]["per_request_ns"]:
+            cases["fios_over_mq_deadline"] = round(
+                cases["fios"]["per_request_ns"] / cases["mq-deadline"]["per_request_ns"], 2
+            )
+    return summary
