@@ -82,6 +82,10 @@ FLASH_LIKE = (
     "units=4 write_units=4 read_lat_ns=250000 read_ns_per_kb=2000"
     " write_lat_ns=4000000 write_ns_per_kb=1000"
 )
+# the review's device: 16 KiB stripes, so that a 128 KiB read takes every unit (two pieces
+# each) and a 4 KiB read behind it waits, as on a striped SSD; with the default 64 KiB a
+# 128 KiB read took two of four units and 4 KiB readers never met it
+FLASH_STRIPED = FLASH_LIKE + " chunk_kb=16"
 
 
 def fio_runs(
@@ -365,6 +369,7 @@ class Scenario:
         Callable[[dict[str, fio_jobs.FioResult], dict[str, dict[str, str]]], dict[str, Any]] | None
     ) = None
     cpus: int = 1  # the guest's vCPUs
+    flash_params: str = FLASH_LIKE  # flashsim's, for the calibration boot too
     # guest seconds spent after each run per second of run (null-hooks reduces its trace)
     after_run: float = 0.0
 
@@ -728,7 +733,7 @@ def _review(
         unload = "echo none > /sys/block/flashsim0/queue/scheduler\nrmmod fios\nrmmod flashsim\n"
         unload += "test -e /sys/block/flashsim0 && echo BLKPILOT-UNLOAD-FAILED\n"
         unload += "test -e /sys/module/fios && echo BLKPILOT-UNLOAD-FAILED\n"
-        return FLASHSIM.format(params=FLASH_LIKE) + script + unload, files
+        return FLASHSIM.format(params=FLASH_STRIPED) + script + unload, files
 
     return make
 
@@ -794,10 +799,10 @@ def summarize_review(
     return summary
 
 
-def calibration_files(seconds: float) -> tuple[str, dict[str, str]]:
+def calibration_files(seconds: float, params: str = FLASH_LIKE) -> tuple[str, dict[str, str]]:
     """The agent's calibration runs (agent.calibrate) on flashsim under fios."""
     target = BenchTarget(Path("/dev/flashsim0"), "flashsim0", False, False)
-    script = FLASHSIM.format(params=FLASH_LIKE) + "insmod /lib/modules/fios.ko\n"
+    script = FLASHSIM.format(params=params) + "insmod /lib/modules/fios.ko\n"
     script += "echo fios > /sys/block/flashsim0/queue/scheduler\n"
     files = {}
     for tunable, spec in calibrate.workloads(seconds, warmup_s=0.3).items():
@@ -822,6 +827,7 @@ SCENARIOS = {
         _review(REVIEW_WORKLOADS, REVIEW_SCHEDULERS),
         lambda parsed: summarize_review(parsed, {}),
         calibrate=True,
+        flash_params=FLASH_STRIPED,
         summarize_stats=summarize_review,
     ),
     "flash-review-short": Scenario(
@@ -830,6 +836,7 @@ SCENARIOS = {
         _review(("fios-4r4w-think", "fios-1r7w"), ("mq-deadline", "fios")),
         lambda parsed: summarize_review(parsed, {}),
         calibrate=True,
+        flash_params=FLASH_STRIPED,
         summarize_stats=summarize_review,
     ),
     **{
@@ -944,7 +951,7 @@ def run(
     tunables: Tunables = {}
     problems: list[str] = []
     if scenario.calibrate:
-        script, files = calibration_files(min(seconds, 1.0))
+        script, files = calibration_files(min(seconds, 1.0), scenario.flash_params)
         booted, parsed = _boot(
             f"{name}-calibrate", trio, root, modules, script, files, seconds, cache
         )
