@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from agent import calibrate
+from agent.bench import fio as fio_jobs
 from agent.power import CpuPowerModel
 from kernel.lab import hooks, packages, qemu
 from kernel.lab import report as lab_report
@@ -84,6 +85,49 @@ def test_fios_costs_less_than_bfq(overhead: LabResult) -> None:
 
 def test_no_warnings_in_the_kernel_log(overhead: LabResult) -> None:
     assert overhead.kernel_problems == []  # fios included: loaded, used, unloaded
+
+
+def test_hook_costs_from_the_guests_histograms() -> None:
+    """The guest's "h.<hook>.<bucket> <calls>" lines become medians per hook, calls per
+    request, and a request's cost as timed and above the cheapest hook's median."""
+
+    def run_of(ios: int) -> fio_jobs.FioResult:
+        task = fio_jobs.TaskResult("read", 0, ios, ios * 4096, float(ios), 10.0, 9.0, 20.0)
+        return fio_jobs.FioResult([task], {})
+
+    stats = {
+        "hooks-setup": {"traced_functions": "15", "missing_dd_bio_merge": "1"},
+        "hooks/qd1-read/mq-deadline/0": {
+            "overrun": "0",
+            "h.dd_dispatch_request.200": "60",  # 2.0-2.01 µs
+            "h.dd_dispatch_request.1100": "40",  # 100-101 µs: the host took the vCPU away
+            "h.dd_limit_depth.100": "100",  # the floor, 1.005 µs
+            "h.exit_to_user_mode_prepare.300": "5",  # not a hook: ignored
+        },
+        "hooks/qd1-read/fios/0": {
+            "overrun": "0",
+            "h.fios_dispatch_request.300": "100",
+            "h.fios_limit_depth.100": "100",
+            "h.fios_has_work.100": "400",
+        },
+        "hooks/qd1-read/fios/1": {"overrun": "12", "h.fios_dispatch_request.900": "7"},
+    }
+    parsed = {label: run_of(100) for label in stats if label.startswith("hooks/")}
+    summary = hooks.summarize(parsed, stats)
+    assert summary["untraceable"] == ["dd_bio_merge"]
+    cases = summary["qd1-read"]
+    deadline, fios = cases["mq-deadline"], cases["fios"]
+    assert deadline["hooks"]["dd_dispatch_request"]["median_ns"] == 2005.0  # not the 100 µs
+    assert deadline["hooks"]["dd_dispatch_request"]["p90_ns"] == 100_500.0
+    assert "exit_to_user_mode_prepare" not in deadline["hooks"]
+    assert fios["runs_lost"] == 1  # the run that overran is not counted
+    assert fios["requests"] == 100
+    assert fios["hooks"]["fios_has_work"]["per_request"] == 4.0
+    assert cases["floor_ns"] == 1005.0
+    assert deadline["per_request_ns"] == 2005.0 + 1005.0
+    assert deadline["above_floor_ns"] == 1000.0
+    assert fios["above_floor_ns"] == 2000.0  # dispatch 3.005 µs; has_work at the floor
+    assert cases["fios_over_mq_deadline_above_floor"] == 2.0
 
 
 @pytest.fixture(scope="module")
