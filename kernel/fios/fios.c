@@ -122,7 +122,6 @@ struct fios_data {
 	struct list_head active;	/* tasks with queued requests */
 	struct list_head busy;		/* tasks with requests on the device */
 	struct fios_task unowned;	/* requests without an io_context */
-	struct io_cq *icq_hint;		/* the last submitter's io_cq (see prepare_request) */
 	unsigned int queued[2];
 	unsigned int inflight[2];
 	u64 epoch;
@@ -259,9 +258,9 @@ static void fios_charge(struct fios_data *fd, struct fios_task *task, u64 cost)
 	task->epoch = fd->epoch;
 	if (before > 0 && task->remaining_ns <= 0)
 		blk_add_trace_msg(fd->q, "fios spent pid %d epoch %llu", task->pid, fd->epoch);
-	if (slice > 0)
-		fd->epoch_floor_permille = min(fd->epoch_floor_permille,
-					       div64_s64(task->remaining_ns * 1000, slice));
+	/* the 64-bit division only when the floor moves (both products stay far below 2^63) */
+	if (slice > 0 && task->remaining_ns * 1000 < fd->epoch_floor_permille * slice)
+		fd->epoch_floor_permille = div64_s64(task->remaining_ns * 1000, slice);
 }
 
 /* A charge given back (a requeued request): the slice left grows, up to a full slice. */
@@ -536,16 +535,17 @@ static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *l
  * Runs in the submitter's context: find (or create) the task's io_cq and pin it (a reference
  * on its io_context, dropped in finish_request).
  *
- * The usual submitter is the previous one, whose io_cq is remembered in fd->icq_hint and
- * taken without ioc_find_get_icq's queue_lock round trip (mq-deadline, which tracks no
- * tasks, has none). That is safe: exit_icq clears the hint before an io_cq is destroyed,
- * and a destroyed one is freed only after an RCU grace period, so under rcu_read_lock the
- * hint is readable; it is used only if it belongs to the current task's io_context and has
- * not exited, and an io_cq of a live task's io_context lives as long as the task.
+ * blk-ioc keeps in ioc->icq_hint the io_cq the task last looked up; when that is this
+ * queue's, it is taken without ioc_find_get_icq's queue_lock round trip (mq-deadline, which
+ * tracks no tasks, has none). That is safe: the hint is read under rcu_read_lock and an io_cq
+ * is freed only after an RCU grace period; it is used only if it is this queue's and has
+ * neither exited nor been destroyed; and an io_cq of a live task's io_context is destroyed
+ * only with the queue's elevator (the queue frozen: no request is being prepared) or with the
+ * io_context (not while its task submits). A hint per task, unlike one per queue, holds when
+ * tasks take turns at submitting.
  */
 static void fios_prepare_request(struct request *rq)
 {
-	struct fios_data *fd = rq->q->elevator->elevator_data;
 	struct io_context *ioc = current->io_context;
 	struct io_cq *icq;
 
@@ -553,8 +553,8 @@ static void fios_prepare_request(struct request *rq)
 	rq->elv.priv[1] = NULL;
 	if (likely(ioc)) {
 		rcu_read_lock();
-		icq = READ_ONCE(fd->icq_hint);
-		if (icq && icq->ioc == ioc &&
+		icq = rcu_dereference(ioc->icq_hint);
+		if (icq && icq->q == rq->q &&
 		    !(READ_ONCE(icq->flags) & (ICQ_EXITED | ICQ_DESTROYED))) {
 			atomic_long_inc(&ioc->refcount); /* what ioc_find_get_icq takes */
 			rcu_read_unlock();
@@ -562,12 +562,11 @@ static void fios_prepare_request(struct request *rq)
 		}
 		rcu_read_unlock();
 	}
-	icq = ioc_find_get_icq(rq->q);
+	icq = ioc_find_get_icq(rq->q); /* sets ioc->icq_hint once the io_cq exists */
 	if (!icq) {
 		rq->elv.icq = NULL;
 		return;
 	}
-	WRITE_ONCE(fd->icq_hint, icq);
 found:
 	rq->elv.icq = icq;
 	/* the submitter's I/O priority now (ioprio_set may change it at any time) */
@@ -763,8 +762,6 @@ static void fios_exit_icq(struct io_cq *icq)
 	unsigned long flags;
 	bool kick = false;
 
-	/* before the io_cq can be destroyed: prepare_request must not find it any more */
-	cmpxchg(&fd->icq_hint, icq, NULL);
 	spin_lock_irqsave(&fd->lock, flags);
 	task->exited = true;
 	if (fd->recent[FIOS_READ].task == task)
