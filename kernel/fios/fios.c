@@ -17,7 +17,8 @@
  *    issued although a task with slice left has just completed a read, or the epoch would
  *    end although a task with slice left has just completed a request — the device idles
  *    until that task's next request, for at most T_service * alpha / (1 - alpha) after its
- *    completion (T_service: the task's moving average service time). The idle time is
+ *    completion (T_service: the task's moving average cost per request — the device's time
+ *    for it, not its wait behind others). The idle time is
  *    charged to that task. The decision is taken when the write or the epoch switch is
  *    about to happen, not at the completion: on a fast device the task is usually still
  *    between two requests then, and that gap is the deceptive idleness to bridge.
@@ -26,6 +27,12 @@
  * in ns), a linear model in the request size, charged at issue; otherwise the elapsed time
  * from issue to completion divided by the number of requests on the device at issue
  * (the paper's equation 1), charged at completion.
+ *
+ * Write depth (beyond the paper): a task that thinks longer than its window is not waited
+ * for, and its next read finds on the device every write issued meanwhile; on flash whose
+ * writes hold every unit that is one write's full time per write in flight. So while the
+ * task that last completed a read is due back (less than twice its mean think time since),
+ * at most `write_depth` writes (default 1, 0: no limit) are on the device.
  *
  * Every task is charged, requests without an io_context too (to one shared account, which
  * gets a slice like any task); a charge is never more than one timeslice (a large discard
@@ -70,6 +77,7 @@
 #define FIOS_DEFAULT_TIMESLICE_US 100000 /* the paper's (and CFQ's) 100 ms */
 #define FIOS_DEFAULT_ALPHA_PERMILLE 500	 /* the paper's alpha = 0.5 */
 #define FIOS_DEFAULT_MAX_DEPTH 32	 /* the paper's SFQ(D) depth */
+#define FIOS_DEFAULT_WRITE_DEPTH 1
 #define FIOS_MAX_ALPHA_PERMILLE 990
 #define FIOS_MIN_TIMESLICE_US 100
 #define FIOS_MAX_TIMESLICE_US 1000000
@@ -95,6 +103,8 @@ struct fios_task {
 	s64 remaining_ns;
 	u64 service_ns;			/* EWMA of issue-to-completion time */
 	unsigned int weight;		/* from the I/O priority: its slice is weight/4 of one */
+	u64 last_done_ns;		/* when its last request on the device completed */
+	u64 think_ns;			/* EWMA of the gap from there to its next request */
 	pid_t pid;			/* the last submitter's process id (debugfs, traces) */
 	bool exited;			/* io_cq exited: never anticipate for it again */
 };
@@ -135,6 +145,10 @@ struct fios_data {
 		struct fios_task *task;
 		u64 done_ns;
 	} recent[2];			/* last completion: [FIOS_READ] of a read, [1] of any */
+	struct {
+		struct fios_task *task;
+		u64 done_ns;
+	} reader;			/* last read completed, slice left or not (write_depth) */
 	struct hrtimer timer;
 	struct fios_task *antic_task;
 	bool antic_read;		/* waiting for a read (else: any request, epoch case) */
@@ -146,6 +160,7 @@ struct fios_data {
 	unsigned int alpha_permille;
 	bool read_preference;
 	unsigned int max_depth;
+	unsigned int write_depth;	/* writes on the device while a reader is due back (0: off) */
 	unsigned int async_depth;	/* tags async requests and writes may take */
 	bool async_depth_set;		/* written by hand: kept when nr_requests changes */
 	unsigned int word_shift;	/* the sched tags' bitmap word: 1 << word_shift tags */
@@ -407,6 +422,23 @@ static bool fios_slice_holder_busy(struct fios_data *fd)
 	return false;
 }
 
+/*
+ * Is the task that last completed a read due back — between two requests, and less than
+ * twice its mean think time since that read? Its next read will find on the device the writes
+ * issued meanwhile and wait for them: while it is due, writes go at most write_depth at a time.
+ * Its slice does not matter: a reader whose slice is spent is served in the next epoch, behind
+ * whatever was issued now.
+ */
+static bool fios_reader_due(struct fios_data *fd, u64 now)
+{
+	struct fios_task *task = fd->reader.task;
+
+	if (!task || task->exited || task->inflight || task->queued[FIOS_READ] ||
+	    task->queued[FIOS_WRITE] || !task->think_ns)
+		return false;
+	return now - fd->reader.done_ns < 2 * task->think_ns;
+}
+
 static struct request *fios_choose(struct fios_data *fd, u64 now)
 {
 	struct fios_task *task;
@@ -432,7 +464,9 @@ static struct request *fios_choose(struct fios_data *fd, u64 now)
 		return NULL;
 	/* write blocking: no write while reads are outstanding or one is anticipated */
 	if (fd->inflight[FIOS_READ] || (fd->antic_task && fd->antic_read) ||
-	    fios_anticipate(fd, FIOS_READ, now)) {
+	    fios_anticipate(fd, FIOS_READ, now) ||
+	    (fd->write_depth && fd->inflight[FIOS_WRITE] >= fd->write_depth &&
+	     fios_reader_due(fd, now))) {
 		fd->stats.writes_held++;
 		return NULL;
 	}
@@ -518,6 +552,13 @@ static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *l
 			continue;
 		}
 		task = rq_task(fd, rq);
+		if (!task->inflight && !task->queued[FIOS_READ] && !task->queued[FIOS_WRITE] &&
+		    task->last_done_ns && rq->start_time_ns > task->last_done_ns) {
+			u64 think = min(rq->start_time_ns - task->last_done_ns, fd->timeslice_ns);
+
+			task->think_ns = task->think_ns ?
+				task->think_ns - (task->think_ns >> 3) + (think >> 3) : think;
+		}
 		list_add_tail(&rq->queuelist, &task->fifo[dir]);
 		task->queued[dir]++;
 		fd->queued[dir]++;
@@ -583,7 +624,7 @@ static void fios_completed_request(struct request *rq, u64 now)
 	unsigned long flags;
 	bool kick = false;
 	int dir = rq_dir(rq);
-	u64 elapsed;
+	u64 elapsed, cost;
 
 	if (!fios_owns_fields(rq))
 		return;
@@ -599,12 +640,25 @@ static void fios_completed_request(struct request *rq, u64 now)
 	/* modulo the width of unsigned long: right across a wrap */
 	elapsed = (u64)((unsigned long)(now >> FIOS_TIME_SHIFT) -
 			(unsigned long)(uintptr_t)rq->elv.priv[0]) << FIOS_TIME_SHIFT;
+	/*
+	 * The request's cost: the device's time for it, not its wait behind others on the device
+	 * (a read behind a 4 ms write would otherwise make a 4 ms anticipation window, and a
+	 * reader thinking 1 ms would idle the device for 1 ms a read, charged to it: its slice
+	 * spent in a burst, then a wait for everyone else's).
+	 */
+	cost = (rqflags & FIOS_RQ_CHARGED) ? fios_model_cost(fd, dir, blk_rq_bytes(rq)) :
+		div_u64(elapsed, max(rqflags >> FIOS_RQ_PAR_SHIFT, 1UL));
 	if (!(rqflags & FIOS_RQ_CHARGED))
-		fios_charge(fd, task,
-			    div_u64(elapsed, max(rqflags >> FIOS_RQ_PAR_SHIFT, 1UL)));
+		fios_charge(fd, task, cost);
+	if (!task->inflight)
+		task->last_done_ns = now;
 	if (task != &fd->unowned) {
 		task->service_ns = task->service_ns ?
-			task->service_ns - (task->service_ns >> 3) + (elapsed >> 3) : elapsed;
+			task->service_ns - (task->service_ns >> 3) + (cost >> 3) : cost;
+		if (dir == FIOS_READ && !task->exited) {
+			fd->reader.task = task;
+			fd->reader.done_ns = now;
+		}
 		/*
 		 * Candidates for anticipation (see fios_anticipate): only a task with slice left,
 		 * so that the completion of an exhausted task's request (a write that overlapped
@@ -619,7 +673,12 @@ static void fios_completed_request(struct request *rq, u64 now)
 			}
 		}
 	}
-	if (fd->waiting) {
+	/*
+	 * What waits may go now — unless an anticipation holds it: that ends with the task's
+	 * request (an insert, which runs the queue) or the timer (which kicks), and re-running
+	 * every hardware queue here would find nothing to do.
+	 */
+	if (fd->waiting && !(fd->antic_task && now < fd->antic_deadline_ns)) {
 		WRITE_ONCE(fd->waiting, false);
 		kick = true;
 	}
@@ -768,6 +827,8 @@ static void fios_exit_icq(struct io_cq *icq)
 		fd->recent[FIOS_READ].task = NULL;
 	if (fd->recent[1].task == task)
 		fd->recent[1].task = NULL;
+	if (fd->reader.task == task)
+		fd->reader.task = NULL;
 	if (fd->antic_task == task) {
 		/* what waited for this task may go now */
 		fd->antic_task = NULL;
@@ -825,6 +886,7 @@ static int fios_init_sched(struct request_queue *q, struct elevator_type *e)
 	fd->alpha_permille = FIOS_DEFAULT_ALPHA_PERMILLE;
 	fd->read_preference = true;
 	fd->max_depth = FIOS_DEFAULT_MAX_DEPTH;
+	fd->write_depth = FIOS_DEFAULT_WRITE_DEPTH;
 	fd->epoch = 1; /* 0: a task never charged */
 	fd->epoch_floor_permille = 1000;
 	fd->unowned.weight = FIOS_DEFAULT_WEIGHT;
@@ -893,6 +955,7 @@ FIOS_ATTR(timeslice_us, FIOS_MIN_TIMESLICE_US, FIOS_MAX_TIMESLICE_US,
 	  div_u64(fd->timeslice_ns, NSEC_PER_USEC), fd->timeslice_ns = value * NSEC_PER_USEC)
 FIOS_ATTR(read_preference, 0, 1, fd->read_preference, fd->read_preference = value)
 FIOS_ATTR(max_depth, 1, FIOS_MAX_DEPTH, fd->max_depth, fd->max_depth = value)
+FIOS_ATTR(write_depth, 0, FIOS_MAX_DEPTH, fd->write_depth, fd->write_depth = value)
 FIOS_ATTR(async_depth, 1, fd->q->nr_requests, fd->async_depth,
 	  (fd->async_depth = value, fd->async_depth_set = true, fios_update_shallow(fd)))
 FIOS_ATTR(cost_read_4k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_READ][0],
@@ -933,6 +996,7 @@ static struct elv_fs_entry fios_attrs[] = {
 	FIOS_RW(timeslice_us),
 	FIOS_RW(read_preference),
 	FIOS_RW(max_depth),
+	FIOS_RW(write_depth),
 	FIOS_RW(async_depth),
 	FIOS_RW(cost_read_4k_ns),
 	FIOS_RW(cost_read_128k_ns),
@@ -982,16 +1046,19 @@ static int fios_state_show(void *data, struct seq_file *m)
 static void fios_task_show(struct fios_data *fd, struct seq_file *m, struct fios_task *task,
 			   const char *who)
 {
-	seq_printf(m, "%s %d weight %u left_ns %lld queued %u %u inflight %u service_ns %llu%s\n",
+	seq_printf(m,
+		   "%s %d weight %u left_ns %lld queued %u %u inflight %u service_ns %llu"
+		   " think_ns %llu%s\n",
 		   who, task->pid, task->weight, fios_remaining(fd, task),
 		   task->queued[FIOS_READ], task->queued[FIOS_WRITE], task->inflight,
-		   task->service_ns, task->exited ? " exited" : "");
+		   task->service_ns, task->think_ns, task->exited ? " exited" : "");
 }
 
 /*
  * One line per task with requests queued in FIOS or on the device: its slice left this epoch
  * (negative: in debt, waiting for the next epoch), queued reads and writes (writes held by
- * write blocking among them), requests in flight, its moving average service time.
+ * write blocking among them), requests in flight, its moving average cost per request and
+ * think time (the gap from its last completion to its next request).
  */
 static int fios_tasks_show(void *data, struct seq_file *m)
 {

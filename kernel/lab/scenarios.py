@@ -716,18 +716,33 @@ REVIEW_WORKLOADS = (
     "fios-1r7w",
 )
 REVIEW_SCHEDULERS = ("none", "mq-deadline", "bfq", "fios")
+# fios with its write depth lifted, on the case it is for: a reader that thinks longer than
+# its anticipation window
+REVIEW_VARIANTS = {"fios+nowd": ({"write_depth": 0}, ("fios-1r-think1ms-4w",))}
 
 
 def _review(
-    workloads: tuple[str, ...], schedulers: tuple[str, ...]
+    workloads: tuple[str, ...],
+    schedulers: tuple[str, ...],
+    variants: dict[str, tuple[dict[str, int], tuple[str, ...]]] = REVIEW_VARIANTS,
 ) -> Callable[[int, float, Tunables], tuple[str, dict[str, str]]]:
+    """The workloads under each scheduler, then each of fios' `variants` (its tunables over
+    the review's, and the workloads it runs) — then weights, churn and fios observed."""
+
     def make(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
         chosen = [w for w in fios() if w.name in workloads]
+        review = {**tunables.get("fios", {}), "timeslice_us": REVIEW_TIMESLICE_US}
         tunables = {
             **tunables,
-            "fios": {**tunables.get("fios", {}), "timeslice_us": REVIEW_TIMESLICE_US},
+            "fios": review,
+            **{name: {**review, **extra} for name, (extra, _) in variants.items()},
         }
         script, files = fairness_files(chosen, schedulers, seconds, tunables)
+        for name, (_, names) in variants.items():
+            on = [w for w in chosen if w.name in names]
+            more, more_files = fairness_files(on, (name,), seconds, tunables)
+            script += more.replace("insmod /lib/modules/fios.ko\n", "")
+            files.update(more_files)
         script = "insmod /lib/modules/bfq.ko\n" + script.replace("insmod /lib/modules/bfq.ko\n", "")
         script += weights_script(seconds) + churn_script(seconds) + observe_script(seconds)
         unload = "echo none > /sys/block/flashsim0/queue/scheduler\nrmmod fios\nrmmod flashsim\n"
@@ -833,7 +848,7 @@ SCENARIOS = {
     "flash-review-short": Scenario(
         ["bfq"],
         ["flashsim", "fios"],
-        _review(("fios-4r4w-think", "fios-1r7w"), ("mq-deadline", "fios")),
+        _review(("fios-4r4w-think", "fios-1r-think1ms-4w", "fios-1r7w"), ("mq-deadline", "fios")),
         lambda parsed: summarize_review(parsed, {}),
         calibrate=True,
         flash_params=FLASH_STRIPED,
