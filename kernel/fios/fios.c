@@ -93,6 +93,14 @@
 
 enum { FIOS_READ = 0, FIOS_WRITE = 1 };
 
+/* why queued work waits (fd->wait_why), so that a completion re-runs the queue only if it
+ * can let something go */
+#define FIOS_WAIT_ANY 0x1    /* any completion (the device was full, or a task with slice
+			      * left has requests on it and keeps the epoch) */
+#define FIOS_WAIT_READS 0x2  /* writes held while reads are on the device: the last read's */
+#define FIOS_WAIT_WRITES 0x4 /* writes held at write_depth: a write's */
+#define FIOS_WAIT_ANTIC 0x8  /* an anticipation: its end runs the queue, not a completion */
+
 struct fios_task {
 	struct list_head fifo[2];	/* queued requests, reads and writes */
 	struct list_head active_node;	/* on fd->active while it has queued requests */
@@ -139,6 +147,7 @@ struct fios_data {
 					 * left: what a newcomer gets (see fios_remaining) */
 	bool waiting;			/* queued work may not go yet: has_work says no until an
 					 * insert, a completion or the anticipation's end */
+	unsigned int wait_why;		/* FIOS_WAIT_*: which completions can end the wait */
 
 	/* anticipation */
 	struct {
@@ -442,6 +451,7 @@ static bool fios_reader_due(struct fios_data *fd, u64 now)
 static struct request *fios_choose(struct fios_data *fd, u64 now)
 {
 	struct fios_task *task;
+	unsigned int why = 0;
 
 	if (!fd->read_preference) {
 		struct request *r, *w;
@@ -463,14 +473,25 @@ static struct request *fios_choose(struct fios_data *fd, u64 now)
 	if (!task)
 		return NULL;
 	/* write blocking: no write while reads are outstanding or one is anticipated */
-	if (fd->inflight[FIOS_READ] || (fd->antic_task && fd->antic_read) ||
-	    fios_anticipate(fd, FIOS_READ, now) ||
-	    (fd->write_depth && fd->inflight[FIOS_WRITE] >= fd->write_depth &&
-	     fios_reader_due(fd, now))) {
+	if (fd->inflight[FIOS_READ])
+		why = FIOS_WAIT_READS;
+	else if ((fd->antic_task && fd->antic_read) || fios_anticipate(fd, FIOS_READ, now))
+		why = FIOS_WAIT_ANTIC;
+	else if (fd->write_depth && fd->inflight[FIOS_WRITE] >= fd->write_depth &&
+		 fios_reader_due(fd, now))
+		why = FIOS_WAIT_WRITES;
+	if (why) {
+		fd->wait_why |= why;
 		fd->stats.writes_held++;
 		return NULL;
 	}
 	return list_first_entry(&task->fifo[FIOS_WRITE], struct request, queuelist);
+}
+
+static void fios_stop_waiting(struct fios_data *fd)
+{
+	WRITE_ONCE(fd->waiting, false);
+	fd->wait_why = 0;
 }
 
 static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
@@ -489,8 +510,10 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	}
 	if (!fd->queued[FIOS_READ] && !fd->queued[FIOS_WRITE])
 		goto out;
-	if (fd->inflight[FIOS_READ] + fd->inflight[FIOS_WRITE] >= fd->max_depth)
+	if (fd->inflight[FIOS_READ] + fd->inflight[FIOS_WRITE] >= fd->max_depth) {
+		fd->wait_why |= FIOS_WAIT_ANY;
 		goto wait;
+	}
 	if (fd->antic_task && now >= fd->antic_deadline_ns)
 		fios_end_anticipation(fd, now, false);
 
@@ -501,13 +524,32 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		 * a task with slice left is anticipated or has requests on the device; otherwise
 		 * start a new one.
 		 */
-		if (fd->antic_task || fios_slice_holder_busy(fd) || fios_anticipate(fd, 1, now))
+		if (fd->antic_task) {
+			fd->wait_why |= FIOS_WAIT_ANTIC;
 			goto wait;
+		}
+		if (fios_slice_holder_busy(fd)) {
+			fd->wait_why |= FIOS_WAIT_ANY;
+			goto wait;
+		}
+		if (fios_anticipate(fd, 1, now)) {
+			fd->wait_why |= FIOS_WAIT_ANTIC;
+			goto wait;
+		}
 		fios_new_epoch(fd);
 		rq = fios_choose(fd, now);
+		if (!rq && !fios_pick_task(fd, -1)) {
+			/* every queued task owes more than a slice (charges at completion can
+			 * go that deep): an epoch later their slices are whole */
+			fios_new_epoch(fd);
+			rq = fios_choose(fd, now);
+		}
 	}
-	if (!rq)
+	if (!rq) {
+		if (!fd->wait_why)
+			fd->wait_why = FIOS_WAIT_ANY; /* a reason not named above: be safe */
 		goto wait;
+	}
 	fios_remove_request(fd, rq);
 	fios_issue(fd, rq, now);
 	goto out;
@@ -540,7 +582,7 @@ static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *l
 	unsigned long flags;
 
 	spin_lock_irqsave(&fd->lock, flags);
-	WRITE_ONCE(fd->waiting, false); /* blk-mq runs the queue after inserting */
+	fios_stop_waiting(fd); /* blk-mq runs the queue after inserting */
 	while (!list_empty(list)) {
 		struct request *rq = list_first_entry(list, struct request, queuelist);
 		struct fios_task *task;
@@ -674,12 +716,17 @@ static void fios_completed_request(struct request *rq, u64 now)
 		}
 	}
 	/*
-	 * What waits may go now — unless an anticipation holds it: that ends with the task's
-	 * request (an insert, which runs the queue) or the timer (which kicks), and re-running
-	 * every hardware queue here would find nothing to do.
+	 * Re-run the queue if this completion can let what waits go (see FIOS_WAIT_*); an
+	 * anticipation ends with the task's request (an insert, which runs the queue) or with
+	 * the timer, which kicks. Re-running every hardware queue for nothing is most of what a
+	 * completion would cost.
 	 */
-	if (fd->waiting && !(fd->antic_task && now < fd->antic_deadline_ns)) {
-		WRITE_ONCE(fd->waiting, false);
+	if (fd->waiting &&
+	    ((fd->wait_why & FIOS_WAIT_ANY) ||
+	     ((fd->wait_why & FIOS_WAIT_READS) && !fd->inflight[FIOS_READ]) ||
+	     ((fd->wait_why & FIOS_WAIT_WRITES) && dir == FIOS_WRITE) ||
+	     ((fd->wait_why & FIOS_WAIT_ANTIC) && now >= fd->antic_deadline_ns))) {
+		fios_stop_waiting(fd);
 		kick = true;
 	}
 	spin_unlock_irqrestore(&fd->lock, flags);
@@ -748,7 +795,7 @@ static enum hrtimer_restart fios_anticipation_timer(struct hrtimer *timer)
 		hrtimer_set_expires(timer, ns_to_ktime(fd->antic_deadline_ns));
 		restart = HRTIMER_RESTART;
 	} else if (fd->waiting) {
-		WRITE_ONCE(fd->waiting, false);
+		fios_stop_waiting(fd);
 		kick = true;
 	}
 	spin_unlock_irqrestore(&fd->lock, flags);
@@ -833,7 +880,7 @@ static void fios_exit_icq(struct io_cq *icq)
 		/* what waited for this task may go now */
 		fd->antic_task = NULL;
 		kick = fd->waiting;
-		WRITE_ONCE(fd->waiting, false);
+		fios_stop_waiting(fd);
 	}
 	spin_unlock_irqrestore(&fd->lock, flags);
 	if (kick)
@@ -943,7 +990,7 @@ static int fios_parse(const char *page, u64 min, u64 max, u64 *value)
 			return err;                                                        \
 		spin_lock_irqsave(&fd->lock, flags);                                       \
 		set;                                                                       \
-		WRITE_ONCE(fd->waiting, false);                                            \
+		fios_stop_waiting(fd);                                                     \
 		spin_unlock_irqrestore(&fd->lock, flags);                                  \
 		blk_mq_run_hw_queues(fd->q, true); /* what waited may go now */            \
 		return count;                                                              \
@@ -1025,8 +1072,8 @@ static int fios_state_show(void *data, struct seq_file *m)
 
 	spin_lock_irqsave(&fd->lock, flags);
 	antic = fd->antic_task;
-	seq_printf(m, "epoch %llu\nepoch_floor_permille %lld\nwaiting %d\n", fd->epoch,
-		   fd->epoch_floor_permille, READ_ONCE(fd->waiting));
+	seq_printf(m, "epoch %llu\nepoch_floor_permille %lld\nwaiting %d\nwait_why %#x\n",
+		   fd->epoch, fd->epoch_floor_permille, READ_ONCE(fd->waiting), fd->wait_why);
 	seq_printf(m, "queued %u %u\ninflight %u %u\ndispatch_list %s\n",
 		   fd->queued[FIOS_READ], fd->queued[FIOS_WRITE], fd->inflight[FIOS_READ],
 		   fd->inflight[FIOS_WRITE], list_empty(&fd->dispatch) ? "empty" : "nonempty");

@@ -156,7 +156,8 @@ def test_every_hook_is_timed_in_the_guest(hook_costs: LabResult) -> None:
                 if name.split("_", 1)[1] in once:
                     # requests still queued when fio stops: a few calls without a completion
                     assert 0.9 <= hook["per_request"] <= 1.1, (name, hook)
-            assert case["hooks"][names[5]]["per_request"] >= 1, case  # dispatch: at least once
+            # dispatch: at least once a request (but for those still queued at the end)
+            assert case["hooks"][names[5]]["per_request"] >= 0.9, case
             assert case["per_request_ns"] > case["above_floor_ns"] > 0, case
         assert 0 < cases["floor_ns"] < 10_000, cases
         assert cases["fios_over_mq_deadline_above_floor"] > 0, cases
