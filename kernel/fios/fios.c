@@ -109,7 +109,7 @@ struct fios_task {
 	unsigned int inflight;
 	u64 epoch;			/* the epoch `remaining_ns` belongs to */
 	s64 remaining_ns;
-	u64 service_ns;			/* EWMA of issue-to-completion time */
+	u64 service_ns;			/* EWMA of its requests' cost (the anticipation's T_service) */
 	unsigned int weight;		/* from the I/O priority: its slice is weight/4 of one */
 	u64 last_done_ns;		/* when its last request on the device completed */
 	u64 think_ns;			/* EWMA of the gap from there to its next request */
@@ -742,6 +742,7 @@ static void fios_requeue_request(struct request *rq)
 	unsigned long rqflags;
 	struct fios_task *task;
 	unsigned long flags;
+	bool kick;
 
 	if (!fios_owns_fields(rq))
 		return;
@@ -758,7 +759,14 @@ static void fios_requeue_request(struct request *rq)
 		fd->stats.refunds++;
 	}
 	rq->elv.priv[1] = (void *)(rqflags & ~(FIOS_RQ_INFLIGHT | FIOS_RQ_CHARGED));
+	/* what waited for it (the last read out, say) would otherwise wait for a completion
+	 * that never comes */
+	kick = fd->waiting;
+	if (kick)
+		fios_stop_waiting(fd);
 	spin_unlock_irqrestore(&fd->lock, flags);
+	if (kick)
+		blk_mq_run_hw_queues(rq->q, true);
 }
 
 static void fios_finish_request(struct request *rq)
