@@ -718,7 +718,9 @@ REVIEW_WORKLOADS = (
 REVIEW_SCHEDULERS = ("none", "mq-deadline", "bfq", "fios")
 # fios with its write depth lifted, on the case it is for: a reader that thinks longer than
 # its anticipation window
-REVIEW_VARIANTS = {"fios+nowd": ({"write_depth": 0}, ("fios-1r-think1ms-4w",))}
+REVIEW_VARIANTS: dict[str, tuple[dict[str, int], tuple[str, ...]]] = {
+    "fios+nowd": ({"write_depth": 0}, ("fios-1r-think1ms-4w",))
+}
 
 
 def _review(
