@@ -15,6 +15,8 @@
 TCG inflates every absolute number; compare within a run. Records bench/results/lab_fios_review.*
 
     python -m bench.lab_fios_review                   # 4 s runs
+    python -m bench.lab_fios_review --cpus 2          # the review's cases on two vCPUs
+                                                      # (bench/results/lab_fios_review_cpus2.*)
 """
 
 from __future__ import annotations
@@ -32,9 +34,12 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--cpus", type=int, choices=(1, 2), default=1)
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
-    review = run("flash-review", seconds=args.seconds)
+    review = run(
+        "flash-review" if args.cpus == 1 else f"flash-review-smp{args.cpus}", seconds=args.seconds
+    )
     smp = {cpus: run(f"smp{cpus}", seconds=min(args.seconds, 1.5)) for cpus in (2, 4)}
     fairness = review.summary["fairness"]
     doc = {
@@ -48,6 +53,7 @@ def main() -> int:
         "kernel_problems": review.kernel_problems
         + [p for r in smp.values() for p in r.kernel_problems],
         "seconds": args.seconds,
+        "cpus": args.cpus,
         **provenance("lab_fios_review.py"),
     }
     worst = {
@@ -69,7 +75,7 @@ def main() -> int:
     print(json.dumps(doc, indent=2))
     if not args.no_record:
         record(
-            "lab_fios_review",
+            "lab_fios_review" if args.cpus == 1 else f"lab_fios_review_cpus{args.cpus}",
             doc,
             {
                 "fios worst / proportional": "fios_worst",
