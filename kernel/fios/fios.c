@@ -17,8 +17,8 @@
  *    issued although a task with slice left has just completed a read, or the epoch would
  *    end although a task with slice left has just completed a request — the device idles
  *    until that task's next request, for at most T_service * alpha / (1 - alpha) after its
- *    completion (T_service: the task's moving average cost per request — the device's time
- *    for it, not its wait behind others). The idle time is
+ *    completion (T_service: the task's moving average issue-to-completion time, the paper's;
+ *    with `window_from_cost`, its requests' cost instead — see there). The idle time is
  *    charged to that task. The decision is taken when the write or the epoch switch is
  *    about to happen, not at the completion: on a fast device the task is usually still
  *    between two requests then, and that gap is the deceptive idleness to bridge.
@@ -27,6 +27,14 @@
  * in ns), a linear model in the request size, charged at issue; otherwise the elapsed time
  * from issue to completion divided by the number of requests on the device at issue
  * (the paper's equation 1), charged at completion.
+ *
+ * Window from cost (beyond the paper, off by default): issue-to-completion time includes the
+ * wait behind writes already on the device, so a read behind a 4 ms write makes a ~4 ms
+ * window, and a reader thinking 1 ms is waited for on every read, each idle millisecond
+ * charged to it: its slice goes in a burst, then it waits out everyone else's. With
+ * `window_from_cost` 1, T_service is the request's cost (the device's time for it). That
+ * serves such a reader (with write_depth) and costs a reader whose process comes back late
+ * for other reasons (a busy CPU): see kernel/README.md and docs/benchmarks.md for both sides.
  *
  * Write depth (beyond the paper): a task that thinks longer than its window is not waited
  * for, and its next read finds on the device every write issued meanwhile; on flash whose
@@ -109,7 +117,8 @@ struct fios_task {
 	unsigned int inflight;
 	u64 epoch;			/* the epoch `remaining_ns` belongs to */
 	s64 remaining_ns;
-	u64 service_ns;			/* EWMA of its requests' cost (the anticipation's T_service) */
+	u64 service_ns;			/* the anticipation's T_service: EWMA of issue-to-completion
+					 * time, or of cost (window_from_cost) */
 	unsigned int weight;		/* from the I/O priority: its slice is weight/4 of one */
 	u64 last_done_ns;		/* when its last request on the device completed */
 	u64 think_ns;			/* EWMA of the gap from there to its next request */
@@ -170,6 +179,7 @@ struct fios_data {
 	bool read_preference;
 	unsigned int max_depth;
 	unsigned int write_depth;	/* writes on the device while a reader is due back (0: off) */
+	bool window_from_cost;		/* T_service from the request's cost, not its elapsed time */
 	unsigned int async_depth;	/* tags async requests and writes may take */
 	bool async_depth_set;		/* written by hand: kept when nr_requests changes */
 	unsigned int word_shift;	/* the sched tags' bitmap word: 1 << word_shift tags */
@@ -682,16 +692,13 @@ static void fios_completed_request(struct request *rq, u64 now)
 	/* modulo the width of unsigned long: right across a wrap */
 	elapsed = (u64)((unsigned long)(now >> FIOS_TIME_SHIFT) -
 			(unsigned long)(uintptr_t)rq->elv.priv[0]) << FIOS_TIME_SHIFT;
-	/*
-	 * The request's cost: the device's time for it, not its wait behind others on the device
-	 * (a read behind a 4 ms write would otherwise make a 4 ms anticipation window, and a
-	 * reader thinking 1 ms would idle the device for 1 ms a read, charged to it: its slice
-	 * spent in a burst, then a wait for everyone else's).
-	 */
+	/* the request's cost: the device's time for it, not its wait behind others */
 	cost = (rqflags & FIOS_RQ_CHARGED) ? fios_model_cost(fd, dir, blk_rq_bytes(rq)) :
 		div_u64(elapsed, max(rqflags >> FIOS_RQ_PAR_SHIFT, 1UL));
 	if (!(rqflags & FIOS_RQ_CHARGED))
 		fios_charge(fd, task, cost);
+	if (!fd->window_from_cost)
+		cost = elapsed; /* the paper's T_service */
 	if (!task->inflight)
 		task->last_done_ns = now;
 	if (task != &fd->unowned) {
@@ -1011,6 +1018,7 @@ FIOS_ATTR(timeslice_us, FIOS_MIN_TIMESLICE_US, FIOS_MAX_TIMESLICE_US,
 FIOS_ATTR(read_preference, 0, 1, fd->read_preference, fd->read_preference = value)
 FIOS_ATTR(max_depth, 1, FIOS_MAX_DEPTH, fd->max_depth, fd->max_depth = value)
 FIOS_ATTR(write_depth, 0, FIOS_MAX_DEPTH, fd->write_depth, fd->write_depth = value)
+FIOS_ATTR(window_from_cost, 0, 1, fd->window_from_cost, fd->window_from_cost = value)
 FIOS_ATTR(async_depth, 1, fd->q->nr_requests, fd->async_depth,
 	  (fd->async_depth = value, fd->async_depth_set = true, fios_update_shallow(fd)))
 FIOS_ATTR(cost_read_4k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_READ][0],
@@ -1052,6 +1060,7 @@ static struct elv_fs_entry fios_attrs[] = {
 	FIOS_RW(read_preference),
 	FIOS_RW(max_depth),
 	FIOS_RW(write_depth),
+	FIOS_RW(window_from_cost),
 	FIOS_RW(async_depth),
 	FIOS_RW(cost_read_4k_ns),
 	FIOS_RW(cost_read_128k_ns),

@@ -716,10 +716,14 @@ REVIEW_WORKLOADS = (
     "fios-1r7w",
 )
 REVIEW_SCHEDULERS = ("none", "mq-deadline", "bfq", "fios")
-# fios with its write depth lifted, on the case it is for: a reader that thinks longer than
-# its anticipation window
+# fios with the anticipation window from the request's cost (window_from_cost) on the cases
+# it changes, and on the 1 ms thinker also with write_depth lifted (its control)
 REVIEW_VARIANTS: dict[str, tuple[dict[str, int], tuple[str, ...]]] = {
-    "fios+nowd": ({"write_depth": 0}, ("fios-1r-think1ms-4w",))
+    "fios+cost": (
+        {"window_from_cost": 1},
+        ("fios-1r-think1ms-4w", "fios-deep-writers", "fios-1r7w"),
+    ),
+    "fios+cost+nowd": ({"window_from_cost": 1, "write_depth": 0}, ("fios-1r-think1ms-4w",)),
 }
 
 
