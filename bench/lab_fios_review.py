@@ -6,8 +6,8 @@
   against four writers, one reader against seven writers (p99 and maximum latency) — under none,
   mq-deadline, bfq and fios (calibrated, 20 ms slices, a fresh instance per workload: its epochs
   and anticipations are that run's; on the 1 ms, deep-writer and one-against-seven cases also
-  `fios+cost`, the anticipation window from the request's cost, and on the 1 ms case
-  `fios+cost+nowd`, that with write_depth lifted); I/O priorities (best effort 0 against 4:
+  `fios+paper`, the paper's anticipation without weigh_idle, and on the 1 ms case
+  `fios+nowd`, write_depth lifted); I/O priorities (best effort 0 against 4:
   weights 2:1) under none, bfq and fios; short-lived readers started one after another
   against one writer;
 - SMP and multi-queue (`smp2`, `smp4`): every scheduler on null_blk and flashsim with a queue

@@ -2,7 +2,9 @@
 and fios timed inside the lab guest by the function-graph tracer (kernel/lab/hooks.py), medians
 per hook over every call, both schedulers in the same boot, on null_blk. A request's cost is the
 sum over hooks of calls per request times the hook's median, as timed and above the tracer's
-own cost per call. Records to bench/results/lab_hooks.*
+own cost per call. Where fios' cost goes beyond the hooks' bookkeeping: the queue re-runs its
+completions ask for (fios' own count per request, and blk_mq_run_hw_queues timed nested).
+Records to bench/results/lab_hooks.*
 
     python -m bench.lab_hooks                    # 3 rotated rounds of 10 s per workload
 """
@@ -47,6 +49,14 @@ def main() -> int:
                 name: f"{h['per_request']} x {h['median_ns']:.0f} ns (p90 {h['p90_ns']:.0f})"
                 for name, h in case["hooks"].items()
             }
+        fios = cases["fios"]
+        # the queue re-runs fios' completions ask for: per request, and their time (in the
+        # completion hook's) as timed where they nest
+        doc[f"{workload}_fios_kicks_per_request"] = fios.get("kicks_per_request")
+        doc[f"{workload}_fios_children"] = {
+            name: f"{c['per_request']} x {c['median_ns']:.0f} ns"
+            for name, c in fios["children"].items()
+        }
         doc[f"{workload}_floor_ns"] = cases["floor_ns"]
         doc[f"{workload}_fios_over_mq_deadline"] = cases["fios_over_mq_deadline_above_floor"]
     print(json.dumps(doc, indent=2))
@@ -58,6 +68,7 @@ def main() -> int:
                 f"{workload} mq-deadline ns above floor": f"{workload}_mq-deadline_above_floor_ns",
                 f"{workload} fios ns above floor": f"{workload}_fios_above_floor_ns",
                 f"{workload} fios / mq-deadline": f"{workload}_fios_over_mq_deadline",
+                f"{workload} fios kicks / request": f"{workload}_fios_kicks_per_request",
                 f"{workload} floor ns": f"{workload}_floor_ns",
             }
             doc[f"{workload}_requests"] = (

@@ -17,9 +17,8 @@
  *    issued although a task with slice left has just completed a read, or the epoch would
  *    end although a task with slice left has just completed a request — the device idles
  *    until that task's next request, for at most T_service * alpha / (1 - alpha) after its
- *    completion (T_service: the task's moving average issue-to-completion time, the paper's;
- *    with `window_from_cost`, its requests' cost instead — see there). The idle time is
- *    charged to that task. The decision is taken when the write or the epoch switch is
+ *    completion (T_service: the task's moving average issue-to-completion time). The idle
+ *    time is charged to that task. The decision is taken when the write or the epoch switch is
  *    about to happen, not at the completion: on a fast device the task is usually still
  *    between two requests then, and that gap is the deceptive idleness to bridge.
  *
@@ -28,16 +27,14 @@
  * from issue to completion divided by the number of requests on the device at issue
  * (the paper's equation 1), charged at completion.
  *
- * Window from cost (beyond the paper, off by default): issue-to-completion time includes the
- * wait behind writes already on the device, so a read behind a 4 ms write makes a ~4 ms
- * window, and a reader thinking 1 ms is waited for on every read, each idle millisecond
- * charged to it: its slice goes in a burst, then it waits out everyone else's. With
- * `window_from_cost` 1, T_service is the request's cost (the device's time for it). That
- * serves such a reader (with write_depth) and costs a reader whose process comes back late
- * for other reasons (a busy CPU): see kernel/README.md and docs/benchmarks.md for both sides.
+ * Weighing the idle time (beyond the paper, `weigh_idle`, on by default): a read behind a
+ * 4 ms write makes a ~4 ms window, and a reader thinking 1 ms is waited for on every read,
+ * each idle millisecond charged to it: its slice goes in a burst, and the read that finds it
+ * spent waits out everyone else's. So a read is anticipated only while idling costs its task
+ * less than waiting behind a write would (fios_idle_pays).
  *
- * Write depth (beyond the paper): a task that thinks longer than its window is not waited
- * for, and its next read finds on the device every write issued meanwhile; on flash whose
+ * Write depth (beyond the paper): a task that is not waited for finds on the device every
+ * write issued meanwhile; on flash whose
  * writes hold every unit that is one write's full time per write in flight. So while the
  * task that last completed a read is due back (less than twice its mean think time since),
  * at most `write_depth` writes (default 1, 0: no limit) are on the device.
@@ -70,6 +67,7 @@
 #include <linux/ioprio.h>
 #include <linux/kernel.h>
 #include <linux/ktime.h>
+#include <linux/math64.h>
 #include <linux/module.h>
 #include <linux/rcupdate.h>
 #include <linux/sched.h>
@@ -118,7 +116,7 @@ struct fios_task {
 	u64 epoch;			/* the epoch `remaining_ns` belongs to */
 	s64 remaining_ns;
 	u64 service_ns;			/* the anticipation's T_service: EWMA of issue-to-completion
-					 * time, or of cost (window_from_cost) */
+					 * time */
 	unsigned int weight;		/* from the I/O priority: its slice is weight/4 of one */
 	u64 last_done_ns;		/* when its last request on the device completed */
 	u64 think_ns;			/* EWMA of the gap from there to its next request */
@@ -139,6 +137,7 @@ struct fios_stats {
 	u64 anticipation_idle_ns;
 	u64 writes_held;
 	u64 refunds;
+	u64 kicks;		/* queue re-runs by a completion or a requeue (kblockd work) */
 	u64 timer_early;	/* the anticipation timer ran before the deadline it was set for */
 };
 
@@ -152,6 +151,9 @@ struct fios_data {
 	unsigned int queued[2];
 	unsigned int inflight[2];
 	u64 epoch;
+	u64 epoch_start_ns;
+	u64 epoch_ns;			/* EWMA of an epoch's length (weigh_idle) */
+	u64 write_cost_ns;		/* EWMA of a write's cost (weigh_idle) */
 	s64 epoch_floor_permille;	/* least share of its slice a task charged this epoch has
 					 * left: what a newcomer gets (see fios_remaining) */
 	bool waiting;			/* queued work may not go yet: has_work says no until an
@@ -179,7 +181,8 @@ struct fios_data {
 	bool read_preference;
 	unsigned int max_depth;
 	unsigned int write_depth;	/* writes on the device while a reader is due back (0: off) */
-	bool window_from_cost;		/* T_service from the request's cost, not its elapsed time */
+	bool weigh_idle;		/* anticipate a read only when idling costs its task less than
+					 * waiting behind a write would (see fios_idle_pays) */
 	unsigned int async_depth;	/* tags async requests and writes may take */
 	bool async_depth_set;		/* written by hand: kept when nr_requests changes */
 	unsigned int word_shift;	/* the sched tags' bitmap word: 1 << word_shift tags */
@@ -274,8 +277,15 @@ static s64 fios_remaining(struct fios_data *fd, struct fios_task *task)
 	return slice;
 }
 
-static void fios_new_epoch(struct fios_data *fd)
+static void fios_new_epoch(struct fios_data *fd, u64 now)
 {
+	/* an epoch's length, for weigh_idle; the second of two started at once is not one */
+	if (fd->epoch_start_ns && now > fd->epoch_start_ns) {
+		u64 len = now - fd->epoch_start_ns;
+
+		fd->epoch_ns = fd->epoch_ns ? fd->epoch_ns - (fd->epoch_ns >> 3) + (len >> 3) : len;
+	}
+	fd->epoch_start_ns = now;
 	fd->epoch++;
 	fd->epoch_floor_permille = 1000;
 	fd->stats.epochs++;
@@ -399,6 +409,25 @@ static void fios_issue(struct fios_data *fd, struct request *rq, u64 now)
 }
 
 /*
+ * weigh_idle (beyond the paper): is idling for the task's next read worth what it costs the
+ * task? FIOS' fairness is the paper's: a task's mean I/O latency against alone. An
+ * anticipation charges the task its think time t, so its slice ends sooner, and the read that
+ * finds it ended waits out the epoch: about epoch/timeslice * t more per read. Not waiting
+ * lets a write go, and the task's next read waits for what is left of it: its cost minus t
+ * (write_depth keeps it to one). So idle only while t * epoch / timeslice < write cost - t.
+ * A reader whose process comes back quickly (t well under a write) is still waited for; one
+ * thinking 1 ms against four 4 ms writers is not.
+ */
+static bool fios_idle_pays(struct fios_data *fd, struct fios_task *task)
+{
+	if (!fd->write_cost_ns || !task->think_ns)
+		return true; /* nothing measured yet: the paper's */
+	/* t * (epoch + slice) / slice < write cost; 128-bit product: epochs may last seconds */
+	return mul_u64_u64_div_u64(task->think_ns, fd->epoch_ns + fd->timeslice_ns,
+				   fd->timeslice_ns) < fd->write_cost_ns;
+}
+
+/*
  * Idle for the task that last completed a request (a read, for which = FIOS_READ), if it has
  * slice left, nothing queued or in flight, and its window T_service * alpha / (1 - alpha)
  * after that completion is still open. Returns whether the device is held for it.
@@ -412,6 +441,8 @@ static bool fios_anticipate(struct fios_data *fd, int which, u64 now)
 		return now < fd->antic_deadline_ns;
 	if (!task || !fd->alpha_permille || task->exited || task->inflight ||
 	    task->queued[FIOS_READ] || task->queued[FIOS_WRITE] || fios_remaining(fd, task) <= 0)
+		return false;
+	if (which == FIOS_READ && fd->weigh_idle && !fios_idle_pays(fd, task))
 		return false;
 	window = div_u64(task->service_ns * fd->alpha_permille, 1000 - fd->alpha_permille);
 	deadline = fd->recent[which].done_ns + min_t(u64, window, fd->timeslice_ns);
@@ -546,12 +577,12 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 			fd->wait_why |= FIOS_WAIT_ANTIC;
 			goto wait;
 		}
-		fios_new_epoch(fd);
+		fios_new_epoch(fd, now);
 		rq = fios_choose(fd, now);
 		if (!rq && !fios_pick_task(fd, -1)) {
 			/* every queued task owes more than a slice (charges at completion can
 			 * go that deep): an epoch later their slices are whole */
-			fios_new_epoch(fd);
+			fios_new_epoch(fd, now);
 			rq = fios_choose(fd, now);
 		}
 	}
@@ -697,13 +728,14 @@ static void fios_completed_request(struct request *rq, u64 now)
 		div_u64(elapsed, max(rqflags >> FIOS_RQ_PAR_SHIFT, 1UL));
 	if (!(rqflags & FIOS_RQ_CHARGED))
 		fios_charge(fd, task, cost);
-	if (!fd->window_from_cost)
-		cost = elapsed; /* the paper's T_service */
+	if (dir == FIOS_WRITE)
+		fd->write_cost_ns = fd->write_cost_ns ?
+			fd->write_cost_ns - (fd->write_cost_ns >> 3) + (cost >> 3) : cost;
 	if (!task->inflight)
 		task->last_done_ns = now;
 	if (task != &fd->unowned) {
 		task->service_ns = task->service_ns ?
-			task->service_ns - (task->service_ns >> 3) + (cost >> 3) : cost;
+			task->service_ns - (task->service_ns >> 3) + (elapsed >> 3) : elapsed;
 		if (dir == FIOS_READ && !task->exited) {
 			fd->reader.task = task;
 			fd->reader.done_ns = now;
@@ -734,6 +766,7 @@ static void fios_completed_request(struct request *rq, u64 now)
 	     ((fd->wait_why & FIOS_WAIT_WRITES) && dir == FIOS_WRITE) ||
 	     ((fd->wait_why & FIOS_WAIT_ANTIC) && now >= fd->antic_deadline_ns))) {
 		fios_stop_waiting(fd);
+		fd->stats.kicks++;
 		kick = true;
 	}
 	spin_unlock_irqrestore(&fd->lock, flags);
@@ -769,8 +802,10 @@ static void fios_requeue_request(struct request *rq)
 	/* what waited for it (the last read out, say) would otherwise wait for a completion
 	 * that never comes */
 	kick = fd->waiting;
-	if (kick)
+	if (kick) {
 		fios_stop_waiting(fd);
+		fd->stats.kicks++;
+	}
 	spin_unlock_irqrestore(&fd->lock, flags);
 	if (kick)
 		blk_mq_run_hw_queues(rq->q, true);
@@ -949,6 +984,7 @@ static int fios_init_sched(struct request_queue *q, struct elevator_type *e)
 	fd->read_preference = true;
 	fd->max_depth = FIOS_DEFAULT_MAX_DEPTH;
 	fd->write_depth = FIOS_DEFAULT_WRITE_DEPTH;
+	fd->weigh_idle = true;
 	fd->epoch = 1; /* 0: a task never charged */
 	fd->epoch_floor_permille = 1000;
 	fd->unowned.weight = FIOS_DEFAULT_WEIGHT;
@@ -1018,7 +1054,7 @@ FIOS_ATTR(timeslice_us, FIOS_MIN_TIMESLICE_US, FIOS_MAX_TIMESLICE_US,
 FIOS_ATTR(read_preference, 0, 1, fd->read_preference, fd->read_preference = value)
 FIOS_ATTR(max_depth, 1, FIOS_MAX_DEPTH, fd->max_depth, fd->max_depth = value)
 FIOS_ATTR(write_depth, 0, FIOS_MAX_DEPTH, fd->write_depth, fd->write_depth = value)
-FIOS_ATTR(window_from_cost, 0, 1, fd->window_from_cost, fd->window_from_cost = value)
+FIOS_ATTR(weigh_idle, 0, 1, fd->weigh_idle, fd->weigh_idle = value)
 FIOS_ATTR(async_depth, 1, fd->q->nr_requests, fd->async_depth,
 	  (fd->async_depth = value, fd->async_depth_set = true, fios_update_shallow(fd)))
 FIOS_ATTR(cost_read_4k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_READ][0],
@@ -1046,10 +1082,10 @@ static ssize_t fios_stats_show(struct elevator_queue *e, char *page)
 	return sysfs_emit(page,
 			  "epoch %llu\nepochs %llu\nreads %llu\nwrites %llu\nanticipations %llu\n"
 			  "anticipation_hits %llu\nanticipation_idle_ns %llu\nwrites_held %llu\n"
-			  "refunds %llu\ntimer_early %llu\ncost_model %s\n",
+			  "refunds %llu\ntimer_early %llu\nkicks %llu\ncost_model %s\n",
 			  epoch, s.epochs, s.dispatched[FIOS_READ], s.dispatched[FIOS_WRITE],
 			  s.anticipations, s.anticipation_hits, s.anticipation_idle_ns,
-			  s.writes_held, s.refunds, s.timer_early, calibrated ? "calibrated" : "elapsed/parallelism");
+			  s.writes_held, s.refunds, s.timer_early, s.kicks, calibrated ? "calibrated" : "elapsed/parallelism");
 }
 
 #define FIOS_RW(name) __ATTR(name, 0644, fios_##name##_show, fios_##name##_store)
@@ -1060,7 +1096,7 @@ static struct elv_fs_entry fios_attrs[] = {
 	FIOS_RW(read_preference),
 	FIOS_RW(max_depth),
 	FIOS_RW(write_depth),
-	FIOS_RW(window_from_cost),
+	FIOS_RW(weigh_idle),
 	FIOS_RW(async_depth),
 	FIOS_RW(cost_read_4k_ns),
 	FIOS_RW(cost_read_128k_ns),
@@ -1100,6 +1136,7 @@ static int fios_state_show(void *data, struct seq_file *m)
 			   fios_ns_until(fd->antic_deadline_ns, now));
 	else
 		seq_puts(m, "anticipating none\n");
+	seq_printf(m, "epoch_ns %llu\nwrite_cost_ns %llu\n", fd->epoch_ns, fd->write_cost_ns);
 	seq_printf(m, "timer %s\nshallow_depth %u of %u\n",
 		   hrtimer_is_queued(&fd->timer) ? "armed" : "idle", fd->shallow_depth,
 		   1U << fd->word_shift);

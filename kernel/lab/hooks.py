@@ -42,6 +42,10 @@ HOOKS = {
         "fios_finish_request",
     ),
 }
+# kernel functions a hook calls, timed where they nest in it (their time is in the hook's, not
+# added to it): fios' completion re-runs the queue (async: kblockd work) when it lets held
+# writes go, which mq-deadline's hooks never do
+CHILDREN = ("blk_mq_run_hw_queues",)
 WORKLOADS = {
     # the fast path: one synchronous reader at QD1
     "qd1-read": "--name=read --rw=randread --bs=4k --ioengine=psync",
@@ -84,8 +88,7 @@ def script(rounds: int, seconds: float, buffer_mb: int = 96) -> str:
         "echo BLKPILOT-STATS-BEGIN hooks-setup\n"
         + "".join(
             f"echo {h} >> {TRACING}/set_ftrace_filter 2>/dev/null || echo missing_{h} 1\n"
-            for names in HOOKS.values()
-            for h in names
+            for h in (*(h for names in HOOKS.values() for h in names), *CHILDREN)
         )
         + f'echo "traced_functions $(grep -c . {TRACING}/set_ftrace_filter)"\n'
         f"grep -E '^(dd_|fios_)' {TRACING}/available_filter_functions"
@@ -99,6 +102,10 @@ def script(rounds: int, seconds: float, buffer_mb: int = 96) -> str:
         f" --size=512m --filename=/dev/nullb0 {WORKLOADS['read-write']}\n"
     )
     schedulers = tuple(HOOKS)
+    # fios' own count of the queue re-runs its completions asked for, and of its requests
+    own_counts = {
+        "fios": "grep -E '^(kicks|reads|writes) ' /sys/block/nullb0/queue/iosched/stats\n"
+    }
     for workload, jobs in WORKLOADS.items():
         for r in range(rounds):
             for scheduler in schedulers[r % 2 :] + schedulers[: r % 2]:
@@ -115,7 +122,8 @@ def script(rounds: int, seconds: float, buffer_mb: int = 96) -> str:
                     "echo BLKPILOT-RESULT-END\n"
                     f"echo BLKPILOT-STATS-BEGIN {label}\n"
                     f"grep overrun {TRACING}/per_cpu/cpu0/stats | tr -d :\n"
-                    f"{REDUCE} {TRACING}/trace\n"
+                    + own_counts.get(scheduler, "")
+                    + f"{REDUCE} {TRACING}/trace\n"
                     "echo BLKPILOT-STATS-END\n"
                 )
     out += f"echo nop > {TRACING}/current_tracer\n"
@@ -145,8 +153,12 @@ def summarize(
     histograms: dict[tuple[str, str], dict[str, dict[int, int]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(int))
     )
+    children: dict[tuple[str, str], dict[str, dict[int, int]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(int))
+    )
     requests: dict[tuple[str, str], int] = defaultdict(int)
     lost: dict[tuple[str, str], int] = defaultdict(int)
+    own: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for label, counters in stats.items():
         if not label.startswith("hooks/"):
             continue
@@ -161,6 +173,10 @@ def summarize(
                 hook, bucket = name[len("h.") :].rsplit(".", 1)
                 if hook in HOOKS[scheduler]:  # else tracing was not limited to the hooks
                     histograms[key][hook][int(bucket)] += int(count)
+                elif hook in CHILDREN:
+                    children[key][hook][int(bucket)] += int(count)
+            elif name in ("kicks", "reads", "writes"):
+                own[key][name] += int(count)
     setup = stats.get("hooks-setup", {})
     summary: dict[str, Any] = {
         # hooks the kernel could not trace (inlined or renamed): their cost is not counted
@@ -180,7 +196,21 @@ def summarize(
                 }
                 for hook, h in sorted(hooks.items())
             },
+            # nested in a hook: already in its time (calls per request, median)
+            "children": {
+                name: {
+                    "per_request": round(sum(h.values()) / n, 3) if n else 0.0,
+                    "median_ns": _quantile(h, 0.5),
+                }
+                for name, h in sorted(children[(workload, scheduler)].items())
+            },
         }
+        counts = own.get((workload, scheduler))
+        if counts and counts["reads"] + counts["writes"]:
+            # the scheduler's own count: queue re-runs per request it dispatched
+            summary[workload][scheduler]["kicks_per_request"] = round(
+                counts["kicks"] / (counts["reads"] + counts["writes"]), 3
+            )
     for workload, cases in summary.items():
         if workload != "untraceable":
             _costs(cases)

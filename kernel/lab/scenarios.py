@@ -716,14 +716,15 @@ REVIEW_WORKLOADS = (
     "fios-1r7w",
 )
 REVIEW_SCHEDULERS = ("none", "mq-deadline", "bfq", "fios")
-# fios with the anticipation window from the request's cost (window_from_cost) on the cases
-# it changes, and on the 1 ms thinker also with write_depth lifted (its control)
+# fios as the paper has it (no weigh_idle: every read with slice left is waited for) on the
+# cases weighing the idle time changes, and on the 1 ms thinker also with write_depth lifted
+# (what the reader that is not waited for finds ahead of its next read)
 REVIEW_VARIANTS: dict[str, tuple[dict[str, int], tuple[str, ...]]] = {
-    "fios+cost": (
-        {"window_from_cost": 1},
+    "fios+paper": (
+        {"weigh_idle": 0},
         ("fios-1r-think1ms-4w", "fios-deep-writers", "fios-1r7w"),
     ),
-    "fios+cost+nowd": ({"window_from_cost": 1, "write_depth": 0}, ("fios-1r-think1ms-4w",)),
+    "fios+nowd": ({"write_depth": 0}, ("fios-1r-think1ms-4w",)),
 }
 
 
