@@ -42,10 +42,6 @@ HOOKS = {
         "fios_finish_request",
     ),
 }
-# kernel functions a hook calls, timed where they nest in it (their time is in the hook's, not
-# added to it): fios' completion re-runs the queue (async: kblockd work) when it lets held
-# writes go, which mq-deadline's hooks never do
-CHILDREN = ("blk_mq_run_hw_queues",)
 WORKLOADS = {
     # the fast path: one synchronous reader at QD1
     "qd1-read": "--name=read --rw=randread --bs=4k --ioengine=psync",
@@ -88,7 +84,8 @@ def script(rounds: int, seconds: float, buffer_mb: int = 96) -> str:
         "echo BLKPILOT-STATS-BEGIN hooks-setup\n"
         + "".join(
             f"echo {h} >> {TRACING}/set_ftrace_filter 2>/dev/null || echo missing_{h} 1\n"
-            for h in (*(h for names in HOOKS.values() for h in names), *CHILDREN)
+            for names in HOOKS.values()
+            for h in names
         )
         + f'echo "traced_functions $(grep -c . {TRACING}/set_ftrace_filter)"\n'
         f"grep -E '^(dd_|fios_)' {TRACING}/available_filter_functions"
@@ -153,9 +150,6 @@ def summarize(
     histograms: dict[tuple[str, str], dict[str, dict[int, int]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(int))
     )
-    children: dict[tuple[str, str], dict[str, dict[int, int]]] = defaultdict(
-        lambda: defaultdict(lambda: defaultdict(int))
-    )
     requests: dict[tuple[str, str], int] = defaultdict(int)
     lost: dict[tuple[str, str], int] = defaultdict(int)
     own: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -173,8 +167,6 @@ def summarize(
                 hook, bucket = name[len("h.") :].rsplit(".", 1)
                 if hook in HOOKS[scheduler]:  # else tracing was not limited to the hooks
                     histograms[key][hook][int(bucket)] += int(count)
-                elif hook in CHILDREN:
-                    children[key][hook][int(bucket)] += int(count)
             elif name in ("kicks", "reads", "writes"):
                 own[key][name] += int(count)
     setup = stats.get("hooks-setup", {})
@@ -195,14 +187,6 @@ def summarize(
                     "p90_ns": _quantile(h, 0.9),
                 }
                 for hook, h in sorted(hooks.items())
-            },
-            # nested in a hook: already in its time (calls per request, median)
-            "children": {
-                name: {
-                    "per_request": round(sum(h.values()) / n, 3) if n else 0.0,
-                    "median_ns": _quantile(h, 0.5),
-                }
-                for name, h in sorted(children[(workload, scheduler)].items())
             },
         }
         counts = own.get((workload, scheduler))

@@ -109,7 +109,6 @@ def test_hook_costs_from_the_guests_histograms() -> None:
             "h.fios_dispatch_request.300": "100",
             "h.fios_limit_depth.100": "100",
             "h.fios_has_work.100": "400",
-            "h.blk_mq_run_hw_queues.450": "30",  # nested in the completion hook
             "kicks": "30",
             "reads": "50",
             "writes": "50",
@@ -127,8 +126,6 @@ def test_hook_costs_from_the_guests_histograms() -> None:
     assert fios["runs_lost"] == 1  # the run that overran is not counted
     assert fios["requests"] == 100
     assert fios["hooks"]["fios_has_work"]["per_request"] == 4.0
-    assert "blk_mq_run_hw_queues" not in fios["hooks"]  # a child: its time is its caller's
-    assert fios["children"]["blk_mq_run_hw_queues"] == {"per_request": 0.3, "median_ns": 4505.0}
     assert fios["kicks_per_request"] == 0.3
     assert "kicks_per_request" not in deadline
     assert cases["floor_ns"] == 1005.0
@@ -169,11 +166,11 @@ def test_every_hook_is_timed_in_the_guest(hook_costs: LabResult) -> None:
             assert case["per_request_ns"] > case["above_floor_ns"] > 0, case
         assert 0 < cases["floor_ns"] < 10_000, cases
         assert cases["fios_over_mq_deadline_above_floor"] > 0, cases
-    # fios holds writes while a read is out: its completions re-run the queue, counted by fios
-    # and timed where they nest in the completion hook
+    # a completion re-runs the queue (kblockd work the hooks' time leaves out) only if it can
+    # let held work go: with a reader and a queued writer, a small share of completions
+    # (0.019 per request in a 1 s run)
     fios = hook_costs.summary["read-write"]["fios"]
-    assert fios["kicks_per_request"] > 0, fios
-    assert fios["children"]["blk_mq_run_hw_queues"]["per_request"] > 0, fios
+    assert 0 <= fios["kicks_per_request"] < 0.5, fios
 
 
 @pytest.fixture(scope="module")
