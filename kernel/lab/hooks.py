@@ -20,7 +20,8 @@ from agent.bench import fio as fio_jobs
 
 TRACING = "/sys/kernel/tracing"
 # every hook each scheduler registers that a request passes through (has_work runs on every
-# queue run, bio_merge on every bio); mq-deadline has no completed_request
+# queue run, bio_merge on every bio); neither has a completed_request (fios takes completions
+# in finish_request)
 HOOKS = {
     "mq-deadline": (
         "dd_limit_depth",
@@ -38,7 +39,6 @@ HOOKS = {
         "fios_insert_requests",
         "fios_has_work",
         "fios_dispatch_request",
-        "fios_completed_request",
         "fios_finish_request",
     ),
 }
