@@ -143,8 +143,8 @@ def hook_costs() -> LabResult:
 def test_every_hook_is_timed_in_the_guest(hook_costs: LabResult) -> None:
     """The function-graph tracer times each hook of mq-deadline and fios in the same boot; a
     request passes through prepare, insert, dispatch and finish once each (fios takes its
-    completions in finish), so those calls per request are about one, and no run lost trace events. The
-    magnitudes (fios' cost against mq-deadline's) are bench/lab_hooks.py's."""
+    completions in finish), so those calls per request are about one, and no run lost trace
+    events. The magnitudes (fios' cost against mq-deadline's) are bench/lab_hooks.py's."""
     assert hook_costs.kernel_problems == []
     once = {"prepare_request", "insert_requests", "finish_request"}
     for workload in hooks.WORKLOADS:
