@@ -698,8 +698,8 @@ found:
 	WRITE_ONCE(icq_to_task(icq)->pid, task_tgid_nr(current));
 }
 
-/* A request in flight left the device at `now`: what it cost, and what may go now. */
-static void fios_completed(struct request *rq, u64 now)
+/* A request in flight left the device (now): what it cost, and what may go now. */
+static void fios_completed(struct request *rq)
 {
 	struct fios_data *fd = rq->q->elevator->elevator_data;
 	unsigned long rqflags;
@@ -707,13 +707,14 @@ static void fios_completed(struct request *rq, u64 now)
 	unsigned long flags;
 	bool kick = false;
 	int dir = rq_dir(rq);
-	u64 elapsed, cost;
+	u64 elapsed, cost, now;
 
 	if (!fios_owns_fields(rq))
 		return;
 	rqflags = (unsigned long)rq->elv.priv[1];
 	if (!(rqflags & FIOS_RQ_INFLIGHT))
-		return;
+		return; /* never issued, or requeued: no clock read */
+	now = ktime_get_ns();
 	spin_lock_irqsave(&fd->lock, flags);
 	task = rq_task(fd, rq);
 	fd->inflight[dir]--;
@@ -819,7 +820,7 @@ static void fios_requeue_request(struct request *rq)
  */
 static void fios_finish_request(struct request *rq)
 {
-	fios_completed(rq, ktime_get_ns());
+	fios_completed(rq);
 	if (rq->elv.icq) {
 		put_io_context(rq->elv.icq->ioc);
 		rq->elv.icq = NULL;
