@@ -12,8 +12,8 @@
   against one writer;
 - SMP and multi-queue (`smp2`, `smp4`): every scheduler on null_blk and flashsim with a queue
   per vCPU, fios switched with mq-deadline under load, rmmod while attached, fio killed while
-  anticipated for; the depth limit (a reader against writers at QD 128 each) on one vCPU
-  (`flash-depth`: on two, fios stalled in 3 of 7 runs — scenario `smp2-depth`, an open bug).
+  anticipated for; the depth limit (a reader against writers at QD 128 each) and writers alone
+  in debt beyond a slice (`depth/debt`), there and on one vCPU (`flash-depth`).
 
 TCG inflates every absolute number; compare within a run. Records bench/results/lab_fios_review.*
 
@@ -68,13 +68,18 @@ def main() -> int:
     doc["fios_epochs_min"] = min(cases["fios"].get("epochs", 0) for cases in fairness.values())
     doc["weights_ratio_fios"] = doc["weights"].get("fios", {}).get("ratio")
     doc["churn_writer_kept_fios"] = doc["churn"].get("fios", {}).get("writer_kept")
-    depth_run = run("flash-depth", seconds=min(args.seconds, 1.5))  # one vCPU: see smp2-depth
-    depth = depth_run.summary["depth"]
-    doc["depth"] = depth
+    depth_run = run("flash-depth", seconds=min(args.seconds, 1.5))
     doc["kernel_problems"] += depth_run.kernel_problems
-    doc["depth_reader_mean_us"] = (
-        f"{depth['default']['reader_mean_us']} (limit) / {depth['off']['reader_mean_us']} (none)"
-    )
+    by_cpus = {1: depth_run, **smp}
+    doc["depth"] = {f"cpus{c}": r.summary["depth"] for c, r in by_cpus.items()}
+    doc["depth_reader_mean_us"] = {
+        cpus: f"{d['default']['reader_mean_us']} (limit) / {d['off']['reader_mean_us']} (none)"
+        for cpus, d in doc["depth"].items()
+    }
+    doc["debt_epochs"] = {
+        f"cpus{c}": int(r.summary["runs"]["depth/debt"]["fios_debt_epochs"])
+        for c, r in by_cpus.items()
+    }
     print(json.dumps(doc, indent=2))
     if not args.no_record:
         record(

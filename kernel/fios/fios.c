@@ -139,6 +139,9 @@ struct fios_stats {
 	u64 refunds;
 	u64 kicks;		/* queue re-runs by a completion or a requeue (kblockd work) */
 	u64 timer_early;	/* the anticipation timer ran before the deadline it was set for */
+	u64 debt_epochs;	/* second epochs started at once: every queued task owed more than
+				 * a slice */
+	u64 rescues;		/* waits nothing could have ended (a bug): re-run by the timer */
 };
 
 struct fios_data {
@@ -580,9 +583,16 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		fios_new_epoch(fd, now);
 		rq = fios_choose(fd, now);
 		if (!rq && !fios_pick_task(fd, -1)) {
-			/* every queued task owes more than a slice (charges at completion can
-			 * go that deep): an epoch later their slices are whole */
+			/*
+			 * Every queued task owes more than a slice: charges at completion can go
+			 * that deep (each request in flight when a slice runs out is charged
+			 * too). An epoch later their slices are whole. Without this, waiting
+			 * here with nothing in flight would wait for an insert — and when the
+			 * queued requests hold every scheduler tag, none comes (the stall seen
+			 * on two vCPUs with deep writers, before this).
+			 */
 			fios_new_epoch(fd, now);
+			fd->stats.debt_epochs++;
 			rq = fios_choose(fd, now);
 		}
 	}
@@ -601,6 +611,17 @@ wait:
 	 * neither spins on dispatch nor re-runs the queue on a timer.
 	 */
 	WRITE_ONCE(fd->waiting, true);
+	if (unlikely(!fd->inflight[FIOS_READ] && !fd->inflight[FIOS_WRITE] && !fd->antic_task)) {
+		/*
+		 * Nothing can end this wait: no completion will come and no anticipation ends,
+		 * only an insert — none comes if what is queued holds every tag. Cannot happen
+		 * by the rules above; if it does, say so once and let the timer re-run the queue
+		 * rather than hang the device.
+		 */
+		WARN_ON_ONCE(1);
+		fd->stats.rescues++;
+		hrtimer_start(&fd->timer, ns_to_ktime(now + NSEC_PER_MSEC), HRTIMER_MODE_ABS);
+	}
 out:
 	spin_unlock_irqrestore(&fd->lock, flags);
 	return rq;
@@ -1088,10 +1109,12 @@ static ssize_t fios_stats_show(struct elevator_queue *e, char *page)
 	return sysfs_emit(page,
 			  "epoch %llu\nepochs %llu\nreads %llu\nwrites %llu\nanticipations %llu\n"
 			  "anticipation_hits %llu\nanticipation_idle_ns %llu\nwrites_held %llu\n"
-			  "refunds %llu\ntimer_early %llu\nkicks %llu\ncost_model %s\n",
+			  "refunds %llu\ntimer_early %llu\nkicks %llu\ndebt_epochs %llu\n"
+			  "rescues %llu\ncost_model %s\n",
 			  epoch, s.epochs, s.dispatched[FIOS_READ], s.dispatched[FIOS_WRITE],
 			  s.anticipations, s.anticipation_hits, s.anticipation_idle_ns,
-			  s.writes_held, s.refunds, s.timer_early, s.kicks, calibrated ? "calibrated" : "elapsed/parallelism");
+			  s.writes_held, s.refunds, s.timer_early, s.kicks, s.debt_epochs, s.rescues,
+			  calibrated ? "calibrated" : "elapsed/parallelism");
 }
 
 #define FIOS_RW(name) __ATTR(name, 0644, fios_##name##_show, fios_##name##_store)

@@ -446,35 +446,51 @@ def _state(label: str, dev: str, extra: str = "") -> str:
     )
 
 
+# the depth runs: async_depth at its default and at nr_requests (no limit)
+DEPTH_SETTINGS = ("default", "off")
+# then one writer alone, in the idle class (weight 1: a quarter slice), with the shortest
+# slice fios allows (100 us) and no cost model: a write's charge (elapsed / parallelism, at
+# most a timeslice) is then up to four of its slices, and each write in flight when its slice
+# runs out is charged too, so it ends every slice owing more than the next one gives. fios
+# must then start two epochs at once (`debt_epochs`) — or, once its writes in flight are done,
+# wait with nothing in flight for an insert that never comes while its queued writes hold
+# every tag it may take: the stall once seen on two vCPUs in the depth runs
+DEBT = (
+    "--direct=1 --time_based --runtime={ms}ms --size=64m --filename=/dev/flashsim0"
+    " --name=write --rw=randwrite --bs=4k --ioengine=libaio --iodepth=128 --prioclass=3"
+)
+
+
 def depth_script(seconds: float) -> str:
     """fios' depth limit: a synchronous reader against writers (QD 128 each) that would take
-    every scheduler tag, with async_depth at its default and at nr_requests (no limit)."""
+    every scheduler tag, for each of DEPTH_SETTINGS; fios' stats after each run."""
     ms = round(seconds * 1000)
     queue = "/sys/block/flashsim0/queue"
     script = ""
-    for setting in ("default", "off"):
+    for setting in (*DEPTH_SETTINGS, "debt"):
         script += f"echo none > {queue}/scheduler\necho fios > {queue}/scheduler\n"
         if setting == "off":
             script += f"cat {queue}/nr_requests > {queue}/iosched/async_depth\n"
+        if setting == "debt":
+            script += f"echo 100 > {queue}/iosched/timeslice_us\n"
         label = f"depth/{setting}"
-        script += _fio_block(label, DEPTH.format(ms=max(ms, 1500)))
+        script += _fio_block(label, (DEBT if setting == "debt" else DEPTH).format(ms=max(ms, 1500)))
         script += _state(
             label,
             "flashsim0",
             f'echo "async_depth $(cat {queue}/iosched/async_depth)"\n'
-            f'echo "nr_requests $(cat {queue}/nr_requests)"\n',
+            f'echo "nr_requests $(cat {queue}/nr_requests)"\n'
+            f"sed 's/^/fios_/' {queue}/iosched/stats\n",
         )
 
     return script
 
 
-def smp_script(cpus: int, seconds: float, depth: bool = False) -> tuple[str, dict[str, str]]:
+def smp_script(cpus: int, seconds: float) -> tuple[str, dict[str, str]]:
     """Every scheduler on null_blk and flashsim with one hardware queue per vCPU, under mixed
     readers and deep-queued writers; then fios' life cycle on flashsim: switched with
-    mq-deadline under load, rmmod while attached, fio killed while fios anticipates for it.
-    depth=True adds the depth limit's runs (depth_script) on the SMP guest: there fios stalled
-    in 3 of 7 runs on 2 vCPUs (every scheduler tag taken, nothing in flight; an open bug, see
-    the "smp2-depth" scenario), so the suite runs them on one vCPU ("flash-depth")."""
+    mq-deadline under load, rmmod while attached, fio killed while fios anticipates for it;
+    then the depth limit's runs (depth_script), as on one vCPU ("flash-depth")."""
     ms = round(seconds * 1000)
     queue = "/sys/block/flashsim0/queue"
     script = "insmod /lib/modules/configfs.ko\n"
@@ -533,8 +549,7 @@ def smp_script(cpus: int, seconds: float, depth: bool = False) -> tuple[str, dic
     script += _fio_block("lifecycle/after-kill", MIXED.format(ms=ms, dev="flashsim0"))
     script += _state("lifecycle/after-kill", "flashsim0")
 
-    if depth:
-        script += depth_script(seconds)
+    script += depth_script(seconds)
     script += f"echo none > {queue}/scheduler\nrmmod fios\n"
     script += "test -e /sys/module/fios && echo BLKPILOT-UNLOAD-FAILED\n"
     script += "rmmod flashsim\ntest -e /sys/block/flashsim0 && echo BLKPILOT-UNLOAD-FAILED\n"
@@ -557,7 +572,7 @@ def summarize_smp(
             **{k: v for k, v in state.items() if k not in ("inflight", "hw_queues")},
         }
     depth = {}
-    for setting in ("default", "off"):
+    for setting in DEPTH_SETTINGS:
         result = parsed.get(f"depth/{setting}")
         if result is not None:
             (reader,) = [t for t in result.tasks if t.job == "read"]
@@ -570,11 +585,9 @@ def summarize_smp(
     return {"runs": runs, "depth": depth}
 
 
-def _smp(
-    cpus: int, depth: bool = False
-) -> Callable[[int, float, Tunables], tuple[str, dict[str, str]]]:
+def _smp(cpus: int) -> Callable[[int, float, Tunables], tuple[str, dict[str, str]]]:
     def make(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
-        return smp_script(cpus, seconds, depth)
+        return smp_script(cpus, seconds)
 
     return make
 
@@ -872,21 +885,13 @@ SCENARIOS = {
         )
         for cpus in (2, 4)
     },
-    # the depth limit on one vCPU (in the suite), and on two, where fios stalls (an open bug)
+    # the depth limit on one vCPU (the SMP scenarios run it too)
     "flash-depth": Scenario(
         [],
         ["flashsim", "fios"],
         _depth,
         lambda parsed: summarize_smp(parsed, {}),
         summarize_stats=summarize_smp,
-    ),
-    "smp2-depth": Scenario(
-        ["configfs", "null_blk", "kyber-iosched", "bfq"],
-        ["flashsim", "fios"],
-        _smp(2, depth=True),
-        lambda parsed: summarize_smp(parsed, {}),
-        summarize_stats=summarize_smp,
-        cpus=2,
     ),
     # the scheduler hooks' own cost, timed in the guest (kernel/lab/hooks.py)
     "null-hooks": Scenario(

@@ -431,18 +431,58 @@ def depth() -> LabResult:
     return run("flash-depth", seconds=0.8)
 
 
-def test_writers_cannot_take_the_tags_readers_need(depth: LabResult) -> None:
-    """fios' async_depth (3/4 of nr_requests by default) against writers that would hold every
-    scheduler tag: the synchronous reader keeps a tag to go with, and waits less than with the
-    limit lifted (async_depth = nr_requests). On one vCPU: on two, fios stalls in this case
-    (an open bug, scenario smp2-depth)."""
-    runs, found = depth.summary["runs"], depth.summary["depth"]
+def _depth_runs_complete(result: LabResult) -> None:
+    """The depth runs (a reader against writers that would hold every scheduler tag, with
+    async_depth at 3/4 of nr_requests and at nr_requests; idle-class writers in debt) complete:
+    reader and writers served, nothing left in flight, no wait that nothing could end (fios
+    would re-run the queue on a timer, count a rescue and warn)."""
+    runs, found = result.summary["runs"], result.summary["depth"]
     nr_requests = int(runs["depth/default"]["nr_requests"])
     assert int(runs["depth/default"]["async_depth"]) == 3 * nr_requests // 4
     assert int(runs["depth/off"]["async_depth"]) == nr_requests
+    for setting in ("default", "off"):
+        assert found[setting]["reader_iops"] > 0, found
+        assert found[setting]["writer_iops"] > 0, found
+    for label in ("depth/default", "depth/off", "depth/debt"):
+        assert runs[label]["inflight"] == [0, 0], (label, runs[label])
+        assert runs[label]["ios"] > 0, (label, runs[label])
+        assert runs[label]["fios_rescues"] == "0", (label, runs[label])
+    assert result.kernel_problems == []
+
+
+def _debt_is_paid_in_two_epochs(result: LabResult) -> None:
+    """Idle-class writers alone (a quarter slice each) with a 100 us slice and no cost model
+    end each slice owing more than the next gives (a write's charge is up to four of their
+    slices, and every write in flight is charged at its completion): fios starts a second epoch
+    at once rather than wait, with nothing in flight, for an insert that no writer asleep on a
+    tag can make — the stall once seen on two vCPUs."""
+    debt = result.summary["runs"]["depth/debt"]
+    assert int(debt["fios_debt_epochs"]) > 0, debt
+    assert int(debt["fios_writes"]) > 0, debt
+    assert debt["inflight"] == [0, 0], debt
+
+
+def test_writers_cannot_take_the_tags_readers_need(depth: LabResult) -> None:
+    """On one vCPU every process allocates from one hardware queue's scheduler tags: with the
+    limit the synchronous reader keeps tags to go with and waits less than without it."""
+    _depth_runs_complete(depth)
+    found = depth.summary["depth"]
     assert found["default"]["reader_mean_us"] < found["off"]["reader_mean_us"], found
-    assert runs["depth/default"]["inflight"] == [0, 0]
-    assert depth.kernel_problems == []
+
+
+def test_the_depth_runs_complete_on_smp(smp: LabResult) -> None:
+    """On 2 and 4 vCPUs each hardware queue has its own tags and the writers spread over them,
+    so the limit's effect on the reader is within the runs' spread (docs/benchmarks.md): what
+    must hold is that every run completes."""
+    _depth_runs_complete(smp)
+
+
+def test_a_debt_beyond_a_slice_does_not_stall_the_queue(depth: LabResult) -> None:
+    _debt_is_paid_in_two_epochs(depth)
+
+
+def test_a_debt_beyond_a_slice_does_not_stall_the_queue_on_smp(smp: LabResult) -> None:
+    _debt_is_paid_in_two_epochs(smp)
 
 
 @pytest.fixture(scope="module")
