@@ -8,7 +8,8 @@
   and anticipations are that run's; on the 1 ms, deep-writer and one-against-seven cases also
   `fios+paper`, the paper's anticipation without weigh_idle, and on the 1 ms case
   `fios+nowd`, write_depth lifted); I/O priorities (best effort 0 against 4:
-  weights 2:1) under none, bfq and fios; short-lived readers started one after another
+  weights 2:1), and cgroups at 200 and 100 (io.fios.weight, io.bfq.weight), under none, bfq
+  and fios; short-lived readers started one after another
   against one writer;
 - SMP and multi-queue (`smp2`, `smp4`): every scheduler on null_blk and flashsim with a queue
   per vCPU, fios switched with mq-deadline under load, rmmod while attached, fio killed while
@@ -51,6 +52,7 @@ def main() -> int:
         "fios_tunables": review.tunables.get("fios", {}),
         "fairness": fairness,
         "weights": review.summary["weights"],
+        "cgroup_weights": review.summary["cgroup_weights"],
         "churn": review.summary["churn"],
         "smp": {f"smp{c}": r.summary for c, r in smp.items()},
         "kernel_problems": review.kernel_problems
@@ -67,6 +69,7 @@ def main() -> int:
     doc["fios_worst"] = max(cases["fios"] for cases in worst.values())
     doc["fios_epochs_min"] = min(cases["fios"].get("epochs", 0) for cases in fairness.values())
     doc["weights_ratio_fios"] = doc["weights"].get("fios", {}).get("ratio")
+    doc["cgroup_weights_ratio_fios"] = doc["cgroup_weights"].get("fios", {}).get("ratio")
     doc["churn_writer_kept_fios"] = doc["churn"].get("fios", {}).get("writer_kept")
     depth_run = run("flash-depth", seconds=min(args.seconds, 1.5))
     doc["kernel_problems"] += depth_run.kernel_problems
@@ -89,6 +92,7 @@ def main() -> int:
                 "fios worst / proportional": "fios_worst",
                 "fios epochs (fewest)": "fios_epochs_min",
                 "weights 2:1 -> fios": "weights_ratio_fios",
+                "cgroups 200:100 -> fios": "cgroup_weights_ratio_fios",
                 "writer kept under churn": "churn_writer_kept_fios",
                 "reader mean µs, depth": "depth_reader_mean_us",
                 "kernel": "kernel",

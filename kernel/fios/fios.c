@@ -44,6 +44,10 @@
  * would otherwise shut its task out for epochs), and a requeued request's charge is refunded
  * (it is charged again when it is issued again).
  *
+ * Weights: a task's slice is scaled by its I/O priority (weight / 4: best effort level L
+ * weighs 8 - L) and by its cgroup's io.fios.weight / 100 (cgroup v2; fios' own blkcg policy,
+ * per-cgroup data only: io.weight belongs to blk-iocost). Both are read at each request.
+ *
  * Depth: asynchronous requests and writes may take at most `async_depth` of the scheduler's
  * tags (default 3/4 of nr_requests, as mq-deadline), so that synchronous reads always find a
  * tag and reach FIOS instead of blocking in tag allocation behind writers.
@@ -79,6 +83,7 @@
 #include "blk-mq.h"
 #include "blk-mq-sched.h"
 #include "blk-mq-debugfs.h"
+#include "blk-cgroup.h"
 
 #define FIOS_DEFAULT_TIMESLICE_US 100000 /* the paper's (and CFQ's) 100 ms */
 #define FIOS_DEFAULT_ALPHA_PERMILLE 500	 /* the paper's alpha = 0.5 */
@@ -91,6 +96,9 @@
 #define FIOS_MAX_COST_NS 100000000ULL
 #define FIOS_TIME_SHIFT 10 /* priv[0] time unit: 1,024 ns */
 #define FIOS_DEFAULT_WEIGHT 4 /* best effort, level 4: what nice 0 maps to */
+#define FIOS_CG_DEFAULT_WEIGHT 100 /* io.fios.weight: cgroup v2's weight range and default */
+#define FIOS_CG_MIN_WEIGHT 1
+#define FIOS_CG_MAX_WEIGHT 10000
 
 /* rq->elv.priv[1] flags; priv[0] holds the issue time in ns */
 #define FIOS_RQ_INFLIGHT 0x2UL /* issued, completion not seen yet */
@@ -117,7 +125,9 @@ struct fios_task {
 	s64 remaining_ns;
 	u64 service_ns;			/* the anticipation's T_service: EWMA of issue-to-completion
 					 * time */
-	unsigned int weight;		/* from the I/O priority: its slice is weight/4 of one */
+	unsigned int weight;		/* from the I/O priority (default 4) */
+	unsigned int cg_weight;		/* its cgroup's io.fios.weight (default 100): its slice
+					 * is timeslice * weight/4 * cg_weight/100 */
 	u64 last_done_ns;		/* when its last request on the device completed */
 	u64 think_ns;			/* EWMA of the gap from there to its next request */
 	pid_t pid;			/* the last submitter's process id (debugfs, traces) */
@@ -257,8 +267,128 @@ static unsigned int fios_weight(int ioprio)
 
 static s64 fios_slice(struct fios_data *fd, struct fios_task *task)
 {
-	return div_u64(fd->timeslice_ns * READ_ONCE(task->weight), FIOS_DEFAULT_WEIGHT);
+	/* at most 1 s * 16 * 10000: far below 2^63 */
+	return div_u64(fd->timeslice_ns * READ_ONCE(task->weight) * READ_ONCE(task->cg_weight),
+		       FIOS_DEFAULT_WEIGHT * FIOS_CG_DEFAULT_WEIGHT);
 }
+
+/* --- cgroup v2: io.fios.weight (a blkcg policy with per-cgroup data only) ----------------- */
+
+#ifdef CONFIG_BLK_CGROUP
+struct fios_cgd {
+	struct blkcg_policy_data pd; /* must be first */
+	unsigned int weight;
+};
+
+static struct blkcg_policy fios_blkcg_policy;
+
+static struct fios_cgd *cpd_to_fios(struct blkcg_policy_data *cpd)
+{
+	return cpd ? container_of(cpd, struct fios_cgd, pd) : NULL;
+}
+
+static struct fios_cgd *blkcg_to_fios(struct blkcg *blkcg)
+{
+	return blkcg ? cpd_to_fios(blkcg_to_cpd(blkcg, &fios_blkcg_policy)) : NULL;
+}
+
+/* The submitter's cgroup weight: a task's share follows the cgroup it submits from now. */
+static unsigned int fios_cgroup_weight(void)
+{
+	unsigned int weight = FIOS_CG_DEFAULT_WEIGHT;
+	struct fios_cgd *cgd;
+
+	rcu_read_lock();
+	cgd = blkcg_to_fios(css_to_blkcg(task_css(current, io_cgrp_id)));
+	if (cgd)
+		weight = READ_ONCE(cgd->weight);
+	rcu_read_unlock();
+	return weight;
+}
+
+static struct blkcg_policy_data *fios_cpd_alloc(gfp_t gfp)
+{
+	struct fios_cgd *cgd = kzalloc(sizeof(*cgd), gfp);
+
+	if (!cgd)
+		return NULL;
+	cgd->weight = FIOS_CG_DEFAULT_WEIGHT;
+	return &cgd->pd;
+}
+
+static void fios_cpd_free(struct blkcg_policy_data *cpd)
+{
+	kfree(cpd_to_fios(cpd));
+}
+
+static int fios_cg_weight_show(struct seq_file *sf, void *v)
+{
+	struct fios_cgd *cgd = blkcg_to_fios(css_to_blkcg(seq_css(sf)));
+
+	seq_printf(sf, "default %u\n", cgd ? READ_ONCE(cgd->weight) : FIOS_CG_DEFAULT_WEIGHT);
+	return 0;
+}
+
+/* "N" or "default N", as io.weight takes them; per-device weights are not kept: -EINVAL */
+static ssize_t fios_cg_weight_write(struct kernfs_open_file *of, char *buf, size_t nbytes,
+				    loff_t off)
+{
+	struct fios_cgd *cgd = blkcg_to_fios(css_to_blkcg(of_css(of)));
+	char *body = strim(buf);
+	unsigned int weight;
+
+	if (!strncmp(body, "default", 7) && (body[7] == ' ' || body[7] == '\t'))
+		body = skip_spaces(body + 7);
+	if (kstrtouint(body, 10, &weight))
+		return -EINVAL;
+	if (weight < FIOS_CG_MIN_WEIGHT || weight > FIOS_CG_MAX_WEIGHT)
+		return -ERANGE;
+	if (!cgd)
+		return -ENODEV;
+	WRITE_ONCE(cgd->weight, weight);
+	return nbytes;
+}
+
+static struct cftype fios_blkcg_files[] = {
+	{
+		.name = "fios.weight",
+		.flags = CFTYPE_NOT_ON_ROOT,
+		.seq_show = fios_cg_weight_show,
+		.write = fios_cg_weight_write,
+	},
+	{} /* terminate */
+};
+
+static struct blkcg_policy fios_blkcg_policy = {
+	.dfl_cftypes = fios_blkcg_files,
+	.cpd_alloc_fn = fios_cpd_alloc,
+	.cpd_free_fn = fios_cpd_free,
+};
+
+static int fios_blkcg_register(void)
+{
+	return blkcg_policy_register(&fios_blkcg_policy);
+}
+
+static void fios_blkcg_unregister(void)
+{
+	blkcg_policy_unregister(&fios_blkcg_policy);
+}
+#else
+static unsigned int fios_cgroup_weight(void)
+{
+	return FIOS_CG_DEFAULT_WEIGHT;
+}
+
+static int fios_blkcg_register(void)
+{
+	return 0;
+}
+
+static void fios_blkcg_unregister(void)
+{
+}
+#endif
 
 /*
  * The task's slice left in the current epoch; a refreshed slice carries last epoch's debt.
@@ -716,6 +846,7 @@ found:
 	rq->elv.icq = icq;
 	/* the submitter's I/O priority now (ioprio_set may change it at any time) */
 	WRITE_ONCE(icq_to_task(icq)->weight, fios_weight(get_current_ioprio()));
+	WRITE_ONCE(icq_to_task(icq)->cg_weight, fios_cgroup_weight());
 	WRITE_ONCE(icq_to_task(icq)->pid, task_tgid_nr(current));
 }
 
@@ -936,6 +1067,7 @@ static void fios_init_icq(struct io_cq *icq)
 
 	fios_task_init(task);
 	task->weight = FIOS_DEFAULT_WEIGHT;
+	task->cg_weight = FIOS_CG_DEFAULT_WEIGHT;
 }
 
 static void fios_exit_icq(struct io_cq *icq)
@@ -1015,6 +1147,7 @@ static int fios_init_sched(struct request_queue *q, struct elevator_type *e)
 	fd->epoch = 1; /* 0: a task never charged */
 	fd->epoch_floor_permille = 1000;
 	fd->unowned.weight = FIOS_DEFAULT_WEIGHT;
+	fd->unowned.cg_weight = FIOS_CG_DEFAULT_WEIGHT;
 	eq->elevator_data = fd;
 
 	/* one scheduler per queue, dispatching for every hardware queue */
@@ -1177,9 +1310,9 @@ static void fios_task_show(struct fios_data *fd, struct seq_file *m, struct fios
 			   const char *who)
 {
 	seq_printf(m,
-		   "%s %d weight %u left_ns %lld queued %u %u inflight %u service_ns %llu"
+		   "%s %d weight %u cg_weight %u left_ns %lld queued %u %u inflight %u service_ns %llu"
 		   " think_ns %llu%s\n",
-		   who, task->pid, task->weight, fios_remaining(fd, task),
+		   who, task->pid, task->weight, task->cg_weight, fios_remaining(fd, task),
 		   task->queued[FIOS_READ], task->queued[FIOS_WRITE], task->inflight,
 		   task->service_ns, task->think_ns, task->exited ? " exited" : "");
 }
@@ -1245,12 +1378,20 @@ MODULE_ALIAS("fios-iosched");
 
 static int __init fios_init(void)
 {
-	return elv_register(&fios_sched);
+	int ret = fios_blkcg_register();
+
+	if (ret)
+		return ret;
+	ret = elv_register(&fios_sched);
+	if (ret)
+		fios_blkcg_unregister();
+	return ret;
 }
 
 static void __exit fios_exit(void)
 {
 	elv_unregister(&fios_sched);
+	fios_blkcg_unregister();
 }
 
 module_init(fios_init);

@@ -630,6 +630,66 @@ def weights_script(seconds: float, schedulers: tuple[str, ...] = WEIGHT_SCHEDULE
     return script
 
 
+# cgroup v2 weights: fios' own io.fios.weight (its blkcg policy), bfq's io.bfq.weight; none
+# ignores both. 200 against 100, as io.weight would be set
+CGROUP_WEIGHTS = {"heavy": 200, "light": 100}
+CGROUP_WEIGHT_FILES = {"bfq": "io.bfq.weight", "fios": "io.fios.weight"}
+CGROUP = "/sys/fs/cgroup"
+
+
+def cgroup_weights_script(seconds: float, schedulers: tuple[str, ...] = WEIGHT_SCHEDULERS) -> str:
+    """The two writers of weights_script at the same I/O priority, each in its own cgroup
+    (v2, io controller on) weighing 200 and 100: device time should follow 2:1. Each is its
+    own fio (a process joins a cgroup), started together."""
+    queue = "/sys/block/flashsim0/queue"
+    ms = round(seconds * 1000)
+    script = (
+        f"mkdir -p {CGROUP}\nmount -t cgroup2 none {CGROUP}\n"
+        f"echo +io > {CGROUP}/cgroup.subtree_control\n"
+        + "".join(f"mkdir {CGROUP}/{name}\n" for name in CGROUP_WEIGHTS)
+    )
+    for scheduler in schedulers:
+        script += f"echo none > {queue}/scheduler\necho {scheduler} > {queue}/scheduler\n"
+        if scheduler == "fios":
+            script += f"echo {REVIEW_TIMESLICE_US} > {queue}/iosched/timeslice_us\n"
+        weight_file = CGROUP_WEIGHT_FILES.get(scheduler)
+        label = f"cgroup-weights/{scheduler}"
+        if weight_file:
+            script += "".join(
+                f"echo {weight} > {CGROUP}/{name}/{weight_file}\n"
+                for name, weight in CGROUP_WEIGHTS.items()
+            )
+        for name in CGROUP_WEIGHTS:
+            script += (
+                f"sh -c 'echo $$ > {CGROUP}/{name}/cgroup.procs && exec fio --eta=never"
+                f" --output-format=json+ --output=/tmp/{name}.json --randrepeat=0"
+                " --lat_percentiles=1 --clat_percentiles=0 --norandommap --direct=1"
+                f" --time_based --runtime={ms}ms --size=64m --filename=/dev/flashsim0"
+                f" --name={name} --rw=randwrite --bs=4k --ioengine=psync' &\n"
+            )
+        script += "wait\n"
+        for name in CGROUP_WEIGHTS:
+            script += (
+                f"echo BLKPILOT-RESULT-BEGIN {label}/{name}\ncat /tmp/{name}.json\n"
+                "echo BLKPILOT-RESULT-END\n"
+            )
+        script += f"echo BLKPILOT-STATS-BEGIN {label}\n"
+        if scheduler == "fios":
+            # bad input is refused and changes nothing: out of range, not a number, a device
+            light = f"{CGROUP}/light/{weight_file}"
+            script += "".join(
+                f'echo "{value}" > {light} 2>/dev/null; echo "bad_{i}_exit $?"\n'
+                for i, value in enumerate(("0", "10001", "heavy", "253:0 300"))
+            )
+        if weight_file:
+            script += "".join(
+                f'echo "{name}_weight $(cat {CGROUP}/{name}/{weight_file})"\n'
+                for name in CGROUP_WEIGHTS
+            )
+        script += "echo BLKPILOT-STATS-END\n"
+    return script
+
+
 CHURN_SCHEDULERS = ("mq-deadline", "fios")
 
 
@@ -764,7 +824,8 @@ def _review(
             script += more.replace("insmod /lib/modules/fios.ko\n", "")
             files.update(more_files)
         script = "insmod /lib/modules/bfq.ko\n" + script.replace("insmod /lib/modules/bfq.ko\n", "")
-        script += weights_script(seconds) + churn_script(seconds) + observe_script(seconds)
+        script += weights_script(seconds) + cgroup_weights_script(seconds)
+        script += churn_script(seconds) + observe_script(seconds)
         unload = "echo none > /sys/block/flashsim0/queue/scheduler\nrmmod fios\nrmmod flashsim\n"
         unload += "test -e /sys/block/flashsim0 && echo BLKPILOT-UNLOAD-FAILED\n"
         unload += "test -e /sys/module/fios && echo BLKPILOT-UNLOAD-FAILED\n"
@@ -800,6 +861,24 @@ def summarize_review(
                 "ratio": round(iops["heavy"] / iops["light"], 2) if iops["light"] else None,
             }
     summary["weights"] = weights
+    cgroup_weights = {}
+    for scheduler in WEIGHT_SCHEDULERS:
+        heavy = parsed.get(f"cgroup-weights/{scheduler}/heavy")
+        light = parsed.get(f"cgroup-weights/{scheduler}/light")
+        if heavy is None or light is None:
+            continue
+        heavy_iops, light_iops = heavy.tasks[0].iops, light.tasks[0].iops
+        cgroup_weights[scheduler] = {
+            "heavy_iops": round(heavy_iops, 1),
+            "light_iops": round(light_iops, 1),
+            "ratio": round(heavy_iops / light_iops, 2) if light_iops else None,
+            **{
+                k: v
+                for k, v in stats.get(f"cgroup-weights/{scheduler}", {}).items()
+                if k.endswith("_weight") or k.endswith("_exit")
+            },
+        }
+    summary["cgroup_weights"] = cgroup_weights
     churn = {}
     for scheduler in CHURN_SCHEDULERS:
         alone = parsed.get(f"churn/{scheduler}/alone")

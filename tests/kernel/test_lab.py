@@ -547,6 +547,20 @@ def test_io_priorities_weigh_device_time(review: LabResult) -> None:
     assert weights["none"]["ratio"] < weights["fios"]["ratio"], weights
 
 
+def test_cgroup_weights_weigh_device_time(review: LabResult) -> None:
+    """Two writers at the same I/O priority in cgroups weighing 200 and 100 (cgroup v2:
+    fios' own io.fios.weight; bfq's io.bfq.weight): fios gives the heavier about twice the
+    device time, none ignores cgroups; io.fios.weight refuses bad input and keeps its value."""
+    found = review.summary["cgroup_weights"]
+    fios = found["fios"]
+    assert fios["heavy_weight"] == "default 200", fios
+    assert fios["light_weight"] == "default 100", fios  # after the bad writes below
+    assert 1.5 <= fios["ratio"] <= 2.6, found
+    assert found["none"]["ratio"] < fios["ratio"], found
+    for i in range(4):
+        assert fios[f"bad_{i}_exit"] != "0", fios
+
+
 def test_readers_started_one_after_another_do_not_starve_a_writer(review: LabResult) -> None:
     churn = review.summary["churn"]
     # a new fio process takes about half a second to start under TCG: a few readers per run
@@ -569,6 +583,7 @@ def test_fios_state_and_trace_messages(review: LabResult) -> None:
         assert int(words[1]) >= 0, line
         fields = dict(zip(words[2::2], words[3::2], strict=False))
         assert int(fields["weight"]) == 4, line  # best effort 4 (fio's default priority)
+        assert int(fields["cg_weight"]) == 100, line  # the root cgroup's
         int(fields["left_ns"])
     trace, stats = observed["trace"], observed["stats"]
     assert stats["epochs"] > 1, observed
