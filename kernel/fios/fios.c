@@ -282,6 +282,11 @@ struct fios_cgd {
 
 static struct blkcg_policy fios_blkcg_policy;
 
+/* cgroups whose io.fios.weight is not the default: while there are none, a request does not
+ * look its cgroup up (every weight is the default) — the fast path pays nothing for cgroups
+ * nobody weighed */
+static atomic_t fios_cg_weighted = ATOMIC_INIT(0);
+
 static struct fios_cgd *cpd_to_fios(struct blkcg_policy_data *cpd)
 {
 	return cpd ? container_of(cpd, struct fios_cgd, pd) : NULL;
@@ -298,6 +303,8 @@ static unsigned int fios_cgroup_weight(void)
 	unsigned int weight = FIOS_CG_DEFAULT_WEIGHT;
 	struct fios_cgd *cgd;
 
+	if (likely(!atomic_read(&fios_cg_weighted)))
+		return weight;
 	rcu_read_lock();
 	cgd = blkcg_to_fios(css_to_blkcg(task_css(current, io_cgrp_id)));
 	if (cgd)
@@ -318,7 +325,11 @@ static struct blkcg_policy_data *fios_cpd_alloc(gfp_t gfp)
 
 static void fios_cpd_free(struct blkcg_policy_data *cpd)
 {
-	kfree(cpd_to_fios(cpd));
+	struct fios_cgd *cgd = cpd_to_fios(cpd);
+
+	if (cgd->weight != FIOS_CG_DEFAULT_WEIGHT)
+		atomic_dec(&fios_cg_weighted);
+	kfree(cgd);
 }
 
 static int fios_cg_weight_show(struct seq_file *sf, void *v)
@@ -335,7 +346,7 @@ static ssize_t fios_cg_weight_write(struct kernfs_open_file *of, char *buf, size
 {
 	struct fios_cgd *cgd = blkcg_to_fios(css_to_blkcg(of_css(of)));
 	char *body = strim(buf);
-	unsigned int weight;
+	unsigned int weight, old;
 
 	if (!strncmp(body, "default", 7) && (body[7] == ' ' || body[7] == '\t'))
 		body = skip_spaces(body + 7);
@@ -345,7 +356,11 @@ static ssize_t fios_cg_weight_write(struct kernfs_open_file *of, char *buf, size
 		return -ERANGE;
 	if (!cgd)
 		return -ENODEV;
-	WRITE_ONCE(cgd->weight, weight);
+	old = xchg(&cgd->weight, weight);
+	if (old == FIOS_CG_DEFAULT_WEIGHT && weight != FIOS_CG_DEFAULT_WEIGHT)
+		atomic_inc(&fios_cg_weighted);
+	else if (old != FIOS_CG_DEFAULT_WEIGHT && weight == FIOS_CG_DEFAULT_WEIGHT)
+		atomic_dec(&fios_cg_weighted);
 	return nbytes;
 }
 
