@@ -91,8 +91,10 @@ def script(rounds: int, seconds: float, buffer_mb: int = 96) -> str:
         f"grep -E '^(dd_|fios_)' {TRACING}/available_filter_functions"
         " | awk '{print \"a\" NR, $0}'\n"
         "echo BLKPILOT-STATS-END\n"
-        f"echo funcgraph-tail > {TRACING}/trace_options\n"
         f"echo function_graph > {TRACING}/current_tracer\n"
+        # a tracer's own options exist only while it is the current tracer: set after it, or
+        # a call with a traced call nested in it closes with a bare "}" the reduction skips
+        f"echo funcgraph-tail > {TRACING}/trace_options\n"
         # warm-up: TCG translates fio's and the hooks' code on first use
         "echo fios > /sys/block/nullb0/queue/scheduler\n"
         "fio --eta=never --output=/dev/null --direct=1 --time_based --runtime=500ms"
