@@ -834,6 +834,16 @@ def _review(
     return make
 
 
+def _heavy_light(heavy_iops: float, light_iops: float) -> dict[str, Any]:
+    """Two weighed writers' throughputs and their ratio (device time, as a write takes every
+    unit)."""
+    return {
+        "heavy_iops": round(heavy_iops, 1),
+        "light_iops": round(light_iops, 1),
+        "ratio": round(heavy_iops / light_iops, 2) if light_iops else None,
+    }
+
+
 def summarize_review(
     parsed: dict[str, fio_jobs.FioResult], stats: dict[str, dict[str, str]]
 ) -> dict[str, Any]:
@@ -855,11 +865,7 @@ def summarize_review(
     for label, result in parsed.items():
         if label.startswith("weights/"):
             iops = {t.job: t.iops for t in result.tasks}
-            weights[label.split("/")[1]] = {
-                "heavy_iops": round(iops["heavy"], 1),
-                "light_iops": round(iops["light"], 1),
-                "ratio": round(iops["heavy"] / iops["light"], 2) if iops["light"] else None,
-            }
+            weights[label.split("/")[1]] = _heavy_light(iops["heavy"], iops["light"])
     summary["weights"] = weights
     cgroup_weights = {}
     for scheduler in WEIGHT_SCHEDULERS:
@@ -867,11 +873,8 @@ def summarize_review(
         light = parsed.get(f"cgroup-weights/{scheduler}/light")
         if heavy is None or light is None:
             continue
-        heavy_iops, light_iops = heavy.tasks[0].iops, light.tasks[0].iops
         cgroup_weights[scheduler] = {
-            "heavy_iops": round(heavy_iops, 1),
-            "light_iops": round(light_iops, 1),
-            "ratio": round(heavy_iops / light_iops, 2) if light_iops else None,
+            **_heavy_light(heavy.tasks[0].iops, light.tasks[0].iops),
             **{
                 k: v
                 for k, v in stats.get(f"cgroup-weights/{scheduler}", {}).items()
