@@ -2,13 +2,12 @@
 file in it. Its percentiles are checked against fio's own for the same I/Os; windows carry the
 distributions, validated; where eBPF cannot run, windows say so and carry no percentile.
 
-The tolerance, and why: eBPF times a request inside the block layer (issue to completion);
-fio's completion latency (clat) is measured by the application around it — with io_uring it
-adds the submission up to the issue and the completion up to fio's reaping, a few microseconds
-on this machine (2 us at p50, 6 us at p99 measured on a quiet host), more under contention.
-The histogram's buckets are at most 12.5 % wide. So eBPF may not exceed fio by more than a
-bucket, and fio may exceed eBPF by at most a bucket plus the path: 8 us at p50, 40 us at p99 (a
-CPU-busy host delays the reaping most in the tail)."""
+The tolerance, and why: eBPF times a request inside the block layer (issue to completion).
+fio's total latency holds that span whole, so eBPF may not exceed it by more than a bucket (at
+most 12.5 % wide). fio is no lower bound on a busy host: the time fio waits for a CPU lands
+above the device (its completion p50 was 11 us above eBPF's in a CI run). The lower side is
+held by the kernel's own accounting instead (diskstats, allocation to end), which a busy CPU
+cannot skew."""
 
 from __future__ import annotations
 
@@ -27,13 +26,12 @@ from agent.collectors.blklat import BlkLatCollector
 from agent.collectors.diskstats import DiskstatsCollector
 from agent.config import AgentConfig
 from agent.contract import histograms
-from agent.contract.wire import IoOperation, LatencySource, TelemetryWindow
+from agent.contract.wire import IoOperation, LatencySource, OperationLatency, TelemetryWindow
 from agent.host import HostPaths
 from agent.telemetry import Collection, histogram_delta, windows
 from kernel.lab.devices import TMPFS, DataDevice, data_device, start_workload, stop_workload
 
 BUCKET = 0.125
-PATH_US = {"p50": 8.0}  # µs above the device at the median: syscall, page, wake-up
 
 
 @pytest.fixture(scope="module")
@@ -79,21 +77,38 @@ def test_percentiles_agree_with_fio_for_the_same_io(
         found = job[kind]["percentile"]
         return {k: found[v] / 1000 for k, v in {"p50": "50.000000", "p99": "99.000000"}.items()}
 
-    # fio's total latency (submission and completion) holds the device's time whole; its
-    # completion latency starts after the submitting call returned, which with io_uring is
-    # after the request reached the device. Device time lies between the two: never above the
-    # total (within a bucket's width), at the median at most the completion path below the
-    # completion latency. Under CPU contention both fio figures grow by the time fio waits
-    # for a CPU — above the device — so the tail is held to order only
-    total, completion = percentiles("lat_ns"), percentiles("clat_ns")
+    # fio's total latency (submission and completion) holds the device's time whole
+    total = percentiles("lat_ns")
     measured = {"p50": reads.p50_us, "p99": reads.p99_us}
     for name in ("p50", "p99"):
         assert measured[name] <= total[name] * (1 + BUCKET) + 1, (name, measured, total)
-    low = completion["p50"] * (1 - BUCKET) - PATH_US["p50"]
-    assert measured["p50"] >= low, (measured, completion)
+    # the lower side against the kernel's own accounting, which a busy CPU cannot skew: diskstats
+    # times each request from its allocation to its end, a span that holds eBPF's (issue to the
+    # completion event) whole. So eBPF's mean is never above diskstats' (within its millisecond
+    # counters), and what lies outside eBPF's span — allocation, the plug, io_uring's batch — was
+    # 12-25 % of it here (quiet and under one and two CPU hogs, 2026-11-25). A bucket, unit or
+    # mapping error of a factor of two would fall far outside. (fio's completion latency is no
+    # lower bound on a busy host: its p50 was 11 us above eBPF's in CI)
+    low_mean, high_mean = mean_bounds_us(window.operations)
+    counted = window.mean_latency_us
+    slack = 1000 / (window.read_ios + window.write_ios)  # one ms lost to the counters' rounding
+    assert low_mean <= counted + slack, (low_mean, counted)
+    assert high_mean >= 0.6 * counted, (high_mean, counted)
     assert measured["p50"] <= measured["p99"]
     # 4 KiB requests, all of them; sizes and counts agree
     assert reads.size_bytes == [(12, reads.count)]
+
+
+def mean_bounds_us(operations: list[OperationLatency]) -> tuple[float, float]:
+    """The mean device time of reads and writes, held between its buckets' low and high ends."""
+    merged = histograms.merge(
+        o.device_ns for o in operations if o.op in (IoOperation.READ, IoOperation.WRITE)
+    )
+    count = sum(n for _, n in merged)
+    bounds = [(histograms.latency_bounds(slot), n) for slot, n in merged]
+    low = sum(lo * n for (lo, _), n in bounds) / count / 1000
+    high = sum(hi * n for (_, hi), n in bounds) / count / 1000
+    return low, high
 
 
 def stop_workload_after(process: subprocess.Popen[str], seconds: float) -> str:
