@@ -267,8 +267,13 @@ static unsigned int fios_weight(int ioprio)
 
 static s64 fios_slice(struct fios_data *fd, struct fios_task *task)
 {
+	unsigned int weight = READ_ONCE(task->weight), cg_weight = READ_ONCE(task->cg_weight);
+
+	/* most tasks weigh the default: their slice is the timeslice, with no division */
+	if (likely(weight == FIOS_DEFAULT_WEIGHT && cg_weight == FIOS_CG_DEFAULT_WEIGHT))
+		return fd->timeslice_ns;
 	/* at most 1 s * 16 * 10000: far below 2^63 */
-	return div_u64(fd->timeslice_ns * READ_ONCE(task->weight) * READ_ONCE(task->cg_weight),
+	return div_u64(fd->timeslice_ns * weight * cg_weight,
 		       FIOS_DEFAULT_WEIGHT * FIOS_CG_DEFAULT_WEIGHT);
 }
 
@@ -414,10 +419,11 @@ static void fios_blkcg_unregister(void)
  */
 static s64 fios_remaining(struct fios_data *fd, struct fios_task *task)
 {
-	s64 slice = fios_slice(fd, task);
+	s64 slice;
 
 	if (task->epoch == fd->epoch)
 		return task->remaining_ns;
+	slice = fios_slice(fd, task);
 	if (!task->epoch)
 		return div_s64(slice * max_t(s64, fd->epoch_floor_permille, 0), 1000);
 	if (task->epoch + 1 == fd->epoch && task->remaining_ns < 0)
@@ -440,8 +446,9 @@ static void fios_new_epoch(struct fios_data *fd, u64 now)
 	blk_add_trace_msg(fd->q, "fios epoch %llu", fd->epoch);
 }
 
-/* No charge is more than a timeslice: one huge request (a discard) costs its task one epoch. */
-static void fios_charge(struct fios_data *fd, struct fios_task *task, u64 cost)
+/* No charge is more than a timeslice: one huge request (a discard) costs its task one epoch.
+ * Returns the slice the task has left. */
+static s64 fios_charge(struct fios_data *fd, struct fios_task *task, u64 cost)
 {
 	s64 slice = fios_slice(fd, task);
 	s64 before = fios_remaining(fd, task);
@@ -453,6 +460,7 @@ static void fios_charge(struct fios_data *fd, struct fios_task *task, u64 cost)
 	/* the 64-bit division only when the floor moves (both products stay far below 2^63) */
 	if (slice > 0 && task->remaining_ns * 1000 < fd->epoch_floor_permille * slice)
 		fd->epoch_floor_permille = div64_s64(task->remaining_ns * 1000, slice);
+	return task->remaining_ns;
 }
 
 /* A charge given back (a requeued request): the slice left grows, up to a full slice. */
@@ -469,11 +477,6 @@ static inline bool fios_owns_fields(struct request *rq)
 	return rq->rq_flags & RQF_ELVPRIV;
 }
 
-static bool fios_eligible(struct fios_data *fd, struct fios_task *task)
-{
-	return fios_remaining(fd, task) > 0;
-}
-
 /* The eligible task with the most slice left that has a queued request of `dir`
  * (-1: either). */
 static struct fios_task *fios_pick_task(struct fios_data *fd, int dir)
@@ -486,9 +489,9 @@ static struct fios_task *fios_pick_task(struct fios_data *fd, int dir)
 
 		if (dir >= 0 ? !task->queued[dir] : !(task->queued[0] + task->queued[1]))
 			continue;
-		if (!fios_eligible(fd, task))
-			continue;
 		left = fios_remaining(fd, task);
+		if (left <= 0)
+			continue; /* not eligible */
 		if (left > best_left) {
 			best = task;
 			best_left = left;
@@ -837,6 +840,8 @@ static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *l
 static void fios_prepare_request(struct request *rq)
 {
 	struct io_context *ioc = current->io_context;
+	struct fios_task *task;
+	unsigned int weight;
 	struct io_cq *icq;
 
 	rq->elv.priv[0] = NULL;
@@ -859,10 +864,18 @@ static void fios_prepare_request(struct request *rq)
 	}
 found:
 	rq->elv.icq = icq;
-	/* the submitter's I/O priority now (ioprio_set may change it at any time) */
-	WRITE_ONCE(icq_to_task(icq)->weight, fios_weight(get_current_ioprio()));
-	WRITE_ONCE(icq_to_task(icq)->cg_weight, fios_cgroup_weight());
-	WRITE_ONCE(icq_to_task(icq)->pid, task_tgid_nr(current));
+	task = icq_to_task(icq);
+	/* the submitter's I/O priority and cgroup weight now (ioprio_set or a move to another
+	 * cgroup may change them at any time); written only when they change, so that the
+	 * task's line is not dirtied on every request */
+	weight = fios_weight(get_current_ioprio());
+	if (unlikely(READ_ONCE(task->weight) != weight))
+		WRITE_ONCE(task->weight, weight);
+	weight = fios_cgroup_weight();
+	if (unlikely(READ_ONCE(task->cg_weight) != weight))
+		WRITE_ONCE(task->cg_weight, weight);
+	if (unlikely(READ_ONCE(task->pid) != task_tgid_nr(current)))
+		WRITE_ONCE(task->pid, task_tgid_nr(current));
 }
 
 /* A request in flight left the device (now): what it cost, and what may go now. */
@@ -875,6 +888,8 @@ static void fios_completed(struct request *rq)
 	bool kick = false;
 	int dir = rq_dir(rq);
 	u64 elapsed, cost, now;
+	unsigned long parallelism;
+	s64 left;
 
 	if (!fios_owns_fields(rq))
 		return;
@@ -892,10 +907,14 @@ static void fios_completed(struct request *rq)
 	elapsed = (u64)((unsigned long)(now >> FIOS_TIME_SHIFT) -
 			(unsigned long)(uintptr_t)rq->elv.priv[0]) << FIOS_TIME_SHIFT;
 	/* the request's cost: the device's time for it, not its wait behind others */
-	cost = (rqflags & FIOS_RQ_CHARGED) ? fios_model_cost(fd, dir, blk_rq_bytes(rq)) :
-		div_u64(elapsed, max(rqflags >> FIOS_RQ_PAR_SHIFT, 1UL));
-	if (!(rqflags & FIOS_RQ_CHARGED))
-		fios_charge(fd, task, cost);
+	parallelism = rqflags >> FIOS_RQ_PAR_SHIFT;
+	if (rqflags & FIOS_RQ_CHARGED) {
+		cost = fios_model_cost(fd, dir, blk_rq_bytes(rq));
+		left = fios_remaining(fd, task);
+	} else {
+		cost = parallelism > 1 ? div_u64(elapsed, parallelism) : elapsed;
+		left = fios_charge(fd, task, cost);
+	}
 	if (dir == FIOS_WRITE)
 		fd->write_cost_ns = fd->write_cost_ns ?
 			fd->write_cost_ns - (fd->write_cost_ns >> 3) + (cost >> 3) : cost;
@@ -913,7 +932,7 @@ static void fios_completed(struct request *rq)
 		 * so that the completion of an exhausted task's request (a write that overlapped
 		 * a reader's read) does not hide the reader that may keep the epoch going.
 		 */
-		if (!task->exited && fios_remaining(fd, task) > 0) {
+		if (!task->exited && left > 0) {
 			fd->recent[1].task = task;
 			fd->recent[1].done_ns = now;
 			if (dir == FIOS_READ) {
