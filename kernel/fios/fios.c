@@ -167,8 +167,9 @@ struct fios_data {
 	u64 epoch_start_ns;
 	u64 epoch_ns;			/* EWMA of an epoch's length (weigh_idle) */
 	u64 write_cost_ns;		/* EWMA of a write's cost (weigh_idle) */
-	s64 epoch_floor_permille;	/* least share of its slice a task charged this epoch has
-					 * left: what a newcomer gets (see fios_remaining) */
+	u64 epoch_floor_ns;		/* least slice left (>= 0) of a task charged this epoch, in a
+					 * default-weight task's ns: what a newcomer gets, scaled by
+					 * its weight */
 	bool waiting;			/* queued work may not go yet: has_work says no until an
 					 * insert, a completion or the anticipation's end */
 	unsigned int wait_why;		/* FIOS_WAIT_*: which completions can end the wait */
@@ -425,7 +426,10 @@ static s64 fios_remaining(struct fios_data *fd, struct fios_task *task)
 		return task->remaining_ns;
 	slice = fios_slice(fd, task);
 	if (!task->epoch)
-		return div_s64(slice * max_t(s64, fd->epoch_floor_permille, 0), 1000);
+		return slice == fd->timeslice_ns ?
+			min_t(s64, fd->epoch_floor_ns, slice) :
+			min_t(s64, mul_u64_u64_div_u64(fd->epoch_floor_ns, slice, fd->timeslice_ns),
+			      slice);
 	if (task->epoch + 1 == fd->epoch && task->remaining_ns < 0)
 		return slice + task->remaining_ns;
 	return slice;
@@ -441,7 +445,7 @@ static void fios_new_epoch(struct fios_data *fd, u64 now)
 	}
 	fd->epoch_start_ns = now;
 	fd->epoch++;
-	fd->epoch_floor_permille = 1000;
+	fd->epoch_floor_ns = fd->timeslice_ns;
 	fd->stats.epochs++;
 	blk_add_trace_msg(fd->q, "fios epoch %llu", fd->epoch);
 }
@@ -457,9 +461,15 @@ static s64 fios_charge(struct fios_data *fd, struct fios_task *task, u64 cost)
 	task->epoch = fd->epoch;
 	if (before > 0 && task->remaining_ns <= 0)
 		blk_add_trace_msg(fd->q, "fios spent pid %d epoch %llu", task->pid, fd->epoch);
-	/* the 64-bit division only when the floor moves (both products stay far below 2^63) */
-	if (slice > 0 && task->remaining_ns * 1000 < fd->epoch_floor_permille * slice)
-		fd->epoch_floor_permille = div64_s64(task->remaining_ns * 1000, slice);
+	/* the floor in a default-weight task's ns: no division for a default-weight task */
+	if (task->remaining_ns <= 0)
+		fd->epoch_floor_ns = 0;
+	else if (slice == fd->timeslice_ns)
+		fd->epoch_floor_ns = min_t(u64, fd->epoch_floor_ns, task->remaining_ns);
+	else if (slice > 0)
+		fd->epoch_floor_ns = min(fd->epoch_floor_ns,
+					 mul_u64_u64_div_u64(task->remaining_ns, fd->timeslice_ns,
+							     slice));
 	return task->remaining_ns;
 }
 
@@ -1179,7 +1189,7 @@ static int fios_init_sched(struct request_queue *q, struct elevator_type *e)
 	fd->write_depth = FIOS_DEFAULT_WRITE_DEPTH;
 	fd->weigh_idle = true;
 	fd->epoch = 1; /* 0: a task never charged */
-	fd->epoch_floor_permille = 1000;
+	fd->epoch_floor_ns = fd->timeslice_ns;
 	fd->unowned.weight = FIOS_DEFAULT_WEIGHT;
 	fd->unowned.cg_weight = FIOS_CG_DEFAULT_WEIGHT;
 	eq->elevator_data = fd;
@@ -1321,8 +1331,8 @@ static int fios_state_show(void *data, struct seq_file *m)
 
 	spin_lock_irqsave(&fd->lock, flags);
 	antic = fd->antic_task;
-	seq_printf(m, "epoch %llu\nepoch_floor_permille %lld\nwaiting %d\nwait_why %#x\n",
-		   fd->epoch, fd->epoch_floor_permille, READ_ONCE(fd->waiting), fd->wait_why);
+	seq_printf(m, "epoch %llu\nepoch_floor_ns %llu\nwaiting %d\nwait_why %#x\n",
+		   fd->epoch, fd->epoch_floor_ns, READ_ONCE(fd->waiting), fd->wait_why);
 	seq_printf(m, "queued %u %u\ninflight %u %u\ndispatch_list %s\n",
 		   fd->queued[FIOS_READ], fd->queued[FIOS_WRITE], fd->inflight[FIOS_READ],
 		   fd->inflight[FIOS_WRITE], list_empty(&fd->dispatch) ? "empty" : "nonempty");
