@@ -62,6 +62,7 @@ def writes(name: str) -> int:
 
 
 SETTINGS = LiveSettings(seed=7)  # 40 pairs of 0.25 s intervals
+GUARDED = LiveSettings(seed=7, guard_ratio=1.5)  # a tighter guard than the default 3x
 
 
 def test_a_a_does_not_fail_and_writes_nothing(
@@ -110,20 +111,15 @@ def test_bfq_fails_and_the_baseline_is_restored(
     assert applier.read(device.name, "scheduler") == "none"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="bfq is no longer bad enough here for a p99 guard: measured by hand on this host"
-    " (2026-11-24, tmpfs loop, 4 psync QD1 readers) bfq with 100 ms idling costs 1.6-2x"
-    " throughput and 2-3x p99 (none 95-185 µs, bfq 220-440 µs), also with think time and"
-    " sequential readers; its stalls (up to 700 ms) hit one waiting request per reader per"
-    " turn, far under 1 % of I/Os. The guard's 3x is not reached; the canary fails bfq by the"
-    " full comparison (test_bfq_fails_and_the_baseline_is_restored). Needs a candidate whose"
-    " harm is in most I/Os",
-)
 def test_the_guard_ends_a_bad_candidate_at_once(
     device: DataDevice, collector: BlkLatCollector, applier: Applier
 ) -> None:
-    """bfq idling 100 ms on each of four readers in turn: every other reader waits."""
+    """bfq idling 100 ms on each of four readers in turn, under a guard at 1.5x the baseline's
+    p99 (the ratio is the operator's setting). bfq's harm here is in its tail: measured on this
+    host its pooled p99 was 2.5-3.0x none's quiet (110-124 against 43-44 us, 2026-11-25) and
+    2.8-20x with a CPU hog on one core — at the default 3x the guard trips only sometimes (the
+    day before, 2-3x: an xfail). The full comparison fails bfq either way
+    (test_bfq_fails_and_the_baseline_is_restored); this shows the guard ending it early."""
     bad = DeviceConfig(
         scheduler=Scheduler.BFQ,
         scheduler_tunables={"slice_idle_us": 100_000, "low_latency": 0, "strict_guarantees": 1},
@@ -132,11 +128,12 @@ def test_the_guard_ends_a_bad_candidate_at_once(
         device.data_file, iodepth=1, engine="psync", jobs=4, device=device.name
     )
     try:
-        result, report, _ = run_live_canary(applier, device.name, bad, collector, SETTINGS)
+        result, report, _ = run_live_canary(applier, device.name, bad, collector, GUARDED)
     finally:
         stop_workload(workload)
     assert result.verdict is CanaryVerdict.FAIL
     assert report.guard_tripped.startswith("guard: the candidate's p99 reached")
+    assert "1.5x the baseline's" in report.guard_tripped
     assert result.seconds < SETTINGS.pairs * 2 * SETTINGS.interval_s / 2  # ended early
     assert applier.read(device.name, "scheduler") == "none"
 
