@@ -425,11 +425,12 @@ static s64 fios_remaining(struct fios_data *fd, struct fios_task *task)
 	if (task->epoch == fd->epoch)
 		return task->remaining_ns;
 	slice = fios_slice(fd, task);
-	if (!task->epoch)
-		return slice == fd->timeslice_ns ?
-			min_t(s64, fd->epoch_floor_ns, slice) :
-			min_t(s64, mul_u64_u64_div_u64(fd->epoch_floor_ns, slice, fd->timeslice_ns),
-			      slice);
+	if (!task->epoch) {
+		u64 share = slice == fd->timeslice_ns ? fd->epoch_floor_ns :
+			mul_u64_u64_div_u64(fd->epoch_floor_ns, slice, fd->timeslice_ns);
+
+		return min_t(s64, share, slice);
+	}
 	if (task->epoch + 1 == fd->epoch && task->remaining_ns < 0)
 		return slice + task->remaining_ns;
 	return slice;
@@ -850,9 +851,10 @@ static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *l
 static void fios_prepare_request(struct request *rq)
 {
 	struct io_context *ioc = current->io_context;
+	unsigned int weight, cg_weight;
 	struct fios_task *task;
-	unsigned int weight;
 	struct io_cq *icq;
+	pid_t tgid;
 
 	rq->elv.priv[0] = NULL;
 	rq->elv.priv[1] = NULL;
@@ -879,13 +881,14 @@ found:
 	 * cgroup may change them at any time); written only when they change, so that the
 	 * task's line is not dirtied on every request */
 	weight = fios_weight(get_current_ioprio());
+	cg_weight = fios_cgroup_weight();
+	tgid = task_tgid_nr(current);
 	if (unlikely(READ_ONCE(task->weight) != weight))
 		WRITE_ONCE(task->weight, weight);
-	weight = fios_cgroup_weight();
-	if (unlikely(READ_ONCE(task->cg_weight) != weight))
-		WRITE_ONCE(task->cg_weight, weight);
-	if (unlikely(READ_ONCE(task->pid) != task_tgid_nr(current)))
-		WRITE_ONCE(task->pid, task_tgid_nr(current));
+	if (unlikely(READ_ONCE(task->cg_weight) != cg_weight))
+		WRITE_ONCE(task->cg_weight, cg_weight);
+	if (unlikely(READ_ONCE(task->pid) != tgid))
+		WRITE_ONCE(task->pid, tgid);
 }
 
 /* A request in flight left the device (now): what it cost, and what may go now. */
@@ -898,7 +901,6 @@ static void fios_completed(struct request *rq)
 	bool kick = false;
 	int dir = rq_dir(rq);
 	u64 elapsed, cost, now;
-	unsigned long parallelism;
 	s64 left;
 
 	if (!fios_owns_fields(rq))
@@ -917,11 +919,12 @@ static void fios_completed(struct request *rq)
 	elapsed = (u64)((unsigned long)(now >> FIOS_TIME_SHIFT) -
 			(unsigned long)(uintptr_t)rq->elv.priv[0]) << FIOS_TIME_SHIFT;
 	/* the request's cost: the device's time for it, not its wait behind others */
-	parallelism = rqflags >> FIOS_RQ_PAR_SHIFT;
 	if (rqflags & FIOS_RQ_CHARGED) {
 		cost = fios_model_cost(fd, dir, blk_rq_bytes(rq));
 		left = fios_remaining(fd, task);
 	} else {
+		unsigned long parallelism = rqflags >> FIOS_RQ_PAR_SHIFT;
+
 		cost = parallelism > 1 ? div_u64(elapsed, parallelism) : elapsed;
 		left = fios_charge(fd, task, cost);
 	}

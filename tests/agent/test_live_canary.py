@@ -116,7 +116,7 @@ def test_the_guard_ends_a_bad_candidate_at_once(
 ) -> None:
     """bfq idling 100 ms on each of four readers in turn, under a guard at 1.5x the baseline's
     p99 (the ratio is the operator's setting). bfq's harm here is in its tail: measured on this
-    host its pooled p99 was 2.5-3.0x none's quiet (110-124 against 43-44 us, 2026-11-25) and
+    host its pooled p99 was 2.5-2.9x none's quiet (110-124 against 43-44 us, 2026-11-25) and
     2.8-20x with a CPU hog on one core — at the default 3x the guard trips only sometimes (the
     day before, 2-3x: an xfail). The full comparison fails bfq either way
     (test_bfq_fails_and_the_baseline_is_restored); this shows the guard ending it early."""
