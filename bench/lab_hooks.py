@@ -54,6 +54,8 @@ def main() -> int:
         doc[f"{workload}_fios_kicks_per_request"] = fios.get("kicks_per_request")
         doc[f"{workload}_floor_ns"] = cases["floor_ns"]
         doc[f"{workload}_fios_over_mq_deadline"] = cases["fios_over_mq_deadline_above_floor"]
+    # a sequential reader's and writer's bios merged by fios (kernel/lab/hooks.py MERGES)
+    doc["fios_merges"] = summary["merges"]
     print(json.dumps(doc, indent=2))
     if not args.no_record:
         columns = {"rounds x s": "rounds_seconds"}

@@ -1149,6 +1149,36 @@ static bool fios_allow_merge(struct request_queue *q, struct request *rq, struct
 	return rq->elv.icq && current->io_context == rq->elv.icq->ioc;
 }
 
+/*
+ * Can the submitter have a request queued here that this bio could join? A bio joins only a
+ * queued request of its direction (blk_rq_merge_ok) whose io_context is the submitter's
+ * (fios_allow_merge). With nothing of that direction queued, or none of it the submitter's,
+ * the lock and the hash lookup are not taken: the synchronous reader's case, whose one request
+ * is on the device when its next bio comes. The device-wide count is looked at first (fios'
+ * own data, touched by every hook anyway), the submitter's io_cq only if that is not zero.
+ * Read without the lock: a stale count only takes the locked path, or misses a merge, which
+ * is never wrong. An io_cq that is not the submitter's hint for this queue is not looked up.
+ */
+static bool fios_may_merge(struct fios_data *fd, struct bio *bio)
+{
+	int dir = bio_data_dir(bio) == READ ? FIOS_READ : FIOS_WRITE;
+	struct io_context *ioc;
+	struct io_cq *icq;
+	bool may = true;
+
+	if (!READ_ONCE(fd->queued[dir]))
+		return false;
+	ioc = current->io_context;
+	if (!ioc)
+		return false;
+	rcu_read_lock();
+	icq = rcu_dereference(ioc->icq_hint);
+	if (icq && icq->q == fd->q)
+		may = READ_ONCE(icq_to_task(icq)->queued[dir]) != 0;
+	rcu_read_unlock();
+	return may;
+}
+
 static bool fios_bio_merge(struct request_queue *q, struct bio *bio, unsigned int nr_segs)
 {
 	struct fios_data *fd = q->elevator->elevator_data;
@@ -1156,6 +1186,8 @@ static bool fios_bio_merge(struct request_queue *q, struct bio *bio, unsigned in
 	unsigned long flags;
 	bool merged;
 
+	if (!fios_may_merge(fd, bio))
+		return false;
 	spin_lock_irqsave(&fd->lock, flags);
 	merged = blk_mq_sched_try_merge(q, bio, nr_segs, &free);
 	spin_unlock_irqrestore(&fd->lock, flags);

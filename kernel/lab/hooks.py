@@ -55,6 +55,27 @@ NULL_BLK = (
     "insmod /lib/modules/null_blk.ko queue_mode=2 irqmode=2 completion_nsec=10000"
     " memory_backed=1 gb=1 submit_queues=1 hw_queue_depth=64"
 )
+# fios merges a task's sequential bios into its queued requests (fios_bio_merge skips the
+# lock when the submitter has nothing of the bio's direction queued): with one request on the
+# device at a time (max_depth 1), a sequential reader and then writer at QD16 queue in fios,
+# and each bio should join the request before it. Untraced; /sys/block/*/stat fields 2 and 6
+# are read and write merges.
+MERGES = (
+    "md=$(cat /sys/block/nullb0/queue/iosched/max_depth)\n"
+    "echo 1 > /sys/block/nullb0/queue/iosched/max_depth\n"
+    "set -- $(cat /sys/block/nullb0/stat); rm0=$2; wm0=$6\n"
+    + "".join(
+        "fio --eta=never --output=/dev/null --direct=1 --time_based --runtime=300ms"
+        f" --size=64m --filename=/dev/nullb0 --name=seq --rw={rw} --bs=4k --ioengine=libaio"
+        " --iodepth=16\n"
+        for rw in ("read", "write")
+    )
+    + "set -- $(cat /sys/block/nullb0/stat)\n"
+    "echo BLKPILOT-STATS-BEGIN merges/fios\n"
+    'echo "read_merges $(($2 - rm0))"\necho "write_merges $(($6 - wm0))"\n'
+    "echo BLKPILOT-STATS-END\n"
+    "echo $md > /sys/block/nullb0/queue/iosched/max_depth\n"
+)
 # the trace's text, reduced in the guest: "h.<hook>.<bucket> <calls>"
 REDUCE = (
     # a call is one line: "fn();" with its duration, or, when an interrupt's traced call
@@ -98,7 +119,7 @@ def script(rounds: int, seconds: float, buffer_mb: int = 96) -> str:
         # warm-up: TCG translates fio's and the hooks' code on first use
         "echo fios > /sys/block/nullb0/queue/scheduler\n"
         "fio --eta=never --output=/dev/null --direct=1 --time_based --runtime=500ms"
-        f" --size=512m --filename=/dev/nullb0 {WORKLOADS['read-write']}\n"
+        f" --size=512m --filename=/dev/nullb0 {WORKLOADS['read-write']}\n" + MERGES
     )
     schedulers = tuple(HOOKS)
     # fios' own count of the queue re-runs its completions asked for, and of its requests
@@ -200,6 +221,8 @@ def summarize(
     for workload, cases in summary.items():
         if workload != "untraceable":
             _costs(cases)
+    # merges of a sequential reader's and writer's bios under fios (MERGES)
+    summary["merges"] = {k: int(v) for k, v in stats.get("merges/fios", {}).items()}
     return summary
 
 

@@ -173,6 +173,15 @@ def test_every_hook_is_timed_in_the_guest(hook_costs: LabResult) -> None:
     assert 0 <= fios["kicks_per_request"] < 0.5, fios
 
 
+def test_fios_merges_a_tasks_sequential_bios(hook_costs: LabResult) -> None:
+    """fios_bio_merge takes the lock only when the submitter has a request of the bio's
+    direction queued (a QD1 reader never has): a sequential reader and writer at QD16 held to
+    one request on the device still have their bios joined to the requests queued before."""
+    merges = hook_costs.summary["merges"]
+    assert merges["read_merges"] > 0, merges
+    assert merges["write_merges"] > 0, merges
+
+
 @pytest.fixture(scope="module")
 def flash_fairness() -> LabResult:
     return run("flash-fairness-rw", seconds=1.5)
