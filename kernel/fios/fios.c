@@ -132,6 +132,9 @@ struct fios_task {
 	u64 think_ns;			/* EWMA of the gap from there to its next request */
 	pid_t pid;			/* the last submitter's process id (debugfs, traces) */
 	bool exited;			/* io_cq exited: never anticipate for it again */
+	atomic_t refs;			/* its requests from prepare to finish, and one for the
+					 * reference on its io_context it holds from its first
+					 * request until its io_cq exits (see fios_prepare_request) */
 };
 
 struct fios_icq {
@@ -836,8 +839,16 @@ static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *l
 }
 
 /*
- * Runs in the submitter's context: find (or create) the task's io_cq and pin it (a reference
- * on its io_context, dropped in finish_request).
+ * Runs in the submitter's context: find (or create) the task's io_cq and pin it until
+ * finish_request.
+ *
+ * The pin is a count on the task, not a reference on the io_context per request (which is
+ * what ioc_find_get_icq takes, and bfq keeps): the task's first request keeps that reference
+ * for the task, later ones only count themselves in task->refs, on the line prepare reads
+ * anyway, and finish does not touch the io_context at all. fios_exit_icq gives the task's own
+ * count back; whoever brings refs to zero (it, or the last request of a task that exited with
+ * requests out) drops the reference, so the io_context, and the io_cq in it, outlive every
+ * request that points at them.
  *
  * blk-ioc keeps in ioc->icq_hint the io_cq the task last looked up; when that is this
  * queue's, it is taken without ioc_find_get_icq's queue_lock round trip (mq-deadline, which
@@ -862,17 +873,24 @@ static void fios_prepare_request(struct request *rq)
 		rcu_read_lock();
 		icq = rcu_dereference(ioc->icq_hint);
 		if (icq && icq->q == rq->q &&
-		    !(READ_ONCE(icq->flags) & (ICQ_EXITED | ICQ_DESTROYED))) {
-			atomic_long_inc(&ioc->refcount); /* what ioc_find_get_icq takes */
+		    !(READ_ONCE(icq->flags) & (ICQ_EXITED | ICQ_DESTROYED)) &&
+		    atomic_inc_not_zero(&icq_to_task(icq)->refs)) {
 			rcu_read_unlock();
 			goto found;
 		}
 		rcu_read_unlock();
 	}
-	icq = ioc_find_get_icq(rq->q); /* sets ioc->icq_hint once the io_cq exists */
+	/* takes a reference on the io_context; sets ioc->icq_hint once the io_cq exists */
+	icq = ioc_find_get_icq(rq->q);
 	if (!icq) {
 		rq->elv.icq = NULL;
 		return;
+	}
+	/* the task's first request keeps the reference as the task's (refs: it and this
+	 * request); a later one drops it — never the last, the submitter holds its own */
+	if (atomic_cmpxchg(&icq_to_task(icq)->refs, 0, 2) != 0) {
+		atomic_inc(&icq_to_task(icq)->refs);
+		put_io_context(icq->ioc);
 	}
 found:
 	rq->elv.icq = icq;
@@ -1019,10 +1037,14 @@ static void fios_requeue_request(struct request *rq)
  */
 static void fios_finish_request(struct request *rq)
 {
+	struct io_cq *icq = rq->elv.icq;
+
 	fios_completed(rq);
-	if (rq->elv.icq) {
-		put_io_context(rq->elv.icq->ioc);
+	if (icq) {
 		rq->elv.icq = NULL;
+		/* the last of a task whose io_cq exited: the task's io_context reference goes */
+		if (atomic_dec_and_test(&icq_to_task(icq)->refs))
+			put_io_context(icq->ioc);
 	}
 }
 
@@ -1113,6 +1135,7 @@ static void fios_init_icq(struct io_cq *icq)
 	struct fios_task *task = icq_to_task(icq);
 
 	fios_task_init(task);
+	atomic_set(&task->refs, 0); /* pinned by its first request */
 	task->weight = FIOS_DEFAULT_WEIGHT;
 	task->cg_weight = FIOS_CG_DEFAULT_WEIGHT;
 }
@@ -1139,6 +1162,14 @@ static void fios_exit_icq(struct io_cq *icq)
 		fios_stop_waiting(fd);
 	}
 	spin_unlock_irqrestore(&fd->lock, flags);
+	/*
+	 * The task's own count (if a request ever pinned it): with no request out, its
+	 * io_context reference goes now — never the last one here, as the exiting task's (or a
+	 * live submitter's, when the elevator goes) is held through this call, which runs under
+	 * ioc->lock that a last put would take again. Else the task's last request drops it.
+	 */
+	if (atomic_read(&task->refs) && atomic_dec_and_test(&task->refs))
+		put_io_context(icq->ioc);
 	if (kick)
 		blk_mq_run_hw_queues(fd->q, true);
 }
@@ -1356,6 +1387,23 @@ static s64 fios_ns_until(u64 deadline, u64 now)
 }
 
 /* The scheduler's state now: epoch, counts, whether it waits and what it anticipates. */
+/* The queue's io_cqs (one per io_context that submitted here and has not been released)
+ * and how many of them hold a reference on their io_context (see fios_prepare_request): once
+ * the tasks that used the device have exited, both fall to zero, or a reference leaked. */
+static void fios_show_icqs(struct request_queue *q, struct seq_file *m)
+{
+	unsigned int icqs = 0, pinned = 0;
+	struct io_cq *icq;
+
+	spin_lock_irq(&q->queue_lock);
+	list_for_each_entry(icq, &q->icq_list, q_node) {
+		icqs++;
+		pinned += atomic_read(&icq_to_task(icq)->refs) > 0;
+	}
+	spin_unlock_irq(&q->queue_lock);
+	seq_printf(m, "io_cqs %u pinned %u\n", icqs, pinned);
+}
+
 static int fios_state_show(void *data, struct seq_file *m)
 {
 	struct request_queue *q = data;
@@ -1382,6 +1430,7 @@ static int fios_state_show(void *data, struct seq_file *m)
 		   hrtimer_is_queued(&fd->timer) ? "armed" : "idle", fd->shallow_depth,
 		   1U << fd->word_shift);
 	spin_unlock_irqrestore(&fd->lock, flags);
+	fios_show_icqs(q, m);
 	return 0;
 }
 

@@ -724,9 +724,20 @@ def churn_script(seconds: float, schedulers: tuple[str, ...] = CHURN_SCHEDULERS)
             f'echo BLKPILOT-STATS-BEGIN churn/{scheduler}/together\necho "readers $readers"\n'
         )
         if scheduler == "fios":
-            script += f"cat {queue}/iosched/stats\n"
+            script += f"cat {queue}/iosched/stats\n" + ICQS_RELEASED
         script += "echo BLKPILOT-STATS-END\n"
     return script
+
+
+# every reader (and the writer) has exited: their io_cqs are released (by a work item, once
+# the io_context's last reference goes) — up to 2 s allowed; left: a reference leaked
+ICQS_RELEASED = (
+    "mount -t debugfs none /sys/kernel/debug 2>/dev/null\n"
+    "state=/sys/kernel/debug/block/flashsim0/sched/state\ntries=0\n"
+    "while [ $tries -lt 40 ] && ! grep -q '^io_cqs 0 ' $state; do\n"
+    "  usleep 50000; tries=$((tries + 1))\ndone\n"
+    "grep '^io_cqs' $state | awk '{print \"io_cqs_left\", $2; print \"pinned_left\", $4}'\n"
+)
 
 
 def observe_script(seconds: float) -> str:
@@ -896,6 +907,7 @@ def summarize_review(
             "writer_kept": round(kept, 3),
             "readers": int(counters.get("readers", 0)),
             **({"epochs": int(counters["epochs"])} if "epochs" in counters else {}),
+            **{k: int(counters[k]) for k in ("io_cqs_left", "pinned_left") if k in counters},
         }
     summary["churn"] = churn
     observed = stats.get("observe/fios")

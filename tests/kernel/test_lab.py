@@ -577,6 +577,16 @@ def test_readers_started_one_after_another_do_not_starve_a_writer(review: LabRes
     assert churn["fios"]["writer_kept"] >= 0.25, churn
 
 
+def test_exited_tasks_leave_no_io_context_pinned(review: LabResult) -> None:
+    """fios pins a task's io_context once, by its first request, and gives it back when the
+    task's io_cq exits or its last request finishes (fios_prepare_request): once every churned
+    reader and the writer have exited, the queue's io_cqs are all released (debugfs `state`,
+    read after the churn run) — a leaked reference would keep one per process."""
+    churn = review.summary["churn"]["fios"]
+    assert churn["io_cqs_left"] == 0, churn
+    assert churn["pinned_left"] == 0, churn
+
+
 def test_fios_state_and_trace_messages(review: LabResult) -> None:
     """debugfs shows fios' state and its tasks in the middle of a run, and its blktrace notes
     (read through ftrace's blk tracer) match its counters one for one."""
