@@ -893,7 +893,7 @@ def summarize_review(
             },
         }
     summary["cgroup_weights"] = cgroup_weights
-    churn = {}
+    churn: dict[str, dict[str, float | int]] = {}
     for scheduler in CHURN_SCHEDULERS:
         alone = parsed.get(f"churn/{scheduler}/alone")
         together = parsed.get(f"churn/{scheduler}/together")
