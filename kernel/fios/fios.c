@@ -118,7 +118,9 @@ enum { FIOS_READ = 0, FIOS_WRITE = 1 };
 struct fios_task {
 	struct list_head fifo[2];	/* queued requests, reads and writes */
 	struct list_head active_node;	/* on fd->active while it has queued requests */
-	struct list_head busy_node;	/* on fd->busy while it has requests on the device */
+	struct list_head busy_node;	/* on fd->busy from its first request on the device until
+					 * fios_slice_holder_busy finds it with none (or it exits):
+					 * not taken off and put back on at every request */
 	unsigned int queued[2];
 	unsigned int inflight;
 	u64 epoch;			/* the epoch `remaining_ns` belongs to */
@@ -162,7 +164,8 @@ struct fios_data {
 	struct request_queue *q;
 	struct list_head dispatch;	/* requeued / at-head requests: issued first */
 	struct list_head active;	/* tasks with queued requests */
-	struct list_head busy;		/* tasks with requests on the device */
+	struct list_head busy;		/* tasks with requests on the device (and some without:
+					 * see fios_task.busy_node) */
 	struct fios_task unowned;	/* requests without an io_context */
 	unsigned int queued[2];
 	unsigned int inflight[2];
@@ -560,7 +563,7 @@ static void fios_issue(struct fios_data *fd, struct request *rq, u64 now)
 	flags = (unsigned long)rq->elv.priv[1] | FIOS_RQ_INFLIGHT;
 	fd->inflight[dir]++;
 	parallelism = fd->inflight[FIOS_READ] + fd->inflight[FIOS_WRITE];
-	if (!task->inflight++)
+	if (!task->inflight++ && list_empty(&task->busy_node))
 		list_add_tail(&task->busy_node, &fd->busy);
 	fd->stats.dispatched[dir]++;
 	if (fios_calibrated(fd)) {
@@ -629,11 +632,16 @@ static bool fios_anticipate(struct fios_data *fd, int which, u64 now)
  * (and be anticipated at its completion if the epoch would otherwise end). */
 static bool fios_slice_holder_busy(struct fios_data *fd)
 {
-	struct fios_task *task;
+	struct fios_task *task, *next;
 
-	list_for_each_entry(task, &fd->busy, busy_node)
+	list_for_each_entry_safe(task, next, &fd->busy, busy_node) {
+		if (!task->inflight) {
+			list_del_init(&task->busy_node); /* left the device since: pruned here */
+			continue;
+		}
 		if (task != &fd->unowned && !task->exited && fios_remaining(fd, task) > 0)
 			return true;
+	}
 	return false;
 }
 
@@ -930,7 +938,8 @@ static void fios_completed(struct request *rq)
 	spin_lock_irqsave(&fd->lock, flags);
 	task = rq_task(fd, rq);
 	fd->inflight[dir]--;
-	if (!--task->inflight)
+	/* an exited task's io_cq may be freed once its last request is done: off the list now */
+	if (!--task->inflight && task->exited)
 		list_del_init(&task->busy_node);
 	rq->elv.priv[1] = (void *)(rqflags & ~FIOS_RQ_INFLIGHT);
 	/* modulo the width of unsigned long: right across a wrap */
@@ -1010,7 +1019,8 @@ static void fios_requeue_request(struct request *rq)
 	spin_lock_irqsave(&fd->lock, flags);
 	task = rq_task(fd, rq);
 	fd->inflight[rq_dir(rq)]--;
-	if (!--task->inflight)
+	/* an exited task's io_cq may be freed once its last request is done: off the list now */
+	if (!--task->inflight && task->exited)
 		list_del_init(&task->busy_node);
 	if (rqflags & FIOS_RQ_CHARGED) {
 		fios_refund(fd, task, fios_model_cost(fd, rq_dir(rq), blk_rq_bytes(rq)));
@@ -1149,6 +1159,8 @@ static void fios_exit_icq(struct io_cq *icq)
 
 	spin_lock_irqsave(&fd->lock, flags);
 	task->exited = true;
+	if (!task->inflight)
+		list_del_init(&task->busy_node); /* its io_cq may be freed: never left listed */
 	if (fd->recent[FIOS_READ].task == task)
 		fd->recent[FIOS_READ].task = NULL;
 	if (fd->recent[1].task == task)
@@ -1462,7 +1474,7 @@ static int fios_tasks_show(void *data, struct seq_file *m)
 	list_for_each_entry(task, &fd->active, active_node)
 		fios_task_show(fd, m, task, task == &fd->unowned ? "unowned" : "pid");
 	list_for_each_entry(task, &fd->busy, busy_node)
-		if (list_empty(&task->active_node)) /* else shown above */
+		if (task->inflight && list_empty(&task->active_node)) /* else shown above */
 			fios_task_show(fd, m, task, task == &fd->unowned ? "unowned" : "pid");
 	spin_unlock_irqrestore(&fd->lock, flags);
 	return 0;

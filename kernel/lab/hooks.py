@@ -56,25 +56,30 @@ NULL_BLK = (
     " memory_backed=1 gb=1 submit_queues=1 hw_queue_depth=64"
 )
 # fios merges a task's sequential bios into its queued requests (fios_bio_merge skips the
-# lock when the submitter has nothing of the bio's direction queued): with one request on the
-# device at a time (max_depth 1), a sequential reader and then writer at QD16 queue in fios,
-# and each bio should join the request before it. Untraced; /sys/block/*/stat fields 2 and 6
-# are read and write merges.
+# lock when the submitter has nothing of the bio's direction queued). On a second null_blk
+# (configfs, nullb_slow) whose requests take 1 ms and fios keeping one on the device at a time
+# (max_depth 1), a sequential reader and then writer at QD16 always have requests queued when
+# their next bio comes (on nullb0, 10 us, they mostly do not under TCG: a bio's submission
+# takes longer), and each bio should join the request before it. Untraced;
+# /sys/block/*/stat fields 2 and 6 are read and write merges.
+SLOW = "/sys/kernel/config/nullb/nullb_slow"  # a configfs null_blk is named by its directory
 MERGES = (
-    "md=$(cat /sys/block/nullb0/queue/iosched/max_depth)\n"
-    "echo 1 > /sys/block/nullb0/queue/iosched/max_depth\n"
-    "set -- $(cat /sys/block/nullb0/stat); rm0=$2; wm0=$6\n"
+    "mount -t configfs none /sys/kernel/config 2>/dev/null\n"
+    f"mkdir {SLOW}\necho 1000000 > {SLOW}/completion_nsec\necho 2 > {SLOW}/irqmode\n"
+    f"echo 64 > {SLOW}/size\necho 1 > {SLOW}/power\n"
+    "echo fios > /sys/block/nullb_slow/queue/scheduler\n"
+    "echo 1 > /sys/block/nullb_slow/queue/iosched/max_depth\n"
     + "".join(
         "fio --eta=never --output=/dev/null --direct=1 --time_based --runtime=300ms"
-        f" --size=64m --filename=/dev/nullb0 --name=seq --rw={rw} --bs=4k --ioengine=libaio"
+        f" --size=64m --filename=/dev/nullb_slow --name=seq --rw={rw} --bs=4k --ioengine=libaio"
         " --iodepth=16\n"
         for rw in ("read", "write")
     )
-    + "set -- $(cat /sys/block/nullb0/stat)\n"
+    + "set -- $(cat /sys/block/nullb_slow/stat)\n"
     "echo BLKPILOT-STATS-BEGIN merges/fios\n"
-    'echo "read_merges $(($2 - rm0))"\necho "write_merges $(($6 - wm0))"\n'
+    'echo "read_merges $2"\necho "write_merges $6"\necho "reads $1"\necho "writes $5"\n'
     "echo BLKPILOT-STATS-END\n"
-    "echo $md > /sys/block/nullb0/queue/iosched/max_depth\n"
+    f"echo none > /sys/block/nullb_slow/queue/scheduler\necho 0 > {SLOW}/power\nrmdir {SLOW}\n"
 )
 # the trace's text, reduced in the guest: "h.<hook>.<bucket> <calls>"
 REDUCE = (

@@ -175,11 +175,13 @@ def test_every_hook_is_timed_in_the_guest(hook_costs: LabResult) -> None:
 
 def test_fios_merges_a_tasks_sequential_bios(hook_costs: LabResult) -> None:
     """fios_bio_merge takes the lock only when the submitter has a request of the bio's
-    direction queued (a QD1 reader never has): a sequential reader and writer at QD16 held to
-    one request on the device still have their bios joined to the requests queued before."""
+    direction queued (a QD1 reader never has): a sequential reader and writer at QD16 on a
+    1 ms null_blk, held to one request on the device, still have their bios joined to the
+    requests queued before (1,699 read and 1,595 write merges into 249 and 229 requests in a
+    1 s run; none if the check skipped them)."""
     merges = hook_costs.summary["merges"]
-    assert merges["read_merges"] > 0, merges
-    assert merges["write_merges"] > 0, merges
+    assert merges["read_merges"] >= merges["reads"] / 4 > 0, merges
+    assert merges["write_merges"] >= merges["writes"] / 4 > 0, merges
 
 
 @pytest.fixture(scope="module")
