@@ -1200,7 +1200,8 @@ static bool fios_allow_merge(struct request_queue *q, struct request *rq, struct
  * is on the device when its next bio comes. The device-wide count is looked at first (fios'
  * own data, touched by every hook anyway), the submitter's io_cq only if that is not zero.
  * Read without the lock: a stale count only takes the locked path, or misses a merge, which
- * is never wrong. An io_cq that is not the submitter's hint for this queue is not looked up.
+ * is never wrong. When the submitter's io_cq hint is another queue's, its io_cq here is not
+ * looked up: the locked path decides.
  */
 static bool fios_may_merge(struct fios_data *fd, struct bio *bio)
 {
