@@ -132,7 +132,7 @@ struct fios_task {
 					 * is timeslice * weight/4 * cg_weight/100 */
 	u64 last_done_ns;		/* when its last request on the device completed */
 	u64 think_ns;			/* EWMA of the gap from there to its next request */
-	pid_t pid;			/* the last submitter's process id (debugfs, traces) */
+	pid_t pid;			/* its process id (debugfs, traces) */
 	bool exited;			/* io_cq exited: never anticipate for it again */
 	atomic_t refs;			/* its requests from prepare to finish, and one for the
 					 * reference on its io_context it holds from its first
@@ -873,7 +873,6 @@ static void fios_prepare_request(struct request *rq)
 	unsigned int weight, cg_weight;
 	struct fios_task *task;
 	struct io_cq *icq;
-	pid_t tgid;
 
 	rq->elv.priv[0] = NULL;
 	rq->elv.priv[1] = NULL;
@@ -884,6 +883,7 @@ static void fios_prepare_request(struct request *rq)
 		    !(READ_ONCE(icq->flags) & (ICQ_EXITED | ICQ_DESTROYED)) &&
 		    atomic_inc_not_zero(&icq_to_task(icq)->refs)) {
 			rcu_read_unlock();
+			task = icq_to_task(icq);
 			goto found;
 		}
 		rcu_read_unlock();
@@ -896,25 +896,27 @@ static void fios_prepare_request(struct request *rq)
 	}
 	/* the task's first request keeps the reference as the task's (refs: it and this
 	 * request); a later one drops it — never the last, the submitter holds its own */
-	if (atomic_cmpxchg(&icq_to_task(icq)->refs, 0, 2) != 0) {
-		atomic_inc(&icq_to_task(icq)->refs);
+	task = icq_to_task(icq);
+	if (atomic_cmpxchg(&task->refs, 0, 2) != 0) {
+		atomic_inc(&task->refs);
 		put_io_context(icq->ioc);
 	}
+	/* the process id, for debugfs and traces: set here, where the io_cq is found the slow
+	 * way (its first request, or after the submitter used another queue), not on every
+	 * request — an io_context is one process's (CLONE_IO sharers show as the one that
+	 * found it) */
+	WRITE_ONCE(task->pid, task_tgid_nr(current));
 found:
 	rq->elv.icq = icq;
-	task = icq_to_task(icq);
 	/* the submitter's I/O priority and cgroup weight now (ioprio_set or a move to another
 	 * cgroup may change them at any time); written only when they change, so that the
 	 * task's line is not dirtied on every request */
 	weight = fios_weight(get_current_ioprio());
 	cg_weight = fios_cgroup_weight();
-	tgid = task_tgid_nr(current);
 	if (unlikely(READ_ONCE(task->weight) != weight))
 		WRITE_ONCE(task->weight, weight);
 	if (unlikely(READ_ONCE(task->cg_weight) != cg_weight))
 		WRITE_ONCE(task->cg_weight, cg_weight);
-	if (unlikely(READ_ONCE(task->pid) != tgid))
-		WRITE_ONCE(task->pid, tgid);
 }
 
 /* A request in flight left the device (now): what it cost, and what may go now. */
