@@ -1401,7 +1401,6 @@ static s64 fios_ns_until(u64 deadline, u64 now)
 	return deadline >= now ? (s64)(deadline - now) : -(s64)(now - deadline);
 }
 
-/* The scheduler's state now: epoch, counts, whether it waits and what it anticipates. */
 /* The queue's io_cqs (one per io_context that submitted here and has not been released)
  * and how many of them hold a reference on their io_context (see fios_prepare_request): once
  * the tasks that used the device have exited, both fall to zero, or a reference leaked. */
@@ -1419,6 +1418,7 @@ static void fios_show_icqs(struct request_queue *q, struct seq_file *m)
 	seq_printf(m, "io_cqs %u pinned %u\n", icqs, pinned);
 }
 
+/* The scheduler's state now: epoch, counts, whether it waits and what it anticipates. */
 static int fios_state_show(void *data, struct seq_file *m)
 {
 	struct request_queue *q = data;
