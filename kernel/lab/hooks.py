@@ -62,24 +62,25 @@ NULL_BLK = (
 # their next bio comes (on nullb0, 10 us, they mostly do not under TCG: a bio's submission
 # takes longer), and each bio should join the request before it. Untraced;
 # /sys/block/*/stat fields 2 and 6 are read and write merges.
-SLOW = "/sys/kernel/config/nullb/nullb_slow"  # a configfs null_blk is named by its directory
+SLOW_DEV = "nullb_slow"  # a configfs null_blk is named by its directory
+SLOW = f"/sys/kernel/config/nullb/{SLOW_DEV}"
 MERGES = (
     "mount -t configfs none /sys/kernel/config 2>/dev/null\n"
     f"mkdir {SLOW}\necho 1000000 > {SLOW}/completion_nsec\necho 2 > {SLOW}/irqmode\n"
     f"echo 64 > {SLOW}/size\necho 1 > {SLOW}/power\n"
-    "echo fios > /sys/block/nullb_slow/queue/scheduler\n"
-    "echo 1 > /sys/block/nullb_slow/queue/iosched/max_depth\n"
+    f"echo fios > /sys/block/{SLOW_DEV}/queue/scheduler\n"
+    f"echo 1 > /sys/block/{SLOW_DEV}/queue/iosched/max_depth\n"
     + "".join(
         "fio --eta=never --output=/dev/null --direct=1 --time_based --runtime=300ms"
-        f" --size=64m --filename=/dev/nullb_slow --name=seq --rw={rw} --bs=4k --ioengine=libaio"
+        f" --size=64m --filename=/dev/{SLOW_DEV} --name=seq --rw={rw} --bs=4k --ioengine=libaio"
         " --iodepth=16\n"
         for rw in ("read", "write")
     )
-    + "set -- $(cat /sys/block/nullb_slow/stat)\n"
+    + f"set -- $(cat /sys/block/{SLOW_DEV}/stat)\n"
     "echo BLKPILOT-STATS-BEGIN merges/fios\n"
     'echo "read_merges $2"\necho "write_merges $6"\necho "reads $1"\necho "writes $5"\n'
     "echo BLKPILOT-STATS-END\n"
-    f"echo none > /sys/block/nullb_slow/queue/scheduler\necho 0 > {SLOW}/power\nrmdir {SLOW}\n"
+    f"echo none > /sys/block/{SLOW_DEV}/queue/scheduler\necho 0 > {SLOW}/power\nrmdir {SLOW}\n"
 )
 # the trace's text, reduced in the guest: "h.<hook>.<bucket> <calls>"
 REDUCE = (
