@@ -202,6 +202,30 @@ class TelemetryHourlyRow(Base):
     rolled_up_at: Mapped[datetime] = _now()
 
 
+class TelemetryRollupFailure(Base):
+    """An hour the upkeep could not roll up (a row whose sums do not fit, a histogram that does
+    not parse). The upkeep moves on past it; when its day is dropped the hour is tried once
+    more, and the windows that still fail are moved to telemetry_windows_set_aside."""
+
+    __tablename__ = "telemetry_rollup_failures"
+
+    hour: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    error: Mapped[str] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, server_default="1")
+    first_failed_at: Mapped[datetime] = _now()
+    last_failed_at: Mapped[datetime] = _now()
+    windows_set_aside: Mapped[int] = mapped_column(Integer, server_default="0")
+
+
+# the raw windows of an hour that failed its last roll-up: kept, out of the partitions' way,
+# for an operator to read (same columns and key as telemetry_windows, not partitioned)
+TELEMETRY_WINDOWS_SET_ASIDE = Table(
+    "telemetry_windows_set_aside",
+    Base.metadata,
+    *(column._copy() for column in TelemetryWindowRow.__table__.columns),
+)
+
+
 class Observation(Base):
     """A benchmark or canary result: device, workload, configuration, metrics."""
 

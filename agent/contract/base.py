@@ -29,6 +29,21 @@ INT64_MAX = 2**63 - 1
 # "123" and true are not counts (they were stored as 123 and 1).
 Counter = Annotated[int, Field(ge=0, le=INT64_MAX, strict=True)]
 
+# What one device can do in one window (at most MAX_WINDOW_SPAN), the bound on a window's
+# counters. Not the kernel's 64 bits: a window at INT64_MAX I/Os was stored, and the hourly
+# rollup's sums then overflowed BIGINT on every pass, so no later hour was ever rolled up.
+# The fastest devices do about 1e7 I/Os and 1.4e10 bytes a second (PCIe 5 NVMe); a node's
+# widest stack (md or dm over many of them) stays under ten times that. So a window may count
+# at most MAX_IOPS I/Os and MAX_BYTES_PER_S bytes for each second it spans — and, whatever
+# its span, no more than an hour of that. Eight hours of windows at these ceilings still sum
+# far inside BIGINT (3.6e11 x 8 << 9.2e18).
+MAX_IOPS = 1e8
+MAX_BYTES_PER_S = 1e11
+MAX_IOS_PER_WINDOW = int(MAX_IOPS * MAX_WINDOW_SPAN.total_seconds())  # 3.6e11
+MAX_BYTES_PER_WINDOW = int(MAX_BYTES_PER_S * MAX_WINDOW_SPAN.total_seconds())  # 3.6e14
+WindowIos = Annotated[int, Field(ge=0, le=MAX_IOS_PER_WINDOW, strict=True)]
+WindowBytes = Annotated[int, Field(ge=0, le=MAX_BYTES_PER_WINDOW, strict=True)]
+
 
 def measure(high: float) -> Any:
     """A non-negative measurement, a JSON number, no larger than any device or node makes
@@ -36,7 +51,7 @@ def measure(high: float) -> Any:
     return Field(ge=0.0, le=high, strict=True)
 
 
-Iops = Annotated[float, measure(1e8)]  # the fastest devices do about 1e7
+Iops = Annotated[float, measure(MAX_IOPS)]  # the fastest devices do about 1e7
 Micros = Annotated[float, measure(3.6e9)]  # a latency: up to an hour
 Bytes = Annotated[float, measure(float(1 << 32))]  # a mean request size
 Depth = Annotated[float, measure(1e6)]  # requests in flight

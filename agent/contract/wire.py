@@ -21,8 +21,10 @@ from pydantic import (
 from agent.contract import histograms
 from agent.contract.base import (
     EARLIEST_WINDOW,
-    INT64_MAX,
+    MAX_BYTES_PER_S,
     MAX_DEVICES_PER_NODE,
+    MAX_IOPS,
+    MAX_IOS_PER_WINDOW,
     MAX_WINDOW_SPAN,
     MAX_WINDOWS_PER_BATCH,
     Bytes,
@@ -34,6 +36,8 @@ from agent.contract.base import (
     Micros,
     PerSecond,
     Watts,
+    WindowBytes,
+    WindowIos,
     WireModel,
 )
 from agent.contract.labels import Labels
@@ -208,7 +212,7 @@ class LatencySource(StrEnum):
 
 # (slot, count) pairs of a histogram in agent.contract.histograms' slot schemes
 Histogram = Annotated[
-    list[tuple[NonNegativeInt, Annotated[int, Field(gt=0, le=INT64_MAX)]]],
+    list[tuple[NonNegativeInt, Annotated[int, Field(gt=0, le=MAX_IOS_PER_WINDOW)]]],
     Field(max_length=histograms.LATENCY_SLOTS),
 ]
 # how far an operation's eBPF count may be from diskstats' for the same window: the two are
@@ -223,7 +227,7 @@ class OperationLatency(WireModel):
     sizes; the percentiles are the device time's."""
 
     op: IoOperation
-    count: Counter
+    count: WindowIos
     device_ns: Histogram
     queue_ns: Histogram = Field(default_factory=list)
     size_bytes: Histogram
@@ -257,10 +261,10 @@ class TelemetryWindow(WireModel):
     device: DeviceName
     start: AwareDatetime
     end: AwareDatetime
-    read_ios: Counter
-    write_ios: Counter
-    read_bytes: Counter
-    write_bytes: Counter
+    read_ios: WindowIos
+    write_ios: WindowIos
+    read_bytes: WindowBytes
+    write_bytes: WindowBytes
     iops: Iops
     read_share: Annotated[float, Field(ge=0.0, le=1.0, strict=True)]
     mean_request_bytes: Bytes
@@ -288,6 +292,19 @@ class TelemetryWindow(WireModel):
             raise ValueError("end must be after start")
         if span > MAX_WINDOW_SPAN:
             raise ValueError(f"a window spans at most {MAX_WINDOW_SPAN}")
+        # at most what a device does in the window's span (agent.contract.base), a second
+        # at least: counters are read a little apart from the window's clock
+        seconds = max(span.total_seconds(), 1.0)
+        if self.read_ios + self.write_ios > MAX_IOPS * seconds:
+            raise ValueError(
+                f"{self.read_ios + self.write_ios} I/Os in {span.total_seconds():g} s is more"
+                f" than any device does ({MAX_IOPS:.0e} I/Os per second)"
+            )
+        if self.read_bytes + self.write_bytes > MAX_BYTES_PER_S * seconds:
+            raise ValueError(
+                f"{self.read_bytes + self.write_bytes} bytes in {span.total_seconds():g} s is"
+                f" more than any device moves ({MAX_BYTES_PER_S:.0e} bytes per second)"
+            )
         has_power = self.power_watts is not None or self.energy_joules is not None
         if has_power and self.power_scope is None:
             raise ValueError("power readings need a power_scope (what they measure)")

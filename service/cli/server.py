@@ -212,7 +212,8 @@ telemetry_app = typer.Typer(help="Telemetry storage: partitions, rollups, retent
 def telemetry_maintain() -> None:
     """One upkeep pass now (serve runs one every BLKPILOT_TELEMETRY_UPKEEP_SECONDS): day
     partitions ahead, closed hours rolled up, days past the raw retention rolled up and
-    dropped, months past the hourly retention dropped."""
+    dropped, months past the hourly retention dropped. Exits 1 when an hour could not be
+    rolled up (the pass still moved past it), 3 when another process holds the upkeep."""
     settings = load_settings()
     from service import db
     from service.runtime import database_url
@@ -232,6 +233,15 @@ def telemetry_maintain() -> None:
         f" ({', '.join(report.dropped) or 'none'}); {report.rolled_up} device-hour(s) rolled up;"
         f" {report.batches_forgotten} batch id(s) past retention forgotten"
     )
+    if report.failed_hours:
+        hours = ", ".join(f"{h:%Y-%m-%d %H:00 %Z}" for h in report.failed_hours)
+        typer.echo(
+            f"{len(report.failed_hours)} hour(s) could not be rolled up and were moved past"
+            f" ({hours}); {report.windows_set_aside} raw window(s) set aside in"
+            " telemetry_windows_set_aside; the errors are in telemetry_rollup_failures",
+            err=True,
+        )
+        raise typer.Exit(code=1)
 
 
 def register(app: typer.Typer) -> None:

@@ -56,6 +56,12 @@ TELEMETRY_UPKEEP = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+TELEMETRY_ROLLUP_FAILURES = Counter(
+    "blkpilot_telemetry_rollup_failed_hours",
+    "Hours the telemetry upkeep could not roll up: recorded in telemetry_rollup_failures and"
+    " moved past (their raw windows set aside when their day is dropped).",
+    registry=REGISTRY,
+)
 TELEMETRY_PARTITIONS = Counter(
     "blkpilot_telemetry_partitions",
     "Telemetry partitions this process created or dropped.",

@@ -13,16 +13,23 @@ from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
-from sqlalchemy import delete, func, select, table, text
+from sqlalchemy import delete, func, select, table, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict
-from service.tables import TelemetryBatchRow, TelemetryHourlyRow, TelemetryWindowRow
+from service.tables import (
+    TELEMETRY_WINDOWS_SET_ASIDE,
+    TelemetryBatchRow,
+    TelemetryHourlyRow,
+    TelemetryRollupFailure,
+    TelemetryWindowRow,
+)
 
 RAW = TelemetryWindowRow.__tablename__
 HOURLY = TelemetryHourlyRow.__tablename__
+SET_ASIDE = TELEMETRY_WINDOWS_SET_ASIDE.name
 # what COPY writes, in order; JSONB columns are wrapped for psycopg
 COPY_COLUMNS = tuple(c.name for c in TelemetryWindowRow.__table__.columns)
 _VALUES = itemgetter(*COPY_COLUMNS)
@@ -202,7 +209,7 @@ SELECT w.device_id, date_trunc('hour', w.window_start AT TIME ZONE 'UTC') AT TIM
     sum(w.read_ios), sum(w.write_ios), sum(w.read_bytes), sum(w.write_bytes),
     sum(w.queue_depth * extract(epoch FROM w.window_end - w.window_start)),
     sum(w.utilisation * extract(epoch FROM w.window_end - w.window_start)),
-    sum(w.mean_latency_us * (w.read_ios + w.write_ios)),
+    sum(w.mean_latency_us * (w.read_ios::float8 + w.write_ios::float8)),
     sum(w.energy_joules), max(w.p99_us), NULL, now()
 FROM {RAW} w
 WHERE w.window_start >= :low AND w.window_start < :high
@@ -262,7 +269,57 @@ def roll_up(connection: Connection, low: datetime, high: datetime) -> int:
 
 
 def last_rolled_hour(connection: Connection) -> datetime | None:
-    return connection.execute(select(func.max(TelemetryHourlyRow.hour))).scalar()
+    """The latest hour rolled up — or set aside as failed, which the upkeep moves past too."""
+    return connection.execute(
+        select(
+            func.greatest(
+                select(func.max(TelemetryHourlyRow.hour)).scalar_subquery(),
+                select(func.max(TelemetryRollupFailure.hour)).scalar_subquery(),
+            )
+        )
+    ).scalar()
+
+
+def record_rollup_failure(connection: Connection, hour: datetime, error: str) -> None:
+    failure = TelemetryRollupFailure
+    statement = pg_insert(failure).values(hour=hour, error=error[:2000])
+    connection.execute(
+        statement.on_conflict_do_update(
+            index_elements=[failure.hour],
+            set_={
+                "error": statement.excluded.error,
+                "attempts": failure.attempts + 1,
+                "last_failed_at": func.now(),
+            },
+        )
+    )
+
+
+def clear_rollup_failure(connection: Connection, hour: datetime) -> None:
+    connection.execute(delete(TelemetryRollupFailure).where(TelemetryRollupFailure.hour == hour))
+
+
+def set_aside_hour(connection: Connection, hour: datetime) -> int:
+    """Move an hour's raw windows to telemetry_windows_set_aside; returns how many."""
+    moved = connection.execute(
+        text(
+            f"INSERT INTO {SET_ASIDE} SELECT * FROM {RAW}"  # noqa: S608
+            " WHERE window_start >= :low AND window_start < :high ON CONFLICT DO NOTHING"
+        ),
+        {"low": hour, "high": hour + timedelta(hours=1)},
+    ).rowcount
+    connection.execute(
+        update(TelemetryRollupFailure)
+        .where(TelemetryRollupFailure.hour == hour)
+        .values(windows_set_aside=TelemetryRollupFailure.windows_set_aside + (moved or 0))
+    )
+    return int(moved or 0)
+
+
+def rollup_failures(session: Session) -> Sequence[TelemetryRollupFailure]:
+    return session.scalars(
+        select(TelemetryRollupFailure).order_by(TelemetryRollupFailure.hour)
+    ).all()
 
 
 def hourly_for_device(

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from agent.contract.base import MAX_CLOCK_SKEW
@@ -57,6 +58,8 @@ class MaintenanceReport:
     created: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     rolled_up: int = 0  # device-hours written
+    failed_hours: list[datetime] = field(default_factory=list)  # set aside, moved past
+    windows_set_aside: int = 0  # raw windows of failed hours kept when their day was dropped
     batches_forgotten: int = 0
     counts_folded: int = 0  # device_counts rows folded away
 
@@ -102,11 +105,11 @@ def _pass(engine: Engine, policy: RetentionPolicy, now: datetime) -> Maintenance
 
     # the hours closed since the last pass (within what is kept raw)
     closed = (now - SETTLE).replace(minute=0, second=0, microsecond=0)
-    with engine.begin() as connection:
+    with engine.connect() as connection:
         last = repository.last_rolled_hour(connection)
         start = max(horizon, last + timedelta(hours=1)) if last else horizon
-        if start < closed:
-            report.rolled_up += repository.roll_up(connection, start, closed)
+    if start < closed:
+        _roll_up(engine, start, closed, report)
 
     with engine.connect() as connection:
         expired = [p for p in repository.partitions(connection, RAW) if p.high <= horizon]
@@ -117,7 +120,7 @@ def _pass(engine: Engine, policy: RetentionPolicy, now: datetime) -> Maintenance
             repository.create_partitions(
                 connection, HOURLY, [repository.month_partition(partition.low.date())]
             )
-            report.rolled_up += repository.roll_up(connection, partition.low, partition.high)
+            _roll_up_before_drop(connection, partition.low, partition.high, report)
             repository.drop_partition(connection, partition)
         CACHE.discard([partition.table])
         report.dropped.append(partition.table)
@@ -132,6 +135,13 @@ def _pass(engine: Engine, policy: RetentionPolicy, now: datetime) -> Maintenance
     with engine.begin() as connection:
         # the device counts' +1/-1 rows since the last pass, folded (one row per key)
         report.counts_folded = devices_repository.fold_counts(connection)
+    if report.failed_hours:
+        log.error(
+            "telemetry rollup failed for %d hour(s), set aside and moved past: %s"
+            " (see telemetry_rollup_failures)",
+            len(report.failed_hours),
+            ", ".join(f"{h:%Y-%m-%d %H:00}" for h in report.failed_hours),
+        )
     if report.created or report.dropped:
         log.info(
             "telemetry partitions: created %s, dropped %s; %d device-hours rolled up",
@@ -140,6 +150,65 @@ def _pass(engine: Engine, policy: RetentionPolicy, now: datetime) -> Maintenance
             report.rolled_up,
         )
     return report
+
+
+def _hours(low: datetime, high: datetime) -> Iterable[datetime]:
+    hour = low.replace(minute=0, second=0, microsecond=0)
+    while hour < high:
+        yield hour
+        hour += timedelta(hours=1)
+
+
+def _roll_up(engine: Engine, low: datetime, high: datetime, report: MaintenanceReport) -> None:
+    """The hours in [low, high) in one statement; if that fails, hour by hour, each in its own
+    transaction, so that one hour that cannot be rolled up (a row whose sums do not fit) is
+    recorded and moved past instead of stopping every later hour."""
+    try:
+        with engine.begin() as connection:
+            report.rolled_up += repository.roll_up(connection, low, high)
+        return
+    except DBAPIError:
+        log.warning("telemetry rollup of %s … %s failed; trying hour by hour", low, high)
+    for hour in _hours(low, high):
+        try:
+            with engine.begin() as connection:
+                report.rolled_up += repository.roll_up(connection, hour, hour + timedelta(hours=1))
+                repository.clear_rollup_failure(connection, hour)
+        except DBAPIError as error:
+            with engine.begin() as connection:
+                repository.record_rollup_failure(connection, hour, _reason(error))
+            _failed(report, hour)
+
+
+def _roll_up_before_drop(
+    connection: Connection, low: datetime, high: datetime, report: MaintenanceReport
+) -> None:
+    """A day rolled up whole once more before its partition goes, in the dropping transaction;
+    an hour that still fails has its raw windows moved to the set-aside table first."""
+    try:
+        with connection.begin_nested():
+            report.rolled_up += repository.roll_up(connection, low, high)
+        return
+    except DBAPIError:
+        pass
+    for hour in _hours(low, high):
+        try:
+            with connection.begin_nested():
+                report.rolled_up += repository.roll_up(connection, hour, hour + timedelta(hours=1))
+                repository.clear_rollup_failure(connection, hour)
+        except DBAPIError as error:
+            repository.record_rollup_failure(connection, hour, _reason(error))
+            report.windows_set_aside += repository.set_aside_hour(connection, hour)
+            _failed(report, hour)
+
+
+def _reason(error: DBAPIError) -> str:
+    return str(error.orig).strip() if error.orig is not None else str(error)
+
+
+def _failed(report: MaintenanceReport, hour: datetime) -> None:
+    report.failed_hours.append(hour)
+    metrics.TELEMETRY_ROLLUP_FAILURES.inc()
 
 
 class PartitionCache:

@@ -75,6 +75,11 @@ class TestIngestBatch:
             {"mean_latency_us": 1e308},
             {"read_share": "0.5"},
             {"queue_depth": 2e6},
+            # more than any device does in one window: INT64_MAX was stored, and stopped the
+            # hourly rollup on every pass
+            {"read_ios": 9223372036854775807},
+            {"write_bytes": 9223372036854775807},
+            {"read_ios": 360_000_000_001},
         ],
     )
     def test_lax_numbers_are_refused(
@@ -87,6 +92,30 @@ class TestIngestBatch:
         assert response.status_code == 422, response.text
         (field,) = lax
         assert response.json()["fields"][0]["loc"] == ["body", "windows", 0, field]
+        assert _stored(session) == 0
+
+    @pytest.mark.parametrize(
+        ("field", "value", "message"),
+        [
+            ("read_ios", 1_000_000_001, "I/Os per second"),  # 1e9 in 10 s
+            ("write_bytes", 2_000_000_000_000, "bytes per second"),  # 2 TB in 10 s
+        ],
+    )
+    def test_counts_beyond_what_a_device_does_in_the_span_are_refused(
+        self,
+        client: TestClient,
+        session: Session,
+        node: tuple[Node, str],
+        field: str,
+        value: int,
+        message: str,
+    ) -> None:
+        _, token = node
+        response = client.post(
+            URL, json=_batch(telemetry_window("loop0", **{field: value})), headers=bearer(token)
+        )
+        assert response.status_code == 422, response.text
+        assert message in response.text
         assert _stored(session) == 0
 
     def test_a_window_ahead_by_more_than_the_clock_skew_is_refused(

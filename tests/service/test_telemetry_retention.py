@@ -171,3 +171,84 @@ def test_ingest_makes_a_missing_day_and_one_upkeep_runs_at_a_time(scratch: Engin
 def _hours(engine: Engine) -> list[TelemetryHourlyRow]:
     with Session(engine) as session:
         return list(session.scalars(select(TelemetryHourlyRow).order_by(TelemetryHourlyRow.hour)))
+
+
+def test_a_poison_hour_is_set_aside_and_the_upkeep_moves_on(scratch: Engine) -> None:
+    """Windows stored before the contract bounded counters (INT64_MAX I/Os) made every pass
+    fail on the same hour: now that hour is recorded, counted and moved past; later hours are
+    rolled up; and when its day expires its raw windows are set aside and the day dropped."""
+    now = datetime.now(UTC)
+    maintain(scratch, POLICY, now)
+    with Session(scratch, expire_on_commit=False) as session, session.begin():
+        node, _ = create_node(session)
+        report_inventory(session, node, device_inventory("loop0"))
+        principal = Principal(name="node:a", node_id=node.id)
+    poisoned = (now - timedelta(days=2)).replace(hour=6, minute=0, second=0, microsecond=0)
+    good = poisoned + timedelta(hours=3)
+    windows = [_window(poisoned + timedelta(seconds=10 * i), i) for i in range(2)]
+    windows.append(_window(good, 2))
+    with Session(scratch, expire_on_commit=False) as session, session.begin():
+        assert telemetry.ingest(session, principal, _batch(windows), POLICY).accepted
+    # what the old contract let in: two windows at the kernel's 64-bit maximum in one hour
+    # (one alone now rolls up: the per-row sum is taken in double precision)
+    with scratch.begin() as connection:
+        connection.execute(
+            text(
+                f"UPDATE {repository.RAW} SET read_ios = 9223372036854775807"  # noqa: S608
+                " WHERE window_start >= :low AND window_start < :high"
+            ),
+            {"low": poisoned, "high": poisoned + timedelta(hours=1)},
+        )
+    failed_before = _sample("blkpilot_telemetry_rollup_failed_hours_total")
+
+    report = maintain(scratch, POLICY, now)
+    assert report.failed_hours == [poisoned]
+    assert _sample("blkpilot_telemetry_rollup_failed_hours_total") == failed_before + 1
+    hours = {h.hour: h for h in _hours(scratch)}
+    assert poisoned not in hours
+    assert hours[good].windows == 1  # the later hour is rolled up all the same
+    with Session(scratch) as session:
+        (failure,) = repository.rollup_failures(session)
+    assert failure.hour == poisoned
+    assert "out of range" in failure.error
+
+    # the next pass does not try it again (nothing to retry until the day is dropped)
+    assert maintain(scratch, POLICY, now).failed_hours == []
+
+    # past the raw retention: tried once more, still fails, set aside; the day is dropped
+    later = now + timedelta(days=20)
+    report = maintain(scratch, POLICY, later)
+    assert repository.day_partition(poisoned.date()).table in report.dropped
+    assert report.failed_hours == [poisoned]
+    assert report.windows_set_aside == 2
+    with Session(scratch) as session:
+        kept = session.execute(
+            text(f"SELECT read_ios FROM {repository.SET_ASIDE} ORDER BY window_start")  # noqa: S608
+        ).scalars()
+        assert list(kept) == [9223372036854775807] * 2
+        (failure,) = repository.rollup_failures(session)
+        assert (failure.attempts, failure.windows_set_aside) == (2, 2)
+        assert session.scalar(select(func.count()).select_from(TelemetryWindowRow)) == 0
+
+
+def test_one_window_at_the_old_maximum_rolls_up(scratch: Engine) -> None:
+    now = datetime.now(UTC)
+    maintain(scratch, POLICY, now)
+    with Session(scratch, expire_on_commit=False) as session, session.begin():
+        node, _ = create_node(session)
+        report_inventory(session, node, device_inventory("loop0"))
+        principal = Principal(name="node:a", node_id=node.id)
+    start = (now - timedelta(days=2)).replace(hour=6, minute=0, second=0, microsecond=0)
+    with Session(scratch, expire_on_commit=False) as session, session.begin():
+        telemetry.ingest(session, principal, _batch([_window(start, 0)]), POLICY)
+    with scratch.begin() as connection:
+        connection.execute(text(f"UPDATE {repository.RAW} SET read_ios = {2**63 - 1}"))  # noqa: S608
+    report = maintain(scratch, POLICY, now)
+    assert report.failed_hours == []
+    assert {h.hour: h for h in _hours(scratch)}[start].read_ios == 9223372036854775807
+
+
+def _sample(name: str) -> float:
+    from service.ops.metrics import REGISTRY
+
+    return REGISTRY.get_sample_value(name) or 0.0
