@@ -268,9 +268,11 @@ class Applier:
             try:
                 self._write_all(device, writes)
             except (SysfsWriteError, _ReadBackMismatch) as error:
-                restored = self._restore(device, before)
-                remove_durably(self._journal)
+                restored = self._restore_or_hold(device, before, f"apply failed: {error}")
                 raise ChangeFailed(f"{device}: {error}", restored=restored) from error
+            except BaseException as error:  # a signal (agent.signals.Interrupted), a bug
+                self._restore_or_hold(device, before, f"apply interrupted: {error!r}")
+                raise
             write_json_atomic(self._snapshot_file(device), {"txid": txid, "values": before})
             write_json_atomic(self._applied_file(device), {"txid": txid, "values": writes})
             remove_durably(self._journal)
@@ -344,15 +346,33 @@ class Applier:
                 device,
             )
             return None
-        restored = self._restore(device, snapshot)
+        restored = self._restore_or_hold(
+            device, snapshot, f"recovering interrupted change {entry.get('txid')}"
+        )
         log.warning(
             "recovered interrupted change %s on %s: snapshot %s",
-            entry["txid"],
+            entry.get("txid"),
             device,
-            "restored" if restored else "NOT fully restored",
+            "restored" if restored else "NOT fully restored (journal kept, device held)",
         )
-        remove_durably(self._journal)
         return device
+
+    def _restore_or_hold(self, device: str, snapshot: Values, why: str) -> bool:
+        """Restore the journaled snapshot. Restored: the journal goes. Not: the journal is
+        kept beside (it is what an operator needs to finish the restore) and the device is
+        held until released — blkpilot never changes a device it could not put back."""
+        restored = self._restore(device, snapshot)
+        if restored:
+            remove_durably(self._journal)
+            return True
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        kept = self._journal.with_name(f"journal.unrestored-{device}-{stamp}.json")
+        os.replace(self._journal, kept)
+        self._hold(
+            device,
+            f"{why}: the snapshot could not be fully restored; the journal is kept as {kept.name}",
+        )
+        return False
 
     def rollback(self, device: str) -> Values:
         """Restore the snapshot taken before the last change applied to the device."""
@@ -385,9 +405,47 @@ class Applier:
 
     def held(self) -> dict[str, str]:
         """Devices blkpilot will not change until an operator releases them: name (or "*",
-        every device, when the journal did not say which) -> why."""
+        every device, when the journal did not say which) -> why.
+
+        A hold file that cannot be read is treated as an unreadable journal is: set aside for
+        an operator, and every device held (which ones it held is unknown)."""
         path = self._hold_file()
-        return {str(k): str(v) for k, v in dict(read_json(path)).items()} if path.exists() else {}
+        if not path.exists():
+            return {}
+        try:
+            found = read_json(path)
+            if not isinstance(found, dict):
+                raise ValueError(f"a JSON object was expected, not {type(found).__name__}")
+            return {str(k): str(v) for k, v in found.items()}
+        except (ValueError, OSError) as error:
+            return self._set_aside_holds(error)
+
+    def _set_aside_holds(self, error: Exception) -> dict[str, str]:
+        path = self._hold_file()
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        aside = path.with_name(f"held.unreadable-{stamp}.json")
+        reason = (
+            f"the list of held devices could not be read ({error}); set aside as {aside.name}:"
+            " every device is held until an operator has looked"
+        )
+        if self.effects.dry_run:
+            log.error("dry run: %s (nothing moved)", reason)
+            return {"*": reason}
+        os.replace(path, aside)
+        held = {"*": reason}
+        write_json_atomic(path, held)
+        log.error(
+            "UNREADABLE HOLD LIST: %s; release with `blkpilot agent release '*'`"
+            " once it is checked",
+            reason,
+        )
+        return held
+
+    def _hold(self, device: str, reason: str) -> None:
+        held = self.held()
+        held[device] = reason
+        write_json_atomic(self._hold_file(), held)
+        log.error("%s held: %s; check it, then `blkpilot agent release %s`", device, reason, device)
 
     def _refuse_held(self, device: str) -> None:
         held = self.held()

@@ -84,7 +84,8 @@ class ServiceClient:
             transport=transport,
             verify=verify,
         )
-        self._not_before = 0.0  # monotonic: the service asked for no calls until then (429)
+        self._not_before = 0.0  # monotonic: the service asked for no calls until then (429, 503)
+        self._held_by = (429, "rate_limited")  # the answer that asked it
 
     def close(self) -> None:
         self._http.close()
@@ -101,7 +102,8 @@ class ServiceClient:
         self.close()
 
     def _request(self, method: str, path: str, body: BaseModel | None = None) -> Any:
-        """One call. Over the rate limit (429), the client waits out Retry-After and tries again
+        """One call. Over the rate limit (429) or while the service's database is away (503),
+        the client waits out Retry-After and tries again
         while the waits fit in `max_wait_s`; past that it raises RateLimited, and until the
         time the service named its calls fail at once, without reaching the service."""
         waited = 0.0
@@ -109,8 +111,12 @@ class ServiceClient:
             wait = self._not_before - time.monotonic()
             if wait > 0:
                 if waited + wait > self._max_wait_s:
+                    status, error = self._held_by
                     raise RateLimited(
-                        wait, f"holding off {wait:.1f} s more, as the service asked (429)"
+                        wait,
+                        f"holding off {wait:.1f} s more, as the service asked ({status})",
+                        status=status,
+                        error=error,
                     )
                 time.sleep(wait)
                 waited += wait
@@ -146,10 +152,17 @@ class ServiceClient:
             except (ValueError, KeyError, TypeError):
                 name, detail = "http_error", response.text[:500]
             rid = response.headers.get(REQUEST_ID_HEADER, rid)
-            if response.status_code == 429:
+            # 429: over the rate limit; 503 with Retry-After: the service's database is away
+            held_off = response.status_code == 429 or (
+                response.status_code == 503 and "Retry-After" in response.headers
+            )
+            if held_off:
                 wait = retry_after_seconds(response.headers.get("Retry-After"))
                 self._not_before = time.monotonic() + wait
-                raise RateLimited(wait, detail, request_id=rid)
+                self._held_by = (response.status_code, name)
+                raise RateLimited(
+                    wait, detail, request_id=rid, status=response.status_code, error=name
+                )
             raise ServiceRejected(response.status_code, name, detail, request_id=rid)
         return response.json() if response.content else None
 

@@ -5,7 +5,8 @@ AgentError
 └── ServiceError
     ├── ServiceUnreachable    connection refused, timed out, DNS (retry later; spool)
     └── ServiceRejected       the service answered with an error (4xx/5xx): .status, .error
-        └── RateLimited       429: not before .retry_after seconds (the client holds off)
+        └── RateLimited       429, or 503 (its database away): not before .retry_after
+                              seconds (the client holds off)
 """
 
 from __future__ import annotations
@@ -63,9 +64,18 @@ class ServiceRejected(ServiceError):
 
 
 class RateLimited(ServiceRejected):
-    """The service said 429: retry after `retry_after` seconds. Raised as well, without a
-    request, for calls made before that time has passed."""
+    """The service said 429 (over the rate limit) or 503 (its database is away): retry after
+    `retry_after` seconds. Raised as well, without a request, for calls made before that time
+    has passed."""
 
-    def __init__(self, retry_after: float, detail: str, request_id: str = "") -> None:
-        super().__init__(429, "rate_limited", detail, request_id)
+    def __init__(
+        self,
+        retry_after: float,
+        detail: str,
+        request_id: str = "",
+        *,
+        status: int = 429,
+        error: str = "rate_limited",
+    ) -> None:
+        super().__init__(status, error, detail, request_id)
         self.retry_after = retry_after

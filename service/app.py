@@ -8,6 +8,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio.to_thread
+import psycopg
+import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -22,7 +24,14 @@ from service.audit.endpoints import router as audit_router
 from service.dashboard.views import install as install_dashboard
 from service.db import Database
 from service.devices.endpoints import router as devices_router
-from service.errors import BlkpilotError, ErrorBody, PayloadTooLarge, TooManyRequests, responses
+from service.errors import (
+    BlkpilotError,
+    ErrorBody,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    TooManyRequests,
+    responses,
+)
 from service.nodes.endpoints import router as nodes_router
 from service.observations.endpoints import router as observations_router
 from service.ops import metrics
@@ -42,6 +51,17 @@ from service.telemetry.endpoints import router as telemetry_router
 from service.tokens.endpoints import router as tokens_router
 
 log = logging.getLogger(__name__)
+
+# what the database driver raises while the database is away: connection refused or lost
+# (OperationalError; psycopg's AdminShutdown and friends), a connection found closed
+# (InterfaceError), no pooled connection within the pool's timeout (TimeoutError)
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    sqlalchemy.exc.TimeoutError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
 
 _HTTP_ERRORS = {
     401: "unauthorized",
@@ -63,6 +83,24 @@ def _field(error: Any) -> dict[str, Any]:
 async def _blkpilot_error(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, BlkpilotError)
     return _error(error.status_code, error.body())
+
+
+# how long a client should wait before trying again while the database is away: a restart
+# takes seconds; the agent's client waits this out as it does a 429
+DATABASE_RETRY_AFTER_S = 5
+
+
+async def _database_unavailable(_: Request, error: Exception) -> JSONResponse:
+    """The database went away (a restart, a crash, every connection busy past the pool's
+    timeout): 503 with Retry-After, as /readyz says, never a 500 that drops the connection."""
+    log.warning("database unavailable: %s", str(error).splitlines()[0] if str(error) else error)
+    unavailable = ServiceUnavailable(
+        "the database cannot be reached just now; nothing was changed by this request:"
+        " try again after Retry-After seconds"
+    )
+    response = _error(unavailable.status_code, unavailable.body())
+    response.headers["Retry-After"] = str(DATABASE_RETRY_AFTER_S)
+    return response
 
 
 async def _validation_error(_: Request, error: Exception) -> JSONResponse:
@@ -189,8 +227,9 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
         title="blkpilot",
         version=__version__,
         description="Control plane for tuning Linux block I/O across a fleet.",
-        # any call can pass its caller's rate limit (service/ops/ratelimit.py)
-        responses=responses(TooManyRequests),
+        # any call can pass its caller's rate limit (service/ops/ratelimit.py), or find the
+        # database away
+        responses=responses(TooManyRequests, ServiceUnavailable),
     )
     app.state.settings = settings
     app.state.database = database
@@ -216,6 +255,8 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
     app.add_exception_handler(BlkpilotError, _blkpilot_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    for unavailable in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(unavailable, _database_unavailable)
     app.add_exception_handler(Exception, _unexpected_error)
     # Outermost last: every request is observed (its id on every line logged inside, the
     # access log, the metrics), including those refused for their size.

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Coroutine
+from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from service.db import get_session
-from service.errors import Forbidden, Unauthorized
+from service.errors import Forbidden, Unauthorized, UnsupportedMediaType
 from service.nodes import repository as node_repository
 from service.nodes import tokens as node_tokens
 from service.security import (
@@ -41,16 +46,104 @@ def get_settings_dep(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
+# in the ASGI scope: who the request's token is, found before its body was read (AuthFirstRoute)
+PRINCIPAL = "blkpilot.principal"
+
+
 def authenticate(
+    request: Request,
     session: SessionDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
+    known: Principal | None = request.scope.get(PRINCIPAL)
+    if known is not None:
+        return known
+    return _principal(session, credentials)
+
+
+def _principal(session: Session, credentials: HTTPAuthorizationCredentials | None) -> Principal:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
     principal, refused = identify(session, credentials.credentials)
     if principal is None:
         raise Unauthorized(refused)
     return principal
+
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _calls(dependant: Dependant) -> list[Callable[..., Any]]:
+    """Every dependency's callable, at any depth."""
+    found = []
+    for dependency in dependant.dependencies:
+        if dependency.call is not None:
+            found.append(dependency.call)
+        found += _calls(dependency)
+    return found
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+class AuthFirstRoute(APIRoute):
+    """A route that, for a request that may carry a body, checks the token and the
+    Content-Type before the body is read: FastAPI reads and parses a body before it solves an
+    endpoint's dependencies, so without this a caller with no token had a 15 MB body read and
+    parsed (and invalid JSON answered 422) before its 401. The principal found is kept in the
+    scope, so `authenticate` does not look it up again."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        calls = _calls(self.dependant)
+        authenticated = authenticate in calls
+        # the role checks (_require, _require_node): a viewer is refused before its body too
+        authorizations = [call for call in calls if getattr(call, "authorizes", False)]
+        takes_json = self.body_field is not None or "requestBody" in (self.openapi_extra or {})
+        if not (authenticated or takes_json):
+            return handler
+
+        async def checked(request: Request) -> Response:
+            if request.method in _BODY_METHODS:
+                if authenticated:
+                    credentials = await _bearer(request)
+                    principal = await run_in_threadpool(_identify_in_session, request, credentials)
+                    for authorize in authorizations:
+                        authorize(principal)
+                    request.scope[PRINCIPAL] = principal
+                if (
+                    takes_json
+                    and _has_body(request)
+                    and not _is_json(request.headers.get("content-type", ""))
+                ):
+                    raise UnsupportedMediaType(
+                        "this endpoint takes JSON: send Content-Type: application/json"
+                    )
+            return await handler(request)
+
+        return checked
+
+
+def _has_body(request: Request) -> bool:
+    length = request.headers.get("content-length")
+    if length is not None:
+        return length.strip() != "0"
+    return "transfer-encoding" in request.headers
+
+
+def _identify_in_session(
+    request: Request, credentials: HTTPAuthorizationCredentials | None
+) -> Principal:
+    """The token checked in a unit of work of its own (the one the endpoint gets comes later,
+    with the dependencies); a test's session override is used here too."""
+    provider = request.app.dependency_overrides.get(get_session, get_session)
+    arguments = (request,) if inspect.signature(provider).parameters else ()
+    with contextmanager(provider)(*arguments) as session:
+        return _principal(session, credentials)
 
 
 def principal_for_token(session: Session, token: str) -> Principal | None:
@@ -87,6 +180,7 @@ def _require(role: Role) -> Callable[[Principal], Principal]:
             raise Forbidden(f"this needs the {role} role; the token has {principal.role}")
         return principal
 
+    check.authorizes = True  # type: ignore[attr-defined]
     return check
 
 
@@ -94,6 +188,9 @@ def _require_node(principal: AnyPrincipal) -> Principal:
     if not principal.is_node:
         raise Forbidden("only a node's agent may do this, with its node token")
     return principal
+
+
+_require_node.authorizes = True  # type: ignore[attr-defined]
 
 
 ViewerAuth = Annotated[Principal, Depends(_require(Role.VIEWER))]

@@ -6,7 +6,9 @@ BlkpilotError (500)
 ├── NotFound (404)
 ├── Conflict (409)
 ├── PayloadTooLarge (413)
-└── Unprocessable (422)  well-formed but not acceptable (unknown device, bad policy)
+├── UnsupportedMediaType (415)  a JSON endpoint sent another Content-Type
+├── Unprocessable (422)  well-formed but not acceptable (unknown device, bad policy)
+└── ServiceUnavailable (503)  the database is away: retry after Retry-After
 """
 
 from __future__ import annotations
@@ -73,6 +75,13 @@ class PayloadTooLarge(BlkpilotError):
     error = "payload_too_large"
 
 
+class UnsupportedMediaType(BlkpilotError):
+    """The body is not JSON (Content-Type: application/json)."""
+
+    status_code = 415
+    error = "unsupported_media_type"
+
+
 class TooManyRequests(BlkpilotError):
     """Over the caller's rate limit: retry after the seconds in Retry-After."""
 
@@ -85,6 +94,13 @@ class Unprocessable(BlkpilotError):
 
     status_code = 422
     error = "unprocessable"
+
+
+class ServiceUnavailable(BlkpilotError):
+    """The database cannot be reached just now: retry after the seconds in Retry-After."""
+
+    status_code = 503
+    error = "service_unavailable"
 
 
 def responses(*errors: type[BlkpilotError]) -> dict[int | str, dict[str, Any]]:

@@ -19,6 +19,7 @@ from agent.cli.options import (
     StateDir,
     candidate_option,
     fail,
+    interrupted,
     labels_option,
     load_config,
     workload_option,
@@ -27,6 +28,7 @@ from agent.contract import __version__
 from agent.effects import Effects
 from agent.errors import AgentError
 from agent.fsutil import write_json_atomic
+from agent.signals import Interrupted, restoring_on_signals
 
 app = typer.Typer(
     help="The node agent: discovery, telemetry with power, safe sysfs changes, reporting.",
@@ -201,10 +203,13 @@ def apply(
     )
     applier = Applier(cfg.paths, cfg.state_dir or state_dir, Effects(dry_run=dry_run))
     try:
-        with applier.device_lock(device):  # never in the middle of a canary on the device
+        # never in the middle of a canary on the device; a signal restores the snapshot
+        with restoring_on_signals(), applier.device_lock(device):
             result = applier.apply(device, wanted)
     except AgentError as error:
         raise fail(error) from error
+    except Interrupted as stopped:
+        raise interrupted(stopped, f"{device} restored to what it had before") from None
     for path, value in applier.effects.writes:
         typer.echo(f"{'would write' if dry_run else 'wrote'} {value!r} to {path}")
     if not dry_run:
@@ -306,7 +311,8 @@ def canary(
 ) -> None:
     """Candidate against the current configuration, interleaved; keep it only on pass.
 
-    Exit status: 0 pass (candidate kept), 1 fail, 3 inconclusive (baseline restored)."""
+    Exit status: 0 pass (candidate kept), 1 fail, 3 inconclusive (baseline restored); 128+N
+    when stopped by signal N (SIGTERM, SIGINT, SIGHUP: the baseline is restored first)."""
     from agent.canary import describe
     from agent.canary_runs import report_canary, run_any_canary
     from agent.live_canary import LiveSettings
@@ -329,19 +335,22 @@ def canary(
     if max_pairs is not None and max_pairs < pairs:
         raise typer.BadParameter(f"at least --pairs ({pairs})", param_hint="--max-pairs")
     try:
-        run = run_any_canary(
-            cfg,
-            directory,
-            device,
-            spec,
-            candidate,
-            mode=mode,  # type: ignore[arg-type]
-            rounds=rounds,
-            max_rounds=max_rounds,
-            round_seconds=round_seconds,
-            alpha=alpha,
-            live=live,
-        )
+        with restoring_on_signals():
+            run = run_any_canary(
+                cfg,
+                directory,
+                device,
+                spec,
+                candidate,
+                mode=mode,  # type: ignore[arg-type]
+                rounds=rounds,
+                max_rounds=max_rounds,
+                round_seconds=round_seconds,
+                alpha=alpha,
+                live=live,
+            )
+    except Interrupted as stopped:
+        raise interrupted(stopped, f"no verdict; {device} restored to its baseline") from None
     except AgentError as error:
         raise fail(error) from error
     result = run.result

@@ -15,6 +15,7 @@ from agent.contract.labels import parse_labels
 from agent.contract.tunables import DeviceConfig
 from agent.contract.workloads import WorkloadSpec
 from agent.errors import AgentError
+from agent.signals import Interrupted
 
 
 def default_state_dir() -> Path:
@@ -47,6 +48,12 @@ StateDir = Annotated[
 def fail(error: AgentError) -> typer.Exit:
     typer.secho(f"error: {error}", err=True, fg=typer.colors.RED)
     return typer.Exit(code=1)
+
+
+def interrupted(stopped: Interrupted, what: str) -> typer.Exit:
+    """A change stopped by a signal, after its restore: said, and the shell's status for it."""
+    typer.secho(f"stopped by {stopped.name}: {what}", err=True, fg=typer.colors.YELLOW)
+    return typer.Exit(code=stopped.exit_status)
 
 
 def load_config(path: Path | None) -> AgentConfig:

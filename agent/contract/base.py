@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -61,23 +62,31 @@ Joules = Annotated[float, measure(1e12)]
 
 
 _LEAVES = (int, float, bool, type(None))
+# what PostgreSQL cannot store as text: NUL, and a lone UTF-16 surrogate (JSON's "\ud800"
+# decodes to one; it is not a character, and UTF-8 has no encoding for it)
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_UNSTORABLE_MESSAGE = (
+    "text must not contain NUL (\\u0000) or a lone surrogate (\\ud800-\\udfff):"
+    " neither can be stored"
+)
 
 
 def reject_nul(value: object) -> None:
-    """NUL characters cannot be stored in PostgreSQL text and mean nothing in a device's world.
-    Walks the whole structure once, without recursion (a telemetry batch holds some 10^5
-    values, most of them histogram pairs)."""
+    """Text that cannot be stored in PostgreSQL — NUL, lone surrogates — and means nothing in
+    a device's world. Walks the whole structure once, without recursion (a telemetry batch
+    holds some 10^5 values, most of them histogram pairs)."""
+    search = _UNSTORABLE.search
     stack = [value]
     while stack:
         item = stack.pop()
         kind = type(item)
         if kind is str:
-            if "\x00" in item:  # type: ignore[operator]
-                raise ValueError("text must not contain NUL (\\u0000) characters")
+            if search(item):  # type: ignore[call-overload]
+                raise ValueError(_UNSTORABLE_MESSAGE)
         elif kind is dict:
             for key, inner in item.items():  # type: ignore[attr-defined]
-                if type(key) is str and "\x00" in key:
-                    raise ValueError("text must not contain NUL (\\u0000) characters")
+                if type(key) is str and search(key):
+                    raise ValueError(_UNSTORABLE_MESSAGE)
                 if type(inner) not in _LEAVES:
                     stack.append(inner)
         elif kind is list or kind is tuple:
@@ -98,13 +107,17 @@ def reject_nul(value: object) -> None:
 _WALKED: ContextVar[bool] = ContextVar("blkpilot_nul_walked", default=False)
 
 
+_ESCAPED_UNSTORABLE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
+
+
 @contextmanager
 def nul_free_json(raw: bytes) -> Iterator[None]:
-    """Around validating the JSON document `raw`: when its bytes hold no \\u0000 escape, no
-    string in it can hold NUL (JSON allows no raw control characters in strings), and the
-    messages need not walk it for one. A false alarm (an escaped backslash before "u0000")
-    only costs the walk."""
-    if b"\\u0000" in raw:
+    """Around validating the JSON document `raw`: when its bytes hold no \\u0000 and no
+    surrogate escape, no string in it can hold NUL or a lone surrogate (JSON allows no raw
+    control characters in strings, and UTF-8 bytes cannot encode a surrogate), and the
+    messages need not walk it. A false alarm (an escaped backslash before "u0000", a valid
+    surrogate pair) only costs the walk."""
+    if _ESCAPED_UNSTORABLE.search(raw):
         yield
         return
     token = _WALKED.set(True)

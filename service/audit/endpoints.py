@@ -7,10 +7,10 @@ from fastapi import APIRouter, Query
 from agent.contract.base import INT64_MAX, SafeText
 from service.audit import service
 from service.audit.schemas import AuditEventRead
-from service.deps import API_PREFIX, SessionDep, ViewerAuth
+from service.deps import API_PREFIX, AuthFirstRoute, SessionDep, ViewerAuth
 from service.errors import Forbidden, Unauthorized, responses
 
-router = APIRouter(prefix=f"{API_PREFIX}/audit", tags=["audit"])
+router = APIRouter(prefix=f"{API_PREFIX}/audit", tags=["audit"], route_class=AuthFirstRoute)
 
 
 @router.get("", response_model=list[AuditEventRead], responses=responses(Unauthorized, Forbidden))

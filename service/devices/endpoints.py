@@ -6,13 +6,21 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from agent.contract.wire import DeviceClass, InventoryReport
-from service.deps import API_PREFIX, MAX_OFFSET, AnyPrincipal, CurrentNode, SessionDep, ViewerAuth
+from service.deps import (
+    API_PREFIX,
+    MAX_OFFSET,
+    AnyPrincipal,
+    AuthFirstRoute,
+    CurrentNode,
+    SessionDep,
+    ViewerAuth,
+)
 from service.devices import service
 from service.devices.schemas import DeviceRead, InventoryReceipt
 from service.errors import Forbidden, NotFound, Unauthorized, Unprocessable, responses
 
 NEXT_CURSOR = "X-Next-Cursor"
-router = APIRouter(prefix=f"{API_PREFIX}", tags=["devices"])
+router = APIRouter(prefix=f"{API_PREFIX}", tags=["devices"], route_class=AuthFirstRoute)
 
 
 @router.put(

@@ -13,6 +13,7 @@ from service.deps import (
     MAX_OFFSET,
     AdminAuth,
     AnyPrincipal,
+    AuthFirstRoute,
     CurrentNode,
     SessionDep,
     SettingsDep,
@@ -23,7 +24,7 @@ from service.nodes import service
 from service.nodes.schemas import NodeEnrolled, NodeRead, NodeRevoke, NodeTokenIssued
 from service.settings import token_lifetime
 
-router = APIRouter(prefix=f"{API_PREFIX}/nodes", tags=["nodes"])
+router = APIRouter(prefix=f"{API_PREFIX}/nodes", tags=["nodes"], route_class=AuthFirstRoute)
 
 
 @router.post(

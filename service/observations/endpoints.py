@@ -7,12 +7,21 @@ from fastapi import APIRouter, Query, status
 
 from agent.contract.base import SafeText
 from agent.contract.wire import ObservationCreate, ObservationKind
-from service.deps import API_PREFIX, MAX_OFFSET, AnyPrincipal, SessionDep, ViewerAuth
+from service.deps import (
+    API_PREFIX,
+    MAX_OFFSET,
+    AnyPrincipal,
+    AuthFirstRoute,
+    SessionDep,
+    ViewerAuth,
+)
 from service.errors import Forbidden, NotFound, Unauthorized, Unprocessable, responses
 from service.observations import service
 from service.observations.schemas import ObservationRead
 
-router = APIRouter(prefix=f"{API_PREFIX}/observations", tags=["observations"])
+router = APIRouter(
+    prefix=f"{API_PREFIX}/observations", tags=["observations"], route_class=AuthFirstRoute
+)
 
 
 @router.post(

@@ -7,9 +7,10 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.db import Database, head_revision
+from service.deps import AuthFirstRoute
 from service.ops import metrics, service
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(tags=["operations"], route_class=AuthFirstRoute)
 
 
 @router.get("/healthz")

@@ -7,12 +7,19 @@ from fastapi import APIRouter, Query, Response, status
 
 from agent.contract.base import SafeText
 from agent.contract.wire import AppliedStateReport
-from service.deps import API_PREFIX, AnyPrincipal, CurrentNode, OperatorAuth, SessionDep
+from service.deps import (
+    API_PREFIX,
+    AnyPrincipal,
+    AuthFirstRoute,
+    CurrentNode,
+    OperatorAuth,
+    SessionDep,
+)
 from service.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable, responses
 from service.policies import service
 from service.policies.schemas import PolicyRead, PolicySet
 
-router = APIRouter(prefix=f"{API_PREFIX}", tags=["policies"])
+router = APIRouter(prefix=f"{API_PREFIX}", tags=["policies"], route_class=AuthFirstRoute)
 
 
 @router.put(

@@ -10,6 +10,7 @@ from service.deps import (
     API_PREFIX,
     MAX_OFFSET,
     AnyPrincipal,
+    AuthFirstRoute,
     OperatorAuth,
     SessionDep,
     ViewerAuth,
@@ -25,7 +26,7 @@ from service.recommendations.schemas import (
     Status,
 )
 
-router = APIRouter(prefix=API_PREFIX, tags=["recommendations"])
+router = APIRouter(prefix=API_PREFIX, tags=["recommendations"], route_class=AuthFirstRoute)
 
 
 @router.get(

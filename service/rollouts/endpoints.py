@@ -5,12 +5,19 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from service.deps import API_PREFIX, MAX_OFFSET, OperatorAuth, SessionDep, ViewerAuth
+from service.deps import (
+    API_PREFIX,
+    MAX_OFFSET,
+    AuthFirstRoute,
+    OperatorAuth,
+    SessionDep,
+    ViewerAuth,
+)
 from service.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable, responses
 from service.rollouts import service
 from service.rollouts.schemas import RolloutAction, RolloutCreate, RolloutRead, RolloutStatus
 
-router = APIRouter(prefix=API_PREFIX, tags=["rollouts"])
+router = APIRouter(prefix=API_PREFIX, tags=["rollouts"], route_class=AuthFirstRoute)
 
 
 @router.post(

@@ -10,7 +10,14 @@ from pydantic import ValidationError
 
 from agent.contract.base import nul_free_json
 from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt
-from service.deps import API_PREFIX, AnyPrincipal, CurrentNode, SessionDep, SettingsDep
+from service.deps import (
+    API_PREFIX,
+    AnyPrincipal,
+    AuthFirstRoute,
+    CurrentNode,
+    SessionDep,
+    SettingsDep,
+)
 from service.errors import (
     BlkpilotError,
     Conflict,
@@ -26,7 +33,7 @@ from service.ops.middleware import BODY_TOO_LARGE
 from service.telemetry import service
 from service.telemetry.schemas import TelemetryHourRead, TelemetryWindowRead
 
-router = APIRouter(prefix=f"{API_PREFIX}", tags=["telemetry"])
+router = APIRouter(prefix=f"{API_PREFIX}", tags=["telemetry"], route_class=AuthFirstRoute)
 
 
 async def _batch_body(request: Request) -> TelemetryBatch:

@@ -5,7 +5,7 @@ from datetime import timedelta
 
 from fastapi import APIRouter, status
 
-from service.deps import API_PREFIX, AdminAuth, SessionDep, SettingsDep
+from service.deps import API_PREFIX, AdminAuth, AuthFirstRoute, SessionDep, SettingsDep
 from service.errors import Conflict, Forbidden, NotFound, Unauthorized, responses
 from service.tokens import service
 from service.tokens.schemas import (
@@ -16,7 +16,7 @@ from service.tokens.schemas import (
     EnrollmentTokenCreated,
 )
 
-router = APIRouter(prefix=f"{API_PREFIX}", tags=["tokens"])
+router = APIRouter(prefix=f"{API_PREFIX}", tags=["tokens"], route_class=AuthFirstRoute)
 
 
 @router.post(

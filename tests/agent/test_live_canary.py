@@ -6,7 +6,11 @@ nothing but the workload reaches the device, and the filesystem checks clean aft
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,8 +31,10 @@ from agent.live_canary import (
     run_live_canary,
 )
 from agent.live_judge import Interval, judge_pair, pair_order
+from agent.signals import Interrupted, restoring_on_signals
 from kernel.lab.devices import TMPFS, DataDevice, data_device, start_workload, stop_workload
 from tests.conftest import LoopFactory
+from tests.proc import BLKPILOT
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -305,3 +311,81 @@ def test_one_stall_does_not_trip_the_guard_a_bad_candidate_does(
         assert result.verdict is not CanaryVerdict.FAIL
         assert report.pairs_used == settings.pairs
     assert applier.read(name, "scheduler") == ("mq-deadline" if result.kept_candidate else "none")
+
+
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: signal.Signals(s).name
+)
+def test_a_signal_mid_canary_restores_the_baseline(
+    device: DataDevice, collector: BlkLatCollector, applier: Applier, signum: int
+) -> None:
+    """Stopped while the candidate's interval runs (`systemctl stop`, Ctrl-C, a closed
+    terminal): SIGTERM and SIGHUP ended the process with bfq still set."""
+    scheduler = Path(f"/sys/block/{device.name}/queue/scheduler")
+
+    def sleep(seconds: float) -> None:
+        time.sleep(seconds)
+        if "[bfq]" in scheduler.read_text():
+            os.kill(os.getpid(), signum)
+
+    workload = start_workload(
+        device.data_file, rw="randread", iodepth=1, engine="psync", device=device.name
+    )
+    try:
+        with pytest.raises(Interrupted) as stopped, restoring_on_signals():
+            run_live_canary(
+                applier,
+                device.name,
+                DeviceConfig(scheduler=Scheduler.BFQ),
+                collector,
+                SETTINGS,
+                sleep=sleep,
+            )
+    finally:
+        stop_workload(workload)
+    assert stopped.value.signum == signum
+    assert "[none]" in scheduler.read_text()
+    assert not (applier.state_dir / "journal.json").exists()
+
+
+def test_sigterm_to_the_command_restores_and_exits_143(device: DataDevice, tmp_path: Path) -> None:
+    """`blkpilot agent canary --mode live`, stopped with SIGTERM while the candidate is set:
+    the baseline is back before it exits, with the shell's status for SIGTERM."""
+    scheduler = Path(f"/sys/block/{device.name}/queue/scheduler")
+    workload = start_workload(
+        device.data_file, rw="randread", iodepth=1, engine="psync", device=device.name
+    )
+    try:
+        canary = subprocess.Popen(
+            [
+                BLKPILOT,
+                "agent",
+                "canary",
+                device.name,
+                "--mode",
+                "live",
+                "--scheduler",
+                "bfq",
+                "--no-report",
+                "--state-dir",
+                str(tmp_path / "agent"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while "[bfq]" not in scheduler.read_text() and canary.poll() is None:
+                assert time.monotonic() < deadline, "the candidate was never applied"
+                time.sleep(0.01)
+            canary.send_signal(signal.SIGTERM)
+            out, err = canary.communicate(timeout=60)
+        finally:
+            if canary.poll() is None:
+                canary.kill()
+    finally:
+        stop_workload(workload)
+    assert canary.returncode == 143, out + err
+    assert "stopped by SIGTERM" in err
+    assert "[none]" in scheduler.read_text()
