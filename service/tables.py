@@ -127,6 +127,9 @@ class TelemetryBatchRow(Base):
     batch_id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
     node_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
     windows: Mapped[int] = mapped_column(Integer)
+    # SHA-256 of the batch's content: a resend with the same id must be the same batch
+    # (NULL: received before 0011, taken on trust)
+    digest: Mapped[str | None] = mapped_column(String(64))
     received_at: Mapped[datetime] = _now()
 
 

@@ -40,24 +40,30 @@ _DAY_NAME = re.compile(rf"^{RAW}_p(\d{{8}})$")
 _MONTH_NAME = re.compile(rf"^{HOURLY}_p(\d{{6}})$")
 
 
-def claim_batch(session: Session, batch_id: uuid.UUID, node_id: uuid.UUID, windows: int) -> bool:
+def claim_batch(
+    session: Session, batch_id: uuid.UUID, node_id: uuid.UUID, windows: int, digest: str
+) -> bool:
     """Record the batch id; False if it was recorded before (by this transaction or another).
 
     A concurrent insert of the same id waits on the primary key until the other commits.
     """
     claimed = session.scalar(
         pg_insert(TelemetryBatchRow)
-        .values(batch_id=batch_id, node_id=node_id, windows=windows)
+        .values(batch_id=batch_id, node_id=node_id, windows=windows, digest=digest)
         .on_conflict_do_nothing(index_elements=[TelemetryBatchRow.batch_id])
         .returning(TelemetryBatchRow.batch_id)
     )
     return claimed is not None
 
 
-def batch_owner(session: Session, batch_id: uuid.UUID) -> uuid.UUID | None:
-    return session.scalar(
-        select(TelemetryBatchRow.node_id).where(TelemetryBatchRow.batch_id == batch_id)
-    )
+def claimed_batch(session: Session, batch_id: uuid.UUID) -> tuple[uuid.UUID, str | None] | None:
+    """Who sent a batch id before, and the digest of what it held."""
+    row = session.execute(
+        select(TelemetryBatchRow.node_id, TelemetryBatchRow.digest).where(
+            TelemetryBatchRow.batch_id == batch_id
+        )
+    ).one_or_none()
+    return (row.node_id, row.digest) if row is not None else None
 
 
 def copy_windows(session: Session, rows: Iterable[dict[str, Any]]) -> int:

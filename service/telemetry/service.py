@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -65,10 +66,19 @@ def ingest(
     if len(set(keys)) != len(keys):
         raise Unprocessable("the batch holds the same device and interval twice")
 
-    if not repository.claim_batch(session, batch.batch_id, node.node_id, len(batch.windows)):
-        owner = repository.batch_owner(session, batch.batch_id)
+    digest = batch_digest(batch)
+    claimed = repository.claim_batch(
+        session, batch.batch_id, node.node_id, len(batch.windows), digest
+    )
+    if not claimed:
+        owner, earlier = repository.claimed_batch(session, batch.batch_id) or (None, None)
         if owner != node.node_id:
             raise Conflict(f"batch id {batch.batch_id} was already used by another node")
+        if earlier is not None and earlier != digest:
+            raise Conflict(
+                f"batch id {batch.batch_id} was received before with other content: a batch id"
+                " names one batch; nothing from this one was stored"
+            )
         on_commit(session, lambda: metrics.TELEMETRY_BATCHES.labels(outcome="duplicate").inc())
         return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=False, windows=0)
 
@@ -84,6 +94,12 @@ def ingest(
 
     on_commit(session, count_ingested)
     return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=True, windows=count)
+
+
+def batch_digest(batch: TelemetryBatch) -> str:
+    """SHA-256 of the batch's canonical JSON (pydantic's, whatever the bytes sent): the same
+    batch resent by a spool has the same digest."""
+    return hashlib.sha256(batch.model_dump_json().encode()).hexdigest()
 
 
 def window_row(w: TelemetryWindow, device_id: uuid.UUID, batch_id: uuid.UUID) -> dict[str, Any]:

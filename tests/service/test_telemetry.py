@@ -361,6 +361,25 @@ class TestIngestBatch:
         )
         assert response.status_code == 409
 
+    def test_a_batch_id_resent_with_other_content_is_409(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        """It was 200 `accepted: false`, and the other content was dropped without a word."""
+        _, token = node
+        batch_id = uuid.uuid4()
+        first = _batch(telemetry_window("loop0"), batch_id=batch_id)
+        assert client.post(URL, json=first, headers=bearer(token)).status_code == 201
+        # the same batch again, keys in another order: the same content
+        again = {"windows": first["windows"], "batch_id": first["batch_id"]}
+        resent = client.post(URL, json=again, headers=bearer(token))
+        assert resent.status_code == 200, resent.text
+        assert resent.json()["accepted"] is False
+        other = _batch(telemetry_window("loop0", index=5), batch_id=batch_id)
+        response = client.post(URL, json=other, headers=bearer(token))
+        assert response.status_code == 409, response.text
+        assert "other content" in response.json()["detail"]
+        assert _stored(session) == 1
+
     def test_operator_token_cannot_ingest(self, client: TestClient, session: Session) -> None:
         admin = create_api_token(session, role=Role.ADMIN)
         response = client.post(URL, json=_batch(telemetry_window()), headers=bearer(admin))
