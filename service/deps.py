@@ -157,6 +157,14 @@ def identify(session: Session, token: str) -> tuple[Principal | None, str]:
     if token.startswith(OPERATOR_TOKEN_PREFIX):
         api_token = token_repository.get_active_api_token_by_digest(session, digest)
         if api_token is not None:
+            now = datetime.now(UTC)
+            if api_token.expires_at is not None and api_token.expires_at <= now:
+                return None, (
+                    f"API token {api_token.name!r} expired at"
+                    f" {api_token.expires_at:%Y-%m-%d %H:%M %Z}: rotate it"
+                    f" (`blkpilot token rotate {api_token.name}`)"
+                )
+            token_repository.touch_api_token(session, api_token, now)
             return Principal(name=f"token:{api_token.name}", role=Role(api_token.role)), ""
     elif token.startswith(NODE_TOKEN_PREFIX):
         node = node_repository.get_by_token_digest(session, digest)

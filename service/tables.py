@@ -57,6 +57,9 @@ class ApiToken(Base):
     created_by: Mapped[str] = mapped_column(String(160))
     created_at: Mapped[datetime] = _now()
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # None: never
+    # when it was last accepted, to the minute (written at most once a minute per token)
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class EnrollmentToken(Base):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -87,6 +88,29 @@ def start_replicas(
     return bases
 
 
+def stop_embedded(data_dir: Path, timeout: float = 30) -> None:
+    """Stop an embedded PostgreSQL left running in data_dir (its `serve` was killed, or never
+    got as far as stopping it): fast shutdown, then SIGKILL."""
+    pidfile = data_dir / "postgres" / "postmaster.pid"
+    try:
+        pid = int(pidfile.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    try:
+        os.kill(pid, signal.SIGINT)  # PostgreSQL's fast shutdown
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
 def stop(process: subprocess.Popen[str], sig: signal.Signals = signal.SIGTERM) -> int:
     process.send_signal(sig)
     try:
@@ -125,13 +149,28 @@ class ServiceProcess:
 
     def start(self) -> None:
         self.process = start_serve(self.data_dir, self.env, self.port)
-        wait_ready(f"{self.base_url}/readyz", self.process, timeout=90, verify=self.verify)
+        try:
+            wait_ready(f"{self.base_url}/readyz", self.process, timeout=90, verify=self.verify)
+        except BaseException:
+            # a fixture that gives up stops what it started: `serve`, and the embedded
+            # PostgreSQL it may have left (found running an hour after a loaded suite ended)
+            with contextlib.suppress(Exception):
+                self.stop()
+            raise
 
     def stop(self) -> int:
+        """SIGTERM, and its exit status. A `serve` that did not exit cleanly may have left
+        its embedded PostgreSQL behind: that is stopped too (a clean exit lets go of it
+        itself, and another process may still hold it)."""
         assert self.process is not None
-        code = stop(self.process)
-        self.process = None
-        return code
+        code = None
+        try:
+            code = stop(self.process)
+            return code
+        finally:
+            self.process = None
+            if code != 0:
+                stop_embedded(self.data_dir)
 
     def create_admin(self, name: str = "admin") -> str:
         result = run("token", "create", "--name", name, "--role", "admin", env=self.env)

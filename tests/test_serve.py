@@ -174,3 +174,38 @@ def test_production_refuses_the_embedded_database(tmp_path: Path) -> None:
     result = run("serve", env=clean_env(tmp_path, BLKPILOT_ENVIRONMENT="production"))
     assert result.returncode == 2
     assert "BLKPILOT_DATABASE_URL" in result.stderr
+
+
+def test_tokens_are_listed_rotated_and_revoked_from_the_cli(served: ServiceProcess) -> None:
+    """`blkpilot token list | rotate | revoke` on the running service's database: the list
+    shows expiry and last use (UTC), rotation prints a new secret and stops the old one."""
+    made = run("token", "create", "--name", "cli-ops", "--role", "operator", env=served.env)
+    assert made.returncode == 0, made.stderr
+    secret = made.stdout.split()[-1]
+    url = f"{served.base_url}/api/v1/nodes"
+    assert httpx.get(url, headers={"Authorization": f"Bearer {secret}"}).status_code == 200
+    listed = run("token", "list", env=served.env)
+    assert listed.returncode == 0, listed.stderr
+    (row,) = [line for line in listed.stdout.splitlines() if line.startswith("cli-ops ")]
+    assert "operator" in row
+    assert "active" in row
+    assert row.count("UTC") == 2  # expires in 90 days, used just now
+
+    rotated = run("token", "rotate", "cli-ops", "--ttl-hours", "0", env=served.env)
+    assert rotated.returncode == 0, rotated.stderr
+    fresh = rotated.stdout.split()[-1]
+    assert fresh != secret
+    assert httpx.get(url, headers={"Authorization": f"Bearer {secret}"}).status_code == 401
+    assert httpx.get(url, headers={"Authorization": f"Bearer {fresh}"}).status_code == 200
+    (row,) = [
+        line
+        for line in run("token", "list", env=served.env).stdout.splitlines()
+        if line.startswith("cli-ops ")
+    ]
+    assert "never" in row
+
+    assert run("token", "revoke", "cli-ops", env=served.env).returncode == 0
+    assert httpx.get(url, headers={"Authorization": f"Bearer {fresh}"}).status_code == 401
+    missing = run("token", "rotate", "no-such-token", env=served.env)
+    assert missing.returncode == 1
+    assert "no active API token" in missing.stderr

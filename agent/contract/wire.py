@@ -404,6 +404,9 @@ class ObservationCreate(WireModel):
     def _consistent(self) -> Self:
         if self.finished_at < self.started_at:
             raise ValueError("finished_at is before started_at")
+        if self.started_at < EARLIEST_WINDOW:
+            # like telemetry: a measurement from before this project's world is a wrong clock
+            raise ValueError(f"started_at is before {EARLIEST_WINDOW:%Y-%m-%d}")
         if (self.kind is ObservationKind.CANARY) != (self.verdict is not None):
             raise ValueError("a canary observation has a verdict, a benchmark has none")
         bad = [name for name, number in self.statistics.items() if not math.isfinite(number)]

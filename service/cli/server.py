@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -134,10 +135,26 @@ def db_current() -> None:
             engine.dispose()
 
 
+TtlHours = Annotated[
+    float,
+    typer.Option(
+        min=0,
+        max=24 * 3650,
+        help="Hours until the token expires; 0: never. [default: 2160, 90 days]",
+        show_default=False,
+    ),
+]
+
+
+def _ttl(hours: float) -> timedelta | None:
+    return timedelta(hours=hours) if hours > 0 else None
+
+
 @token_app.command("create")
 def token_create(
     name: Annotated[str, typer.Option(help="A unique name, shown in the audit log.")],
     role: Annotated[str, typer.Option(help="viewer, operator or admin.")] = "viewer",
+    ttl_hours: TtlHours = 24 * 90,
 ) -> None:
     """Create an API token directly in the database (how the first admin token is made)."""
     settings = load_settings()
@@ -152,11 +169,82 @@ def token_create(
         raise typer.BadParameter(f"{role!r}: one of viewer, operator, admin") from error
     with open_database(settings) as database, database.sessionmaker.begin() as session:
         try:
-            _, secret = service.create_api_token(session, "cli", name=name, role=parsed)
+            _, secret = service.create_api_token(
+                session, "cli", name=name, role=parsed, ttl=_ttl(ttl_hours)
+            )
         except BlkpilotError as error:
             typer.secho(f"error: {error.detail}", err=True, fg=typer.colors.RED)
             raise typer.Exit(code=1) from error
     typer.echo(secret)
+
+
+@token_app.command("list")
+def token_list() -> None:
+    """Every API token: name, role, when it expires and when it was last used (UTC)."""
+    settings = load_settings()
+    from service.runtime import open_database
+    from service.tokens import service
+
+    def when(value: datetime | None, none: str) -> str:
+        return f"{value.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if value is not None else none
+
+    with open_database(settings) as database, database.sessionmaker() as session:
+        tokens = service.list_api_tokens(session)
+        rows = [
+            (
+                t.name,
+                t.role,
+                "revoked" if t.revoked_at else "active",
+                when(t.expires_at, "never"),
+                when(t.last_used_at, "not yet"),
+            )
+            for t in tokens
+        ]
+    header = ("NAME", "ROLE", "STATE", "EXPIRES", "LAST USED")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        typer.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+@token_app.command("rotate")
+def token_rotate(
+    name: Annotated[str, typer.Argument(help="The token's name (`token list`).")],
+    ttl_hours: TtlHours = 24 * 90,
+) -> None:
+    """A new secret for the token (same name and role), printed once; the old secret stops
+    working at once. Exit status 1 if there is no active token of that name."""
+    settings = load_settings()
+    from service.errors import BlkpilotError
+    from service.runtime import open_database
+    from service.tokens import service
+
+    with open_database(settings) as database, database.sessionmaker.begin() as session:
+        try:
+            _, secret = service.rotate_api_token(session, "cli", name, ttl=_ttl(ttl_hours))
+        except BlkpilotError as error:
+            typer.secho(f"error: {error.detail}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(code=1) from error
+    typer.echo(secret)
+
+
+@token_app.command("revoke")
+def token_revoke(
+    name: Annotated[str, typer.Argument(help="The token's name (`token list`).")],
+) -> None:
+    """Revoke an API token now. Exit status 1 if there is no token of that name."""
+    settings = load_settings()
+    from service.errors import BlkpilotError
+    from service.runtime import open_database
+    from service.tokens import service
+
+    with open_database(settings) as database, database.sessionmaker.begin() as session:
+        try:
+            token = service.get_api_token_by_name(session, name)
+            service.revoke_api_token(session, "cli", token.id)
+        except BlkpilotError as error:
+            typer.secho(f"error: {error.detail}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(code=1) from error
+    typer.echo(f"revoked {name}")
 
 
 @enrollment_app.command("create")

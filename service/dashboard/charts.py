@@ -9,31 +9,43 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt
 from markupsafe import Markup, escape
-from matplotlib.ticker import MaxNLocator
 
-plt.rcParams.update(
-    {
-        "font.size": 9,
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-        "svg.fonttype": "none",
-        "figure.dpi": 96,
-    }
-)
 COLOURS = ["#2f6fb0", "#d9822b", "#3a9a5b", "#b0413e", "#7a5fb5", "#8c8c8c"]
+
+
+@lru_cache(maxsize=1)
+def _pyplot() -> Any:
+    """matplotlib, imported when the first chart is drawn: it is a second of `serve`'s start
+    otherwise (a busy host's fixtures timed out waiting for it), for pages not yet asked for."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update(
+        {
+            "font.size": 9,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "svg.fonttype": "none",
+            "figure.dpi": 96,
+        }
+    )
+    return plt
+
+
+def _max_n_locator(**options: Any) -> Any:
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(**options)
 
 
 def _svg(figure: Any, title: str) -> Markup:
     buffer = io.StringIO()
     figure.tight_layout()
     figure.savefig(buffer, format="svg")
-    plt.close(figure)
+    _pyplot().close(figure)
     text = buffer.getvalue()
     text = text[text.index("<svg") :]  # drop the XML prolog and doctype: it goes inline
     return Markup(f'<figure class="chart" role="img" aria-label="{title}">{text}</figure>')  # noqa: S704
@@ -74,7 +86,7 @@ def _bars(
     counts: bool,
 ) -> Markup:
     height = 0.9 + 0.28 * len(labels)
-    figure, axes = plt.subplots(figsize=(6.4, height))
+    figure, axes = _pyplot().subplots(figsize=(6.4, height))
     colours = [COLOURS[1] if label == highlight else COLOURS[0] for label in labels]
     xerr = None
     if errors is not None:
@@ -87,14 +99,14 @@ def _bars(
     axes.invert_yaxis()
     axes.set_xlabel(unit)
     if counts:
-        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.xaxis.set_major_locator(_max_n_locator(integer=True))
     axes.set_title(title, loc="left")
     return _svg(figure, title)
 
 
 def changes(title: str, rows: Sequence[tuple[str, float, float, float]]) -> Markup:
     """Predicted change per objective (better is right), with its 80 % interval."""
-    figure, axes = plt.subplots(figsize=(6.4, 0.9 + 0.35 * len(rows)))
+    figure, axes = _pyplot().subplots(figsize=(6.4, 0.9 + 0.35 * len(rows)))
     for index, (_, change, low, high) in enumerate(rows):
         colour = COLOURS[2] if change >= 0 else COLOURS[3]
         spread = [[(change - low) * 100], [(high - change) * 100]]
@@ -152,7 +164,9 @@ def timeline(
     if times and values:
         t0, t1 = min(times), max(times)
         lo, hi = min(0.0, min(values)), max(values)
-        ticks = [float(v) for v in MaxNLocator(nbins=5).tick_values(lo, hi if hi > lo else lo + 1)]
+        ticks = [
+            float(v) for v in _max_n_locator(nbins=5).tick_values(lo, hi if hi > lo else lo + 1)
+        ]
         lo, hi = min(ticks[0], lo), max(ticks[-1], hi)
         seconds = max((t1 - t0).total_seconds(), 1.0)
 
@@ -220,7 +234,7 @@ def timeline(
 def distribution(title: str, series: Mapping[str, Sequence[tuple[float, float, int]]]) -> Markup:
     """Latency distributions as step histograms on a log axis: per series, (low µs, high µs,
     count) buckets, drawn as the share of I/Os per bucket."""
-    figure, axes = plt.subplots(figsize=(6.4, 2.6))
+    figure, axes = _pyplot().subplots(figsize=(6.4, 2.6))
     for index, (name, buckets) in enumerate(series.items()):
         total = sum(count for _, _, count in buckets) or 1
         edges = [low for low, _, _ in buckets] + [buckets[-1][1]] if buckets else []

@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
+from agent.contract.base import MAX_CLOCK_SKEW
 from agent.contract.wire import ObservationCreate, ObservationKind
 from service.devices import repository as device_repository
 from service.errors import Forbidden, NotFound, Unprocessable
@@ -23,6 +25,13 @@ def record(session: Session, principal: Principal, body: ObservationCreate) -> O
         )
     if not principal.may_act_for_node(device.node_id, Role.OPERATOR):
         raise Forbidden("a node may record observations only for its own devices")
+    latest = datetime.now(UTC) + MAX_CLOCK_SKEW
+    if body.finished_at > latest:
+        raise Unprocessable(
+            f"finished_at {body.finished_at.isoformat()} is more than {MAX_CLOCK_SKEW} past this"
+            " server's clock: check the node's clock (NTP); nothing was stored",
+            fields=[{"loc": ["body", "finished_at"], "msg": "in the future"}],
+        )
     scheduler = body.configuration.scheduler
     if (
         scheduler is not None

@@ -28,7 +28,10 @@ router = APIRouter(prefix=f"{API_PREFIX}", tags=["tokens"], route_class=AuthFirs
 def create_api_token(
     body: ApiTokenCreate, session: SessionDep, admin: AdminAuth
 ) -> ApiTokenCreated:
-    token, secret = service.create_api_token(session, admin, name=body.name, role=body.role)
+    ttl = timedelta(hours=body.ttl_hours) if body.ttl_hours is not None else None
+    token, secret = service.create_api_token(
+        session, admin, name=body.name, role=body.role, ttl=ttl
+    )
     return ApiTokenCreated.model_validate(
         {**ApiTokenRead.model_validate(token).model_dump(), "token": secret}
     )

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -11,8 +11,28 @@ from service.tables import ApiToken, EnrollmentToken
 
 
 def get_active_api_token_by_digest(session: Session, digest: str) -> ApiToken | None:
+    """The unrevoked token with this digest (expired or not: the caller says which)."""
     return session.scalar(
         select(ApiToken).where(ApiToken.token_sha256 == digest, ApiToken.revoked_at.is_(None))
+    )
+
+
+# a token's last use is written at most this often: not a row write per request
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def touch_api_token(session: Session, token: ApiToken, now: datetime) -> None:
+    if token.last_used_at is not None and now - token.last_used_at < LAST_USED_RESOLUTION:
+        return
+    session.execute(
+        update(ApiToken)
+        .where(
+            ApiToken.id == token.id,
+            (ApiToken.last_used_at.is_(None))
+            | (ApiToken.last_used_at < now - LAST_USED_RESOLUTION),
+        )
+        .values(last_used_at=now)
+        .execution_options(synchronize_session=False)
     )
 
 
@@ -29,9 +49,17 @@ def list_api_tokens(session: Session) -> Sequence[ApiToken]:
 
 
 def add_api_token(
-    session: Session, *, name: str, role: str, digest: str, created_by: str
+    session: Session,
+    *,
+    name: str,
+    role: str,
+    digest: str,
+    created_by: str,
+    expires_at: datetime | None,
 ) -> ApiToken:
-    token = ApiToken(name=name, role=role, token_sha256=digest, created_by=created_by)
+    token = ApiToken(
+        name=name, role=role, token_sha256=digest, created_by=created_by, expires_at=expires_at
+    )
     session.add(token)
     session.flush()
     return token

@@ -16,6 +16,10 @@ TokenName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-
 class ApiTokenCreate(InputModel):
     name: TokenName
     role: Role
+    ttl_hours: Annotated[float | None, Field(gt=0, le=24 * 3650)] = Field(
+        default=24 * 90,
+        description="hours until it expires (default 90 days); null: it never expires",
+    )
 
 
 class ApiTokenRead(BaseModel):
@@ -27,6 +31,8 @@ class ApiTokenRead(BaseModel):
     created_by: str
     created_at: datetime
     revoked_at: datetime | None
+    expires_at: datetime | None = None  # None: never
+    last_used_at: datetime | None = None  # to the minute
 
 
 class ApiTokenCreated(ApiTokenRead):

@@ -19,17 +19,32 @@ from service.security import (
 from service.tables import ApiToken, EnrollmentToken
 from service.tokens import repository
 
+# how long an operator's API token is good for unless told otherwise (`--ttl-hours`,
+# `ttl_hours`); None there: it never expires
+DEFAULT_API_TOKEN_TTL = timedelta(days=90)
+
 
 def create_api_token(
-    session: Session, actor: Principal | str, *, name: str, role: Role
+    session: Session,
+    actor: Principal | str,
+    *,
+    name: str,
+    role: Role,
+    ttl: timedelta | None = DEFAULT_API_TOKEN_TTL,
 ) -> tuple[ApiToken, str]:
     """Returns the stored token and its secret, which is never stored nor shown again."""
     if repository.get_api_token_by_name(session, name) is not None:
         raise Conflict(f"an API token named {name!r} already exists")
     secret = new_token(OPERATOR_TOKEN_PREFIX)
     created_by = actor if isinstance(actor, str) else actor.name
+    expires_at = datetime.now(UTC) + ttl if ttl is not None else None
     token = repository.add_api_token(
-        session, name=name, role=role.value, digest=token_digest(secret), created_by=created_by
+        session,
+        name=name,
+        role=role.value,
+        digest=token_digest(secret),
+        created_by=created_by,
+        expires_at=expires_at,
     )
     audit.record(
         session,
@@ -37,16 +52,56 @@ def create_api_token(
         "api_token.created",
         target_type="api_token",
         target_id=token.id,
-        after={"name": name, "role": role.value},
+        after={"name": name, "role": role.value, "expires_at": _iso(expires_at)},
     )
     return token, secret
+
+
+def rotate_api_token(
+    session: Session,
+    actor: Principal | str,
+    name: str,
+    *,
+    ttl: timedelta | None = DEFAULT_API_TOKEN_TTL,
+) -> tuple[ApiToken, str]:
+    """A new secret for the token of that name (same name and role); the old secret stops
+    working at once. Returns the token and its new secret."""
+    token = repository.get_api_token_by_name(session, name)
+    if token is None or token.revoked_at is not None:
+        raise NotFound(f"no active API token named {name!r}")
+    secret = new_token(OPERATOR_TOKEN_PREFIX)
+    before = {"expires_at": _iso(token.expires_at)}
+    token.token_sha256 = token_digest(secret)
+    token.expires_at = datetime.now(UTC) + ttl if ttl is not None else None
+    session.flush()
+    audit.record(
+        session,
+        actor,
+        "api_token.rotated",
+        target_type="api_token",
+        target_id=token.id,
+        before={"name": name, **before},
+        after={"name": name, "expires_at": _iso(token.expires_at)},
+    )
+    return token, secret
+
+
+def get_api_token_by_name(session: Session, name: str) -> ApiToken:
+    token = repository.get_api_token_by_name(session, name)
+    if token is None:
+        raise NotFound(f"no API token named {name!r}")
+    return token
+
+
+def _iso(when: datetime | None) -> str | None:
+    return when.isoformat() if when is not None else None
 
 
 def list_api_tokens(session: Session) -> Sequence[ApiToken]:
     return repository.list_api_tokens(session)
 
 
-def revoke_api_token(session: Session, actor: Principal, token_id: uuid.UUID) -> ApiToken:
+def revoke_api_token(session: Session, actor: Principal | str, token_id: uuid.UUID) -> ApiToken:
     token = repository.get_api_token(session, token_id)
     if token is None:
         raise NotFound(f"no API token {token_id}")

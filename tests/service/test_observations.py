@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
@@ -115,6 +117,33 @@ class TestRecordObservation:
         (device,) = report_inventory(session, node, device_inventory("loop0"))
         body = _observation(device, finished_at="2026-11-01T11:00:00+00:00")
         assert client.post(URL, json=body, headers=bearer(token)).status_code == 422
+
+    @pytest.mark.parametrize(
+        ("started", "finished", "field"),
+        [
+            ("9999-12-31T12:00:00+00:00", "9999-12-31T12:00:30+00:00", "finished_at"),
+            ("1970-01-01T00:00:00+00:00", "1970-01-01T00:00:30+00:00", None),
+        ],
+        ids=["year-9999", "year-1970"],
+    )
+    def test_dates_where_no_measurement_can_be_are_422(
+        self,
+        client: TestClient,
+        session: Session,
+        started: str,
+        finished: str,
+        field: str | None,
+    ) -> None:
+        """Bounded as telemetry windows are: not before 2000, not past the server's clock."""
+        node, token = create_node(session)
+        (device,) = report_inventory(session, node, device_inventory("loop0"))
+        body = _observation(device, started_at=started, finished_at=finished)
+        response = client.post(URL, json=body, headers=bearer(token))
+        assert response.status_code == 422, response.text
+        if field is not None:
+            assert response.json()["fields"][0]["loc"] == ["body", field]
+        viewer = create_api_token(session, role=Role.VIEWER)
+        assert client.get(URL, headers=bearer(viewer)).json() == []
 
 
 class TestListObservations:
