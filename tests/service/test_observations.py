@@ -3,7 +3,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
