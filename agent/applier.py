@@ -33,7 +33,7 @@ from agent.contract.tunables import (
 )
 from agent.discovery import KernelFacts, parse_scheduler
 from agent.effects import Effects, SysfsWriteError
-from agent.errors import ChangeFailed, ChangeRefused, NoSnapshot
+from agent.errors import AgentError, ChangeFailed, ChangeRefused, NoSnapshot
 from agent.fsutil import read_json, remove_durably, write_json_atomic
 from agent.host import HostPaths, read_text
 
@@ -181,6 +181,65 @@ class Applier:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
+    @contextmanager
+    def canary(self, device: str) -> Iterator[None]:
+        """A canary under way on the device: its lock, and a marker naming what the device
+        had applied when it began. A canary ended by a signal restores its baseline itself
+        (agent.signals); one ended by kill -9 leaves the marker, and `recover()` at the
+        agent's next start puts the baseline back."""
+        with self.device_lock(device):
+            marker = self._canary_marker(device)
+            marker.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_json_atomic(
+                marker,
+                {
+                    "device": device,
+                    "baseline_txid": self._applied_txid(device),
+                    "started_at": datetime.now(UTC).isoformat(),
+                },
+            )
+            try:
+                yield
+            finally:
+                remove_durably(marker)
+
+    def _canary_marker(self, device: str) -> Path:
+        return self.state_dir / "canaries" / f"{device}.json"
+
+    def _applied_txid(self, device: str) -> str | None:
+        path = self._applied_file(device)
+        return str(read_json(path).get("txid")) if path.exists() else None
+
+    def _recover_canaries(self) -> list[str]:
+        """Canaries a kill -9 ended: where the candidate is still applied (the applied
+        change is not the one the canary began from), the baseline is restored."""
+        restored = []
+        folder = self.state_dir / "canaries"
+        for marker in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                entry = read_json(marker)
+                device = str(entry["device"])
+                baseline = entry.get("baseline_txid")
+            except (ValueError, KeyError, TypeError, AttributeError, OSError) as error:
+                log.error("canary marker %s unreadable (%s): set aside", marker.name, error)
+                os.replace(marker, marker.with_suffix(".unreadable"))
+                continue
+            if self.effects.dry_run:
+                log.warning("dry run: the canary interrupted on %s would be undone", device)
+                continue
+            if self.busy(device):
+                continue  # that canary is alive (it holds the device's lock)
+            try:
+                candidate_applied = self._applied_txid(device) not in (None, baseline)
+                if candidate_applied:
+                    self.rollback(device)
+                    restored.append(device)
+                    log.warning("a canary on %s was killed: its baseline is restored", device)
+            except (AgentError, OSError, ValueError) as error:
+                self._hold(device, f"a killed canary's baseline could not be restored: {error}")
+            remove_durably(marker)
+        return restored
+
     def busy(self, device: str) -> bool:
         """Whether a canary, a sweep or an apply holds the device now (without waiting)."""
         with self._lock_file(device).open("w") as lock:
@@ -326,9 +385,12 @@ class Applier:
         return ok
 
     def recover(self) -> str | None:
-        """Undo a change a crash interrupted; returns the device it restored, if any."""
+        """Undo a change a crash interrupted, then any canary a kill -9 ended; returns a
+        device it restored, if any."""
         with self._exclusive():
-            return self._recover_locked()
+            found = self._recover_locked()
+        canaries = self._recover_canaries()
+        return found or (canaries[0] if canaries else None)
 
     def _recover_locked(self) -> str | None:
         if not self._journal.exists():

@@ -118,7 +118,7 @@ def run_canary(
     kept only on pass; otherwise the device ends as it began, which is checked before
     returning."""
     budget = Budget.of(rounds, max_rounds)
-    with applier.device_lock(device):
+    with applier.canary(device):
         return _run_canary(
             applier,
             device,

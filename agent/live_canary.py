@@ -94,7 +94,7 @@ def run_live_canary(
     device ends as it began otherwise, which is checked before returning."""
     if not collector.available:
         raise LiveCanaryUnavailable(f"the live canary needs eBPF: {collector.unavailable}")
-    with applier.device_lock(device):
+    with applier.canary(device):
         return _run(applier, device, candidate, collector, settings, sleep)
 
 

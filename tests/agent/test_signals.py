@@ -149,3 +149,53 @@ def test_a_signal_mid_synthetic_canary_restores_the_baseline(
     assert sent.is_set()
     assert "[none]" in scheduler.read_text()
     assert not (tmp_path / "agent" / "journal.json").exists()
+
+
+def test_a_canary_killed_with_sigkill_is_undone_at_the_next_start(
+    tmp_path: Path, loop_device: LoopFactory
+) -> None:
+    """kill -9 cannot be caught: the canary's marker stays, and the agent's next start
+    (Applier.recover, as `agent run` calls it) restores the baseline."""
+    device = loop_device(on="tmpfs")
+    state_dir = tmp_path / "agent"
+    scheduler = Path(f"/sys/block/{device}/queue/scheduler")
+    argv = [BLKPILOT, "agent", "canary", device, "--mode", "synthetic", "--scheduler", "bfq"]
+    argv += ["--rounds", "20", "--round-seconds", "0.5", "--no-report"]
+    canary = subprocess.Popen(
+        [*argv, "--state-dir", str(state_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while "[bfq]" not in scheduler.read_text():
+            assert canary.poll() is None
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.2)
+    finally:
+        canary.kill()
+        canary.wait()
+    assert "[bfq]" in scheduler.read_text()  # left behind, as a kill -9 leaves it
+    assert list((state_dir / "canaries").glob("*.json"))
+    assert Applier(HostPaths(), state_dir).recover() == device
+    assert "[none]" in scheduler.read_text()
+    assert not list((state_dir / "canaries").glob("*.json"))
+
+
+def test_recovery_leaves_a_live_canary_and_a_kept_policy_alone(
+    tmp_path: Path, loop_device: LoopFactory
+) -> None:
+    device = loop_device(on="tmpfs")
+    applier = Applier(HostPaths(), tmp_path / "agent")
+    applier.apply(device, DeviceConfig(scheduler=Scheduler.MQ_DEADLINE))  # a policy, kept
+    with applier.canary(device):  # a canary alive, still on its baseline
+        assert Applier(HostPaths(), tmp_path / "agent").recover() is None
+        assert (tmp_path / "agent" / "canaries" / f"{device}.json").exists()
+    # killed on its baseline: the marker is there, the policy stays
+    marker = tmp_path / "agent" / "canaries" / f"{device}.json"
+    write_json_atomic(marker, {"device": device, "baseline_txid": applier._applied_txid(device)})
+    assert applier.recover() is None
+    assert "[mq-deadline]" in Path(f"/sys/block/{device}/queue/scheduler").read_text()
+    assert not marker.exists()
+    applier.rollback(device)

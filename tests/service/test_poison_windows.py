@@ -81,11 +81,10 @@ def fleet(scratch: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         yield found
 
 
-_finite = {"allow_nan": False, "allow_infinity": False}
-
-
 def _measure(high: float) -> st.SearchStrategy[float]:
-    return st.one_of(st.just(0.0), st.just(high), st.floats(0.0, high, **_finite))
+    return st.one_of(
+        st.just(0.0), st.just(high), st.floats(0.0, high, allow_nan=False, allow_infinity=False)
+    )
 
 
 @st.composite
