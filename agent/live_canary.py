@@ -19,16 +19,25 @@ Sequential, like the synthetic canary (agent.contract.verdict.Budget): the first
 `pairs` comparable pairs; while inconclusive, as many more pairs and another look, up to
 `max_pairs`; each look at alpha / the planned looks, so the error rates hold over all of them.
 
-A hard guard: when the candidate's p99 over everything it has served so far passes a limit (a
-multiple of the baseline's, pooled the same way, or an absolute one) — checked several times
-per interval — and the candidate's next interval after a baseline interval, on its own, passes
-it again (the limit then also at least the multiple of that baseline's p99: the traffic may
-have turned slower for both, 4 KiB reads becoming 64 KiB ones), the canary ends and the
-baseline is restored. Pooling, and the second interval, keep one stall of the host or the
-disk from ending an A/A (a stall of the host disk tripped a pooled-only guard in 1 of 40 A/A
-canaries here), and a change of traffic from tripping it (an A/A whose reads grew from 4 to
-64 KiB tripped it when two candidate intervals followed the change); a candidate that is
-really bad trips it within its first three intervals.
+Intervals are as long as the traffic needs: the baseline is first measured in growing
+intervals (from `interval_s`, doubling, up to `max_interval_s`) until one holds `min_ios`
+completions; traffic thinner than that cannot be judged, and the canary says so
+(LiveCanaryUnavailable: the command exits 4, "could not run").
+
+Load: a pair whose halves saw very different I/O rates (beyond `load_ratio`) is set aside;
+within that, each pair's log-ratio is adjusted for the load its halves saw, by how the
+baseline's own latency moves with load (live_judge.load_slope) — not by discarding the pair.
+
+A hard guard: when the candidate's p99 over everything it has served so far passes a limit — a
+multiple of the baseline's own tail (the largest p99 among its intervals, once there are
+`guard_min_intervals` of them), or an absolute one — checked several times per interval — and
+the candidate's next interval after a baseline interval, on its own, passes it again (the limit
+then also at least the multiple of that baseline's p99: the traffic may have turned slower for
+both, 4 KiB reads becoming 64 KiB ones), the canary ends and the baseline is restored. A limit
+from the baseline's intervals' largest p99, not from their pooled one, keeps bursty traffic
+from failing an A/A (a pooled limit from a few calm intervals failed 2 of 3 db_bench A/As);
+pooling on the candidate's side, and the second interval, keep one stall of the host or the
+disk from ending an A/A; a candidate that is really bad trips it within its first intervals.
 """
 
 from __future__ import annotations
@@ -95,242 +104,300 @@ def run_live_canary(
     if not collector.available:
         raise LiveCanaryUnavailable(f"the live canary needs eBPF: {collector.unavailable}")
     with applier.canary(device):
-        return _run(applier, device, candidate, collector, settings, sleep)
+        return _LiveCanary(applier, device, candidate, collector, settings, sleep).run()
 
 
-def _run(
-    applier: Applier,
-    device: str,
-    candidate: DeviceConfig,
-    collector: BlkLatCollector,
-    settings: LiveSettings,
-    sleep: Callable[[float], None],
-) -> tuple[CanaryResult, LiveReport, WorkloadSpec]:
-    started = time.monotonic()
-    rng = random.Random(settings.seed)  # noqa: S311 (an experiment's order, not a secret)
-    baseline_scheduler = applier.read(device, "scheduler")
-    baseline = applier.current(device) if applier.read(device, "io_poll") != "1" else None
-    report = LiveReport()
-    state = {"arm": "A"}
-    length = {"s": settings.interval_s}
+class _LiveCanary:
+    """One live canary: the arm the device is on, what each arm has served (for the guard),
+    the pairs' samples, and the steps that move between them."""
 
-    def use(arm: str) -> None:
-        if arm == state["arm"]:
+    def __init__(
+        self,
+        applier: Applier,
+        device: str,
+        candidate: DeviceConfig,
+        collector: BlkLatCollector,
+        settings: LiveSettings,
+        sleep: Callable[[float], None],
+    ) -> None:
+        self.applier, self.device, self.candidate = applier, device, candidate
+        self.collector, self.settings, self.sleep = collector, settings, sleep
+        self.started = time.monotonic()
+        self.rng = random.Random(settings.seed)  # noqa: S311 (an experiment's order)
+        self.baseline_scheduler = applier.read(device, "scheduler")
+        self.baseline = applier.current(device) if applier.read(device, "io_poll") != "1" else None
+        self.report = LiveReport()
+        self.arm = "A"
+        self.length_s = settings.interval_s
+        # everything each arm has served so far: the candidate's pooled p99 for the guard
+        self.pools: dict[str, list[histograms.Sparse]] = {"A": [], "B": []}
+        # each baseline interval's own p99 (µs), where it held enough I/Os: the guard's limit
+        # comes from their upper tail, so that bursty traffic the baseline itself shows does
+        # not read as the candidate's
+        self.baseline_p99s: list[float] = []
+        self.strike = -1  # the candidate interval in which the pooled p99 passed the limit
+        # the baseline's intervals since the strike: a candidate is only judged against a
+        # baseline that saw the same traffic (4 KiB reads may have become 64 KiB ones)
+        self.since_strike: list[histograms.Sparse] = []
+        self.samples: dict[str, dict[str, list[float]]] = {"A": {}, "B": {}}
+        self.rates: dict[str, list[float]] = {"A": [], "B": []}  # each pair's I/O rates
+        self.used: list[Interval] = []
+        self.budget = Budget.of(settings.pairs, settings.max_pairs)
+
+    # --- moving between the arms ---------------------------------------------------------
+
+    def use(self, arm: str) -> None:
+        if arm == self.arm:
             return
         if arm == "B":
-            applier.apply(device, candidate)
+            self.applier.apply(self.device, self.candidate)
         else:
-            applier.rollback(device)
-        state["arm"] = arm
-        sleep(settings.settle_s)
+            self.applier.rollback(self.device)
+        self.arm = arm
+        self.sleep(self.settings.settle_s)
 
-    # everything each arm has served so far, for the guard: a pooled p99 is not moved by
-    # one stall of the host or the disk, a candidate that is really bad moves it at once
-    pools: dict[str, list[histograms.Sparse]] = {"A": [], "B": []}
+    def restore(self) -> None:
+        try:
+            self.use("A")
+        finally:
+            _check_restored(self.applier, self.device, self.baseline_scheduler)
 
-    def pooled_p99_us(arm: str, extra: histograms.Sparse | None = None) -> tuple[float, int]:
-        merged = histograms.merge([*pools[arm], *([extra] if extra else [])])
+    # --- the guard -----------------------------------------------------------------------
+
+    def pooled_p99_us(self, arm: str, extra: histograms.Sparse | None = None) -> tuple[float, int]:
+        merged = histograms.merge([*self.pools[arm], *([extra] if extra else [])])
         value = histograms.quantile(merged, 0.99)
         return (value or 0.0) / 1000, sum(c for _, c in merged)
 
-    strike = {"interval": -1}  # the candidate interval in which the pooled p99 passed the limit
-    # the baseline's intervals measured since the strike: the traffic may have changed (4 KiB
-    # reads became 64 KiB), and a candidate is only judged against a baseline that saw it too
-    since_strike: list[histograms.Sparse] = []
+    def baseline_tail_us(self) -> float | None:
+        """A robust estimate of the baseline's own tail: the largest p99 of its intervals (of
+        at least min_ios I/Os each), over at least guard_min_intervals of them — an A/A on
+        bursty traffic sees its bursts in the baseline too. None while there are too few."""
+        if len(self.baseline_p99s) < self.settings.guard_min_intervals:
+            return None
+        return max(self.baseline_p99s)
 
-    def limit_us() -> tuple[float, float] | None:
-        """The guard's limit and the baseline's pooled p99; None while there is too little."""
-        baseline, baseline_ios = pooled_p99_us("A")
-        limit = settings.guard_ratio * max(baseline, 1.0)
-        if settings.guard_p99_us is not None:
-            return min(limit, settings.guard_p99_us), baseline
-        if baseline_ios < settings.guard_min_ios:
-            return None  # a p99 of a few hundred I/Os is their maximum: no limit to judge by yet
-        return limit, baseline
+    def limit_us(self) -> tuple[float, float] | None:
+        """The guard's limit and the baseline tail it comes from; None while there is too
+        little to judge by."""
+        tail = self.baseline_tail_us()
+        if self.settings.guard_p99_us is not None:
+            relative = self.settings.guard_ratio * max(tail or 0.0, 1.0)
+            limit = (
+                min(relative, self.settings.guard_p99_us) if tail else self.settings.guard_p99_us
+            )
+            return limit, tail or 0.0
+        if tail is None:
+            return None
+        return self.settings.guard_ratio * max(tail, 1.0), tail
 
-    def trip(p99: float, ios: int, limit: float, baseline: float, how: str) -> None:
-        report.guard_tripped = (
+    def trip(self, p99: float, ios: int, limit: float, baseline: float, how: str) -> None:
+        self.report.guard_tripped = (
             f"guard: the candidate's p99 reached {p99:.0f} µs over {ios} I/Os {how}"
-            f" (limit {limit:.0f} µs: {settings.guard_ratio:g}x the baseline's {baseline:.0f})"
+            f" (limit {limit:.0f} µs: {self.settings.guard_ratio:g}x the baseline's"
+            f" {baseline:.0f}, the largest p99 of its intervals)"
         )
         raise _GuardTripped
 
-    def guard(partial: Interval) -> None:
-        found = limit_us()
+    def guard(self, partial: Interval) -> None:
+        found = self.limit_us()
         if found is None:
             return
-        limit, _baseline = found
-        p99, ios = pooled_p99_us("B", histograms.merge(partial.strata.values()))
-        if ios < settings.guard_min_ios or p99 <= limit:
+        p99, ios = self.pooled_p99_us("B", histograms.merge(partial.strata.values()))
+        if ios < self.settings.min_ios or p99 <= found[0]:
             return
-        if strike["interval"] < 0:
-            strike["interval"] = len(pools["B"])  # confirmed, or not, by its next interval
-            since_strike.clear()
+        if self.strike < 0:
+            self.strike = len(self.pools["B"])  # confirmed, or not, by its next interval
+            self.since_strike.clear()
 
-    def confirm(interval: Interval) -> None:
+    def confirm(self, interval: Interval) -> None:
         """The candidate's first interval after a strike and after a baseline interval that
         followed the strike, on its own: over the limit again ends it. The limit is the
-        larger of the pooled baseline's and the baseline's since the strike: where the traffic
-        itself got slower (larger requests), the baseline got slower with it."""
-        if strike["interval"] < 0 or strike["interval"] >= len(pools["B"]) - 1:
+        larger of the baseline tail's and that of the baseline since the strike: where the
+        traffic itself got slower (larger requests), the baseline got slower with it."""
+        if self.strike < 0 or self.strike >= len(self.pools["B"]) - 1 or not self.since_strike:
             return
-        if not since_strike:
-            return  # no baseline has seen the traffic since: the next candidate interval will
-        found = limit_us()
-        if found is None or interval.ios < settings.min_ios:
+        found = self.limit_us()
+        if found is None or interval.ios < self.settings.min_ios:
             return  # too little to confirm or clear it: the next candidate interval will
-        recent = (histograms.quantile(histograms.merge(since_strike), 0.99) or 0.0) / 1000
+        recent = (histograms.quantile(histograms.merge(self.since_strike), 0.99) or 0.0) / 1000
         baseline = max(found[1], recent)
         limit = found[0]
-        if settings.guard_p99_us is None:
-            limit = max(limit, settings.guard_ratio * baseline)
+        if self.settings.guard_p99_us is None:
+            limit = max(limit, self.settings.guard_ratio * baseline)
         merged = histograms.merge(interval.strata.values())
         p99 = (histograms.quantile(merged, 0.99) or 0.0) / 1000
         if p99 > limit:
-            trip(p99, interval.ios, limit, baseline, "and again in its next interval")
-        strike["interval"] = -1
+            self.trip(p99, interval.ios, limit, baseline, "and again in its next interval")
+        self.strike = -1
 
-    def measure(arm: str) -> Interval:
+    # --- measuring -----------------------------------------------------------------------
+
+    def measure(self, arm: str, length_s: float | None = None) -> Interval:
         """One interval; for the candidate, the guard is checked as it runs."""
-        begin = collector.collect(time.time())
+        length = length_s if length_s is not None else self.length_s
+        begin = self.collector.collect(time.time())
         t0 = time.monotonic()
-        checks = settings.guard_checks if arm == "B" else 1
+        checks = self.settings.guard_checks if arm == "B" else 1
         for _ in range(checks):
-            sleep(length["s"] / checks)
+            self.sleep(length / checks)
             if arm == "B":
-                guard(strata_between(device, begin, collector.collect(time.time())))
-        end = collector.collect(time.time())
-        interval = strata_between(device, begin, end)
+                self.guard(strata_between(self.device, begin, self.collector.collect(time.time())))
+        interval = strata_between(self.device, begin, self.collector.collect(time.time()))
         seconds = time.monotonic() - t0
-        report.traffic_seconds += seconds
-        report.ios[arm] += interval.ios
-        pools[arm].append(histograms.merge(interval.strata.values()))
+        self.report.traffic_seconds += seconds
+        self.report.ios[arm] += interval.ios
+        merged = histograms.merge(interval.strata.values())
+        self.pools[arm].append(merged)
         if arm == "B":
-            confirm(interval)
-        elif strike["interval"] >= 0:
-            since_strike.append(pools["A"][-1])
+            self.confirm(interval)
+        else:
+            if interval.ios >= self.settings.min_ios:
+                self.baseline_p99s.append((histograms.quantile(merged, 0.99) or 0.0) / 1000)
+            if self.strike >= 0:
+                self.since_strike.append(merged)
         return Interval(arm, interval.strata, interval.ios, seconds)
 
-    samples: dict[str, dict[str, list[float]]] = {"A": {}, "B": {}}
-    used: list[Interval] = []
-    verdict_notes: list[str] = []
-    budget = Budget.of(settings.pairs, settings.max_pairs)
-    planned = budget.looks()
-    per_look = settings.alpha / len(planned)
-    verdict, per_metric, looks = CanaryVerdict.INCONCLUSIVE, list[MetricStatistics](), 0
-    try:
-        reference = measure("A")  # the baseline's level, for the guard
+    def size_intervals(self) -> None:
+        """The baseline's traffic measured in growing intervals — from interval_s, doubling,
+        up to max_interval_s — until one holds min_ios I/Os; intervals are then as long as
+        that rate needs (with a quarter to spare). Thinner traffic than min_ios in
+        max_interval_s cannot be judged: LiveCanaryUnavailable, and why."""
+        settings = self.settings
+        length = settings.interval_s
+        while True:
+            reference = self.measure("A", length)
+            if reference.ios >= settings.min_ios or length >= settings.max_interval_s:
+                break
+            length = min(settings.max_interval_s, 2 * length)
         if reference.ios < settings.min_ios:
             raise LiveCanaryUnavailable(
-                f"{device} had {reference.ios} I/Os in {settings.interval_s:g} s; the live"
-                f" canary needs at least {settings.min_ios} per interval"
+                f"{self.device} had {reference.ios} I/Os in {reference.seconds:.1f} s; the live"
+                f" canary needs at least {settings.min_ios} per interval and its intervals last"
+                f" at most {settings.max_interval_s:g} s (--max-interval): too little traffic"
+                " to judge"
             )
-        # long enough for min_ios completions per guard check, at the reference's rate
         rate = reference.ios / max(reference.seconds, 1e-3)
-        interval_s = min(
+        self.length_s = min(
             settings.max_interval_s,
-            max(settings.interval_s, settings.guard_checks * settings.min_ios / max(rate, 1e-3)),
+            max(settings.interval_s, 1.25 * settings.min_ios / max(rate, 1e-3)),
         )
-        length["s"] = interval_s
 
+    def pair(self, order: tuple[str, str]) -> bool:
+        """One pair in the order given; False if it was set aside."""
+        measured = {}
+        for arm in order:
+            self.use(arm)
+            measured[arm] = self.measure(arm)
+        values, why = judge_pair(measured[order[0]], measured[order[1]], self.settings)
+        if values is None:
+            self.report.pairs_set_aside += 1
+            self.report.reasons.append(why)
+            return False
+        self.report.pairs_used += 1
+        self.used.extend(measured.values())
+        for arm, metrics in values.items():
+            self.rates[arm].append(measured[arm].ios / max(measured[arm].seconds, 1e-3))
+            for metric, value in metrics.items():
+                self.samples[arm].setdefault(metric, []).append(value)
+        return True
+
+    def looks(self) -> tuple[CanaryVerdict, list[MetricStatistics], int]:
+        planned = self.budget.looks()
+        per_look = self.settings.alpha / len(planned)
+        verdict, per_metric, looks = CanaryVerdict.INCONCLUSIVE, list[MetricStatistics](), 0
         for look, target in enumerate(planned, start=1):
-            orders = pair_order(max(0, target - report.pairs_used), rng)
+            orders = pair_order(max(0, target - self.report.pairs_used), self.rng)
             extra = 0
             while orders:
-                order = orders.pop(0)
-                measured = {}
-                for arm in order:
-                    use(arm)
-                    measured[arm] = measure(arm)
-                values, why = judge_pair(measured[order[0]], measured[order[1]], settings)
-                if values is None:
-                    report.pairs_set_aside += 1
-                    report.reasons.append(why)
-                    if extra < settings.extra_pairs:
-                        extra += 1
-                        orders.append(rng.choice([("A", "B"), ("B", "A")]))
-                    continue
-                report.pairs_used += 1
-                used.extend(measured.values())
-                for arm, metrics in values.items():
-                    for metric, value in metrics.items():
-                        samples[arm].setdefault(metric, []).append(value)
+                if not self.pair(orders.pop(0)) and extra < self.settings.extra_pairs:
+                    extra += 1
+                    orders.append(self.rng.choice([("A", "B"), ("B", "A")]))
             looks = look
-            if report.pairs_used >= 3:
-                verdict, per_metric = judge(samples, settings.rules, per_look)
+            if self.report.pairs_used >= 3:
+                verdict, per_metric = judge(
+                    self.samples, self.settings.rules, per_look, load=self.rates
+                )
                 if verdict is not CanaryVerdict.INCONCLUSIVE:
                     break
             if look < len(planned):
                 log.info(
                     "live canary inconclusive after %d pairs: %d more",
-                    report.pairs_used,
-                    planned[look] - report.pairs_used,
+                    self.report.pairs_used,
+                    planned[look] - self.report.pairs_used,
                 )
-    except _GuardTripped:
-        use("A")
-        _check_restored(applier, device, baseline_scheduler)
+        return verdict, per_metric, looks
+
+    def result(
+        self,
+        verdict: CanaryVerdict,
+        per_metric: list[MetricStatistics],
+        looks: int,
+        notes: list[str],
+    ) -> tuple[CanaryResult, LiveReport, WorkloadSpec]:
         result = CanaryResult(
-            CanaryVerdict.FAIL,
-            [],
-            samples,
-            report.pairs_used,
-            settings.alpha,
-            seconds=time.monotonic() - started,
-            kept_candidate=False,
-            notes=[report.guard_tripped],
-            baseline=baseline,
-            budget=budget,
+            verdict,
+            per_metric,
+            self.samples,
+            self.report.pairs_used,
+            self.settings.alpha,
+            seconds=time.monotonic() - self.started,
+            kept_candidate=verdict is CanaryVerdict.PASS,
+            notes=notes,
+            baseline=self.baseline,
+            budget=self.budget,
             looks=looks,
         )
-        return result, report, describe_workload(device, used)
-    except BaseException:
+        return result, self.report, describe_workload(self.device, self.used)
+
+    def run(self) -> tuple[CanaryResult, LiveReport, WorkloadSpec]:
+        looks = 0
         try:
-            use("A")
-        finally:
-            _check_restored(applier, device, baseline_scheduler)
-        raise
-    pooled: dict[str, float] = {}
-    for interval in used:
-        for (op, slot), share in interval.mix().items():
-            key = f"{op.value}/{1 << slot}"
-            pooled[key] = pooled.get(key, 0.0) + share / len(used)
-    report.mix = {k: round(v, 4) for k, v in sorted(pooled.items())}
-    rates = [i.ios / max(i.seconds, 1e-3) for i in used]
-    if rates and max(rates) > settings.load_ratio * max(min(rates), 1e-3):
-        verdict_notes.append(
-            f"the load moved between {min(rates):.0f} and {max(rates):.0f} I/Os per second"
-            " during the canary; each pair was compared within itself"
-        )
-    if report.pairs_set_aside:
-        verdict_notes.append(
-            f"{report.pairs_set_aside} pair(s) set aside: " + "; ".join(sorted(set(report.reasons)))
-        )
-    if report.pairs_used < 3:
-        verdict, per_metric = CanaryVerdict.INCONCLUSIVE, list[MetricStatistics]()
-        verdict_notes.append(f"only {report.pairs_used} comparable pair(s): no verdict")
-    elif verdict is CanaryVerdict.INCONCLUSIVE:
-        verdict_notes.append(
-            f"inconclusive after {report.pairs_used} pairs and {looks} look(s): the budget is spent"
-        )
-    if verdict is CanaryVerdict.PASS:
-        use("B")
-    else:
-        use("A")
-        _check_restored(applier, device, baseline_scheduler)
-    result = CanaryResult(
-        verdict,
-        per_metric,
-        samples,
-        report.pairs_used,
-        settings.alpha,
-        seconds=time.monotonic() - started,
-        kept_candidate=verdict is CanaryVerdict.PASS,
-        notes=verdict_notes,
-        baseline=baseline,
-        budget=budget,
-        looks=looks,
-    )
-    return result, report, describe_workload(device, used)
+            self.size_intervals()
+            verdict, per_metric, looks = self.looks()
+        except _GuardTripped:
+            self.restore()
+            return self.result(CanaryVerdict.FAIL, [], looks, [self.report.guard_tripped])
+        except BaseException:
+            self.restore()
+            raise
+        return self.conclude(verdict, per_metric, looks)
+
+    def conclude(
+        self, verdict: CanaryVerdict, per_metric: list[MetricStatistics], looks: int
+    ) -> tuple[CanaryResult, LiveReport, WorkloadSpec]:
+        report, notes = self.report, []
+        pooled: dict[str, float] = {}
+        for interval in self.used:
+            for (op, slot), share in interval.mix().items():
+                key = f"{op.value}/{1 << slot}"
+                pooled[key] = pooled.get(key, 0.0) + share / len(self.used)
+        report.mix = {k: round(v, 4) for k, v in sorted(pooled.items())}
+        rates = [i.ios / max(i.seconds, 1e-3) for i in self.used]
+        if rates and max(rates) > 2 * max(min(rates), 1e-3):
+            notes.append(
+                f"the load moved between {min(rates):.0f} and {max(rates):.0f} I/Os per second"
+                " during the canary; each pair was compared within itself, adjusted for the"
+                " load its two halves saw"
+            )
+        if report.pairs_set_aside:
+            notes.append(
+                f"{report.pairs_set_aside} pair(s) set aside: "
+                + "; ".join(sorted(set(report.reasons)))
+            )
+        if report.pairs_used < 3:
+            verdict, per_metric = CanaryVerdict.INCONCLUSIVE, []
+            notes.append(f"only {report.pairs_used} comparable pair(s): no verdict")
+        elif verdict is CanaryVerdict.INCONCLUSIVE:
+            notes.append(
+                f"inconclusive after {report.pairs_used} pairs and {looks} look(s): the budget"
+                " is spent"
+            )
+        if verdict is CanaryVerdict.PASS:
+            self.use("B")
+        else:
+            self.restore()
+        return self.result(verdict, per_metric, looks, notes)
 
 
 class _GuardTripped(Exception):

@@ -35,19 +35,24 @@ class LiveSettings:
     # this machine a tmpfs-backed device's median latency wanders by ±30 % over seconds as
     # threads migrate between cores; 0.25 s pairs cancel most of it).
     interval_s: float = 0.25  # the shortest; longer where traffic is thin (see min_ios)
-    max_interval_s: float = 5.0
+    # the longest: traffic thinner than min_ios in this long (20 I/Os per second) is not judged
+    max_interval_s: float = 10.0
     settle_s: float = 0.05  # after a switch: requests queued under the old configuration drain
     pairs: int = 40  # at the first look; then as many more at each look while inconclusive
     max_pairs: int | None = None  # the budget: by default three looks (120 pairs)
     extra_pairs: int = 4  # at most this many pairs run in place of those set aside
     mix_bound: float = 0.15  # total variation distance between a pair's two mixes
-    load_ratio: float = 2.0  # a pair whose two intervals' I/O rates differ more is set aside
+    # a pair whose two intervals' I/O rates differ more is set aside; within it, the judge
+    # adjusts each pair for the load its halves saw (see `paired`)
+    load_ratio: float = 10.0
     min_ios: int = 200  # an interval with fewer completions says nothing
     min_share: float = 0.02  # strata below this share of a pair are not required in both
     guard_ratio: float = 3.0  # the candidate's pooled p99 over the baseline's
     guard_p99_us: float | None = None  # or an absolute limit
     guard_checks: int = 4  # guard checks per candidate interval
-    guard_min_ios: int = 1000  # both arms' pools hold this many before the guard judges
+    # baseline intervals (of min_ios each) before the guard judges: its limit is a multiple
+    # of the largest p99 among them
+    guard_min_intervals: int = 4
     rules: tuple[MetricRule, ...] = LIVE_RULES
     alpha: float = 0.05
     seed: int | None = None
@@ -74,8 +79,8 @@ class Interval:
 
 
 def strata_between(device: str, before: LatencySnapshot, after: LatencySnapshot) -> Interval:
-    """The interval's block-layer latency histograms (insert or issue to completion: a
-    scheduler's queueing counts) by stratum: reads and writes by size class."""
+    """The interval's block-layer latency histograms (bio submission to completion: a wait
+    for a tag and a scheduler's queueing count) by stratum: reads and writes by size class."""
     strata = {
         (op, size): hist
         for (op, kind, size), hist in device_deltas(device, before, after).items()
@@ -165,23 +170,57 @@ def describe_workload(device: str, intervals: list[Interval]) -> WorkloadSpec:
 
 
 def judge(
-    samples: dict[str, dict[str, list[float]]], rules: tuple[MetricRule, ...], alpha: float
+    samples: dict[str, dict[str, list[float]]],
+    rules: tuple[MetricRule, ...],
+    alpha: float,
+    *,
+    load: Mapping[str, list[float]] | None = None,
 ) -> tuple[CanaryVerdict, list[MetricStatistics]]:
     """The synthetic canary's judge, on pairs: the i-th A and B samples are one pair's. Each
     pair gives a ratio B/A; the Hodges-Lehmann estimate of the shift is the median of the Walsh
     averages of the log-ratios, with the Wilcoxon signed-rank interval (the paired form of
     Mann-Whitney and Hodges-Lehmann); a slow change of the host's load or the traffic moves
     both halves of a pair alike and cancels. The Mann-Whitney U and its p-value over the two
-    arms are reported beside it."""
+    arms are reported beside it. With `load` (each pair's I/O rate per arm), each pair's
+    log-ratio is adjusted for the load its two halves saw (`load_slope`)."""
     usable = [r for r in rules if samples["A"].get(r.metric) and samples["B"].get(r.metric)]
     if not usable:
         raise ValueError("no metric measured in both arms")
     confidence = 1 - alpha / len(usable)  # Bonferroni
-    return overall(found := [paired(samples, r, confidence) for r in usable]), found
+    return overall(found := [paired(samples, r, confidence, load) for r in usable]), found
+
+
+# fewer pairs than this, or a spread of load smaller than this (log of the rates' ratio, at the
+# 10th and 90th percentiles), and no slope is fitted: the pairs' own pairing is enough
+SLOPE_MIN_PAIRS = 8
+SLOPE_MIN_SPREAD = math.log(1.5)
+
+
+def load_slope(latencies: list[float], rates: list[float]) -> float:
+    """How the baseline's latency moves with the load it sees: the Theil-Sen slope of
+    log latency on log I/O rate over the baseline's intervals, kept within [0, 2]. Fitted on
+    the baseline alone, whose configuration does not change: where the candidate itself
+    changes the rate (a slower device serves a closed-loop application fewer I/Os), that
+    change is not mistaken for load, and correcting for it can only make a slower candidate
+    look slower, never faster."""
+    from scipy.stats import theilslopes
+
+    points = [(math.log(r), math.log(v)) for r, v in zip(rates, latencies, strict=True)
+              if r > 0 and v > 0]  # fmt: skip
+    if len(points) < SLOPE_MIN_PAIRS:
+        return 0.0
+    xs = sorted(x for x, _ in points)
+    if xs[(9 * len(xs)) // 10] - xs[len(xs) // 10] < SLOPE_MIN_SPREAD:
+        return 0.0
+    slope = float(theilslopes([y for _, y in points], [x for x, _ in points])[0])
+    return min(2.0, max(0.0, slope))
 
 
 def paired(
-    samples: dict[str, dict[str, list[float]]], rule: MetricRule, confidence: float
+    samples: dict[str, dict[str, list[float]]],
+    rule: MetricRule,
+    confidence: float,
+    load: Mapping[str, list[float]] | None = None,
 ) -> MetricStatistics:
     from scipy.stats import mannwhitneyu, norm
 
@@ -190,6 +229,14 @@ def paired(
     if n < 3 or len(b) != n:
         raise ValueError("the live canary needs at least 3 complete pairs")
     logs = [math.log(max(y, 1e-9) / max(x, 1e-9)) for x, y in zip(a, b, strict=True)]
+    if load is not None and len(load["A"]) == n == len(load["B"]):
+        # each pair's B at the load its A saw: log(B/A) - slope * log(rate_B / rate_A)
+        slope = load_slope(a, load["A"])
+        if slope:
+            logs = [
+                d - slope * math.log(max(rb, 1e-9) / max(ra, 1e-9))
+                for d, ra, rb in zip(logs, load["A"], load["B"], strict=True)
+            ]
     walsh = sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
     m = len(walsh)
     z = float(norm.ppf(1 - (1 - confidence) / 2))

@@ -26,7 +26,7 @@ from agent.cli.options import (
 )
 from agent.contract import __version__
 from agent.effects import Effects
-from agent.errors import AgentError
+from agent.errors import AgentError, ChangeFailed
 from agent.fsutil import write_json_atomic
 from agent.signals import Interrupted, restoring_on_signals
 
@@ -249,6 +249,9 @@ def current(
         typer.echo(f"captured {device} in {out}")
 
 
+CANARY_COULD_NOT_RUN = 4
+
+
 @app.command()
 def canary(
     device: Annotated[str, typer.Argument(help="e.g. nvme0n1")],
@@ -301,6 +304,15 @@ def canary(
     interval: Annotated[
         float, typer.Option(min=0.05, max=60, help="Live: shortest interval, seconds.")
     ] = 0.25,
+    max_interval: Annotated[
+        float,
+        typer.Option(
+            min=0.05,
+            max=600,
+            help="Live: longest interval, seconds; intervals grow to hold 200 I/Os each, and"
+            " thinner traffic cannot be judged (exit 4).",
+        ),
+    ] = 10.0,
     alpha: Annotated[float, typer.Option(min=0.001, max=0.5)] = 0.05,
     guard_ratio: Annotated[
         float,
@@ -311,8 +323,9 @@ def canary(
 ) -> None:
     """Candidate against the current configuration, interleaved; keep it only on pass.
 
-    Exit status: 0 pass (candidate kept), 1 fail, 3 inconclusive (baseline restored); 128+N
-    when stopped by signal N (SIGTERM, SIGINT, SIGHUP: the baseline is restored first)."""
+    Exit status: 0 pass (candidate kept); 1 fail; 3 inconclusive; 4 could not run (no eBPF,
+    too little traffic, the device held or refused), the baseline restored in each; 128+N when
+    stopped by signal N (SIGTERM, SIGINT, SIGHUP: the baseline is restored first)."""
     from agent.canary import describe
     from agent.canary_runs import report_canary, run_any_canary
     from agent.live_canary import LiveSettings
@@ -327,6 +340,7 @@ def canary(
         pairs=pairs,
         max_pairs=max_pairs,
         interval_s=interval,
+        max_interval_s=max(interval, max_interval),
         alpha=alpha,
         guard_ratio=guard_ratio,
     )
@@ -351,8 +365,11 @@ def canary(
             )
     except Interrupted as stopped:
         raise interrupted(stopped, f"no verdict; {device} restored to its baseline") from None
-    except AgentError as error:
+    except ChangeFailed as error:  # a restore that failed: the device is not as it was
         raise fail(error) from error
+    except AgentError as error:
+        typer.secho(f"could not run: {error}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(code=CANARY_COULD_NOT_RUN) from error
     result = run.result
     for row in describe(result):
         typer.echo(json.dumps(row))

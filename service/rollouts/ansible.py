@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 Result = Literal["pass", "fail", "inconclusive", "restored", "error", "not_run"]
 CANARY_TASK = "blkpilot canary"
 RESTORE_TASK = "blkpilot restore"
-_CANARY_RC: dict[int, Result] = {0: "pass", 1: "fail", 3: "inconclusive"}
+# `agent canary`'s exit statuses; 4, could not run (no eBPF, too little traffic to judge, the
+# device held): no verdict, the stage waits for an operator as for a host not reached
+_CANARY_RC: dict[int, Result] = {0: "pass", 1: "fail", 3: "inconclusive", 4: "not_run"}
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,7 @@ class PlaybookRunner:
             rc = res.get("rc")
             result = _CANARY_RC.get(rc, "error") if isinstance(rc, int) else "error"
             detail = _canary_detail(res.get("stdout", ""))
-            if result == "error":
+            if result in ("error", "not_run"):
                 detail = (res.get("stderr") or res.get("msg") or str(rc))[-2000:]
         return Outcome(host, device, result, detail)
 

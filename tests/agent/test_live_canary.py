@@ -7,6 +7,7 @@ nothing but the workload reaches the device, and the filesystem checks clean aft
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import threading
@@ -176,14 +177,56 @@ def test_a_mix_change_mid_canary_makes_no_verdict_of_its_own(
 def test_no_traffic_no_canary(
     device: DataDevice, collector: BlkLatCollector, applier: Applier
 ) -> None:
-    with pytest.raises(LiveCanaryUnavailable, match="needs at least"):
+    """No traffic: intervals grow to their longest, and the canary says it cannot judge."""
+    with pytest.raises(LiveCanaryUnavailable, match="too little traffic to judge"):
         run_live_canary(
             applier,
             device.name,
             DeviceConfig(scheduler=Scheduler.BFQ),
             collector,
-            LiveSettings(interval_s=0.5),
+            LiveSettings(interval_s=0.25, max_interval_s=1.0),
         )
+
+
+def test_thin_traffic_gets_longer_intervals_and_a_verdict(
+    device: DataDevice, collector: BlkLatCollector, applier: Applier
+) -> None:
+    """100 reads a second (a quiet database): refused 6 of 6 times at a fixed 0.25 s first
+    interval. Intervals now grow until they hold min_ios I/Os: about 2.5 s here."""
+    workload = start_workload(
+        device.data_file, rw="randread", iodepth=1, engine="psync", device=device.name,
+        rate_iops=100,
+    )  # fmt: skip
+    try:
+        result, report, _ = run_live_canary(
+            applier,
+            device.name,
+            DeviceConfig(scheduler=Scheduler.NONE),
+            collector,
+            LiveSettings(seed=5, pairs=4, max_pairs=4),
+        )
+    finally:
+        stop_workload(workload)
+    assert report.pairs_used + report.pairs_set_aside >= 4
+    assert min(report.ios.values()) >= 4 * 200
+    used = report.traffic_seconds / (2 * (report.pairs_used + report.pairs_set_aside) + 1)
+    assert used > 1.0  # intervals grew past the shortest (0.25 s) to hold 200 I/Os
+    assert report.pairs_used >= 3  # judged, not refused (an A/A's rate of false fails is
+    assert result.per_metric  # bench.live_canary's business, over many runs)
+
+
+def test_a_canary_that_cannot_run_exits_4(device: DataDevice, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            BLKPILOT, "agent", "canary", device.name, "--mode", "live", "--scheduler", "bfq",
+            "--max-interval", "0.5", "--no-report", "--state-dir", str(tmp_path / "agent"),
+        ],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "could not run" in done.stderr
+    assert "too little traffic" in done.stderr
+    assert "[none]" in Path(f"/sys/block/{device.name}/queue/scheduler").read_text()
 
 
 # --- the judge on plain data ------------------------------------------------------------------
@@ -225,7 +268,12 @@ def test_a_pair_whose_mix_shifted_is_set_aside() -> None:
     values, why = judge_pair(interval("A", 9000, 1000), interval("B", 10000, 0), LiveSettings())
     assert values is None
     assert "in one interval only" in why
+    # three times the load: kept, and adjusted for by the judge; fifteen times: set aside
     values, why = judge_pair(interval("A", 8000, 2000), interval("B", 24000, 6000), LiveSettings())
+    assert values is not None
+    values, why = judge_pair(
+        interval("A", 8000, 2000), interval("B", 120000, 30000), LiveSettings()
+    )
     assert values is None
     assert why.startswith("load shifted")
 
@@ -389,3 +437,36 @@ def test_sigterm_to_the_command_restores_and_exits_143(device: DataDevice, tmp_p
     assert canary.returncode == 143, out + err
     assert "stopped by SIGTERM" in err
     assert "[none]" in scheduler.read_text()
+
+
+def test_load_is_a_covariate_fitted_on_the_baseline() -> None:
+    """Latency that rises with load: a pair whose candidate half saw twice the baseline's load
+    reads slower by the baseline's own slope, and is adjusted back; a candidate that slowed
+    a closed-loop application down (fewer I/Os, each slower) is never made to look faster."""
+    from agent.live_judge import LIVE_RULES, judge, load_slope
+
+    rng = random.Random(1)
+    rates = [rng.uniform(500, 5000) for _ in range(20)]
+    latency = [100 * (r / 1000) ** 0.5 * rng.uniform(0.97, 1.03) for r in rates]
+    assert load_slope(latency, rates) == pytest.approx(0.5, abs=0.1)
+    assert load_slope(latency[:5], rates[:5]) == 0.0  # too few pairs to fit
+    assert load_slope([100.0] * 20, [1000.0 * (1 + 0.01 * i) for i in range(20)]) == 0.0
+
+    # an A/A whose B halves all saw 2x the load: unadjusted it reads +41 % (and fails)
+    b_rates = [2 * r for r in rates]
+    b_latency = [100 * (r / 1000) ** 0.5 * rng.uniform(0.97, 1.03) for r in b_rates]
+    samples = {"A": {"lat_p50_us": latency}, "B": {"lat_p50_us": b_latency}}
+    rules = LIVE_RULES[:1]
+    raw, _ = judge(samples, rules, 0.05)
+    adjusted, stats = judge(samples, rules, 0.05, load={"A": rates, "B": b_rates})
+    assert raw is CanaryVerdict.FAIL
+    assert adjusted is not CanaryVerdict.FAIL
+    assert abs(stats[0].relative_shift) < 0.05
+
+    # a real regression that also halves the rate it is asked for: still a fail
+    slow_rates = [r / 2 for r in rates]
+    slow = [1.5 * 100 * (r / 1000) ** 0.5 for r in slow_rates]
+    samples = {"A": {"lat_p50_us": latency}, "B": {"lat_p50_us": slow}}
+    verdict, stats = judge(samples, rules, 0.05, load={"A": rates, "B": slow_rates})
+    assert verdict is CanaryVerdict.FAIL
+    assert stats[0].relative_shift > 0.4

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -250,3 +251,28 @@ def test_stages_are_cumulative_node_counts() -> None:
     assert rollouts.plan_stages(["2", "100%"], 1) == [1]
     with pytest.raises(Unprocessable):
         rollouts.plan_stages(["1", "50%"], 4)
+
+
+def test_a_canary_that_could_not_run_waits_for_an_operator() -> None:
+    """`agent canary` exit 4 (no eBPF, too little traffic): no verdict, not a failure — the
+    stage pauses with the reason the agent gave, as for a host the playbook did not reach."""
+    from service.rollouts.ansible import CANARY_TASK, PlaybookRunner
+
+    def item(rc: int, stderr: str = "") -> dict[str, Any]:
+        return {
+            "event": "runner_item_on_ok" if rc in (0, 3, 4) else "runner_item_on_failed",
+            "event_data": {
+                "task": CANARY_TASK,
+                "host": "node-a",
+                "res": {"item": "loop0", "rc": rc, "stdout": "", "stderr": stderr},
+            },
+        }
+
+    found = PlaybookRunner._item_outcome(
+        item(4, "could not run: loop0 had 12 I/Os in 10.0 s …"), "rollout.yml"
+    )
+    assert found is not None
+    assert found.result == "not_run"
+    assert "could not run" in found.detail
+    assert PlaybookRunner._item_outcome(item(1), "rollout.yml").result == "fail"  # type: ignore[union-attr]
+    assert PlaybookRunner._item_outcome(item(3), "rollout.yml").result == "inconclusive"  # type: ignore[union-attr]
