@@ -30,9 +30,8 @@ BPF_OBJECTS := agent/ebpf/blklat.bpf.o
 
 setup: system-packages $(VENV)/.synced $(BPF_OBJECTS)
 
-agent/ebpf/%.bpf.o: agent/ebpf/%.bpf.c | system-packages
-	clang -g -O2 -target bpf -D__TARGET_ARCH_x86 -I/usr/include/$(shell uname -m)-linux-gnu \
-	  -Wall -Werror -c $< -o $@
+agent/ebpf/%.bpf.o: agent/ebpf/%.bpf.c agent/ebpf/build.sh | system-packages
+	sh agent/ebpf/build.sh $< $@
 
 system-packages:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \

@@ -234,6 +234,14 @@ def agent_families(agent: Agent) -> Iterator[Family]:
     yield CounterMetricFamily(
         "blkpilot_agent_drift_reports", "Drift reported.", value=counts.drift_reports
     )
+    ebpf = GaugeMetricFamily(
+        "blkpilot_agent_ebpf_available",
+        "1 if per-I/O latency is traced with eBPF (live canary, percentiles); 0 with the"
+        " reason it is not.",
+        labels=["reason"],
+    )
+    ebpf.add_metric([agent.ebpf_unavailable], 0 if agent.ebpf_unavailable else 1)
+    yield ebpf
     duration = GaugeMetricFamily(
         "blkpilot_agent_collector_duration_seconds", "Collector's last run.", labels=["collector"]
     )

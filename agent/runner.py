@@ -97,6 +97,13 @@ class Agent:
         )
         self.collectors = CollectorSet(collectors_for(config))
         self.power_sources = {c.name for c in self.collectors.collectors if is_power_source(c)}
+        # why there is no per-I/O latency here ("": there is), for /metrics
+        blklat = next((c for c in self.collectors.collectors if c.name == "blklat"), None)
+        self.ebpf_unavailable = (
+            "disabled in the configuration (ebpf = false)"
+            if blklat is None
+            else getattr(blklat, "unavailable", "")
+        )
         # never blocked by a rate limit: a 429 leaves telemetry in the spool for later
         self.client = state.client(max_wait_s=0) if state else None
         self.view = AgentView()

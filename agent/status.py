@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.applier import Applier
+from agent.collectors.blklat import DEFAULT_OBJECT, why_unavailable
 from agent.config import AgentConfig
 from agent.errors import AgentError
 from agent.spool import Spool
@@ -34,6 +35,13 @@ def node_status(cfg: AgentConfig, directory: Path) -> list[str]:
             + "; ".join(f"{d.attribute} is {d.actual!r}, not {d.expected!r}" for d in drift)
         )
         lines.append(f"{name}: {applier.applied(name)} — {state}")
+    if not cfg.ebpf:
+        lines.append("eBPF: off in the configuration (ebpf = false): no live canary, no p99")
+    else:
+        why = why_unavailable(cfg.paths, cfg.ebpf_object or DEFAULT_OBJECT)
+        lines.append(
+            f"eBPF: UNAVAILABLE: {why}: no live canary, no p99" if why else "eBPF: available"
+        )
     spool = Spool(directory / "spool")
     rejected = len(list(spool.rejected_dir.glob("*.json"))) if spool.rejected_dir.exists() else 0
     lines.append(

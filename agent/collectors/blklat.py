@@ -17,7 +17,7 @@ from agent.collectors import register
 from agent.config import AgentConfig
 from agent.contract.histograms import LATENCY_SLOTS
 from agent.contract.wire import IoOperation
-from agent.ebpf.loader import BpfObject, BpfUnavailable
+from agent.ebpf.loader import BpfObject, BpfUnavailable, libbpf
 from agent.effects import Effects
 from agent.host import HostPaths
 
@@ -88,6 +88,24 @@ def device_numbers(paths: HostPaths) -> dict[int, str]:
     return found
 
 
+def why_unavailable(paths: HostPaths, object_path: Path = DEFAULT_OBJECT) -> str:
+    """Why eBPF cannot trace here, checked without loading anything ("" when it can try):
+    what `agent status` says, and the collector's first checks."""
+    if paths.sys != Path("/sys"):
+        return f"eBPF traces this kernel, but the agent reads {paths.sys}"
+    if os.geteuid() != 0:
+        return "eBPF needs root (or CAP_BPF and CAP_PERFMON)"
+    if not (paths.sys / "kernel" / "btf" / "vmlinux").exists():
+        return "the kernel has no BTF (/sys/kernel/btf/vmlinux)"
+    if not object_path.exists():
+        return f"{object_path} is missing (the wheel carries it; in a checkout, `make` builds it)"
+    try:
+        libbpf()
+    except BpfUnavailable as error:
+        return str(error)
+    return ""
+
+
 class BlkLatCollector:
     name = "blklat"
 
@@ -107,14 +125,9 @@ class BlkLatCollector:
         self._bpf: BpfObject | None = None
         self._names: dict[int, str] = {}
         self._decoded: dict[tuple[str, IoOperation, str, int], tuple[int, dict[int, int]]] = {}
-        if paths.sys != Path("/sys"):
-            self.unavailable = f"eBPF traces this kernel, but the agent reads {paths.sys}"
-            return
-        if os.geteuid() != 0:
-            self.unavailable = "eBPF needs root (or CAP_BPF and CAP_PERFMON)"
-            return
-        if not (paths.sys / "kernel" / "btf" / "vmlinux").exists():
-            self.unavailable = "the kernel has no BTF (/sys/kernel/btf/vmlinux)"
+        self.unavailable = why_unavailable(paths, object_path)
+        if self.unavailable:
+            log.warning("per-I/O latency unavailable: %s", self.unavailable)
             return
         mounted = ensure_tracefs(paths, effects or Effects())
         if mounted:

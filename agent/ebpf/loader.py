@@ -22,6 +22,11 @@ class BpfUnavailable(RuntimeError):
     """eBPF cannot run here; the message says why (privilege, BTF, library, object)."""
 
 
+def libbpf() -> ctypes.CDLL:
+    """The system's libbpf (libbpf.so.1), its functions typed; BpfUnavailable without it."""
+    return _libbpf()
+
+
 def _libbpf() -> ctypes.CDLL:
     for name in (*LIBBPF_NAMES, ctypes.util.find_library("bpf")):
         if not name:
