@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from agent.app_sli import SliReader, SliSnapshot, SliUnavailable
 from agent.applier import Applier
 from agent.canary import CanaryResult
 from agent.collectors.blklat import BlkLatCollector
@@ -143,6 +144,7 @@ class _LiveCanary:
         self.rates: dict[str, list[float]] = {"A": [], "B": []}  # each pair's I/O rates
         self.used: list[Interval] = []
         self.budget = Budget.of(settings.pairs, settings.max_pairs)
+        self.sli = SliReader(settings.sli) if settings.sli is not None else None
 
     # --- moving between the arms ---------------------------------------------------------
 
@@ -236,6 +238,7 @@ class _LiveCanary:
     def measure(self, arm: str, length_s: float | None = None) -> Interval:
         """One interval; for the candidate, the guard is checked as it runs."""
         length = length_s if length_s is not None else self.length_s
+        sli_begin = self.read_sli()
         begin = self.collector.collect(time.time())
         t0 = time.monotonic()
         checks = self.settings.guard_checks if arm == "B" else 1
@@ -244,6 +247,7 @@ class _LiveCanary:
             if arm == "B":
                 self.guard(strata_between(self.device, begin, self.collector.collect(time.time())))
         interval = strata_between(self.device, begin, self.collector.collect(time.time()))
+        sli_end = self.read_sli()
         seconds = time.monotonic() - t0
         self.report.traffic_seconds += seconds
         self.report.ios[arm] += interval.ios
@@ -256,7 +260,21 @@ class _LiveCanary:
                 self.baseline_p99s.append((histograms.quantile(merged, 0.99) or 0.0) / 1000)
             if self.strike >= 0:
                 self.since_strike.append(merged)
-        return Interval(arm, interval.strata, interval.ios, seconds)
+        sli = None
+        if self.sli is not None and sli_begin is not None and sli_end is not None:
+            sli = self.sli.between(sli_begin, sli_end)
+        return Interval(arm, interval.strata, interval.ios, seconds, sli)
+
+    def read_sli(self) -> SliSnapshot | None:
+        """The application's series now; None (that interval has no SLI) if the endpoint
+        fails mid-canary — an application that is busy or restarting is not a verdict."""
+        if self.sli is None:
+            return None
+        try:
+            return self.sli.read()
+        except SliUnavailable as error:
+            log.warning("%s", error)
+            return None
 
     def size_intervals(self) -> None:
         """The baseline's traffic measured in growing intervals — from interval_s, doubling,
@@ -282,6 +300,8 @@ class _LiveCanary:
             settings.max_interval_s,
             max(settings.interval_s, 1.25 * settings.min_ios / max(rate, 1e-3)),
         )
+        if settings.sli is not None:  # no shorter than the application's metrics can tell
+            self.length_s = max(self.length_s, settings.sli.min_interval_s)
 
     def pair(self, order: tuple[str, str]) -> bool:
         """One pair in the order given; False if it was set aside."""
@@ -316,7 +336,7 @@ class _LiveCanary:
             looks = look
             if self.report.pairs_used >= 3:
                 verdict, per_metric = judge(
-                    self.samples, self.settings.rules, per_look, load=self.rates
+                    self.samples, self.settings.judged(), per_look, load=self.rates
                 )
                 if verdict is not CanaryVerdict.INCONCLUSIVE:
                     break
@@ -351,7 +371,16 @@ class _LiveCanary:
         return result, self.report, describe_workload(self.device, self.used)
 
     def run(self) -> tuple[CanaryResult, LiveReport, WorkloadSpec]:
+        try:
+            return self._run()
+        finally:
+            if self.sli is not None:
+                self.sli.close()
+
+    def _run(self) -> tuple[CanaryResult, LiveReport, WorkloadSpec]:
         looks = 0
+        if self.sli is not None:
+            self.sli.read()  # an SLI that cannot be read at all: the canary cannot run
         try:
             self.size_intervals()
             verdict, per_metric, looks = self.looks()

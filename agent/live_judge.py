@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from agent.collectors.blklat import LatencySnapshot
 from agent.contract import histograms
+from agent.contract.sli import SLI_METRIC, AppSli
 from agent.contract.verdict import MetricRule, MetricStatistics, non_inferiority, overall
 from agent.contract.wire import CanaryVerdict, IoOperation
 from agent.contract.workloads import IOPattern, JobSpec, WorkloadSpec
@@ -56,6 +57,15 @@ class LiveSettings:
     rules: tuple[MetricRule, ...] = LIVE_RULES
     alpha: float = 0.05
     seed: int | None = None
+    # the application's own SLI, judged beside block latency (agent.contract.sli)
+    sli: AppSli | None = None
+
+    def judged(self) -> tuple[MetricRule, ...]:
+        """The rules the verdict is made of: block latency's, and the SLI's when there is one."""
+        if self.sli is None:
+            return self.rules
+        rule = MetricRule(SLI_METRIC, self.sli.higher_is_better, self.sli.tolerance)
+        return (*self.rules, rule)
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,7 @@ class Interval:
     strata: dict[Stratum, histograms.Sparse]  # block-layer latency histograms by stratum
     ios: int
     seconds: float
+    sli: float | None = None  # the application's SLI over the interval, where one is read
 
     def mix(self) -> dict[Stratum, float]:
         counts = {s: sum(c for _, c in h) for s, h in self.strata.items()}
@@ -130,6 +141,9 @@ def judge_pair(
             "lat_p50_us": interval.quantile_us(0.50, weights),
             "lat_p99_us": interval.quantile_us(0.99, weights),
         }
+    if first.sli is not None and second.sli is not None:
+        found[first.arm][SLI_METRIC] = first.sli
+        found[second.arm][SLI_METRIC] = second.sli
     return found, ""
 
 

@@ -22,6 +22,7 @@ from agent.cli.options import (
     interrupted,
     labels_option,
     load_config,
+    sli_option,
     workload_option,
 )
 from agent.contract import __version__
@@ -318,6 +319,30 @@ def canary(
         float,
         typer.Option(min=1.1, help="Live: end if a candidate's p99 passes this x, twice running."),
     ] = 3.0,
+    sli_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Live: the application's Prometheus endpoint; its SLI is judged beside block"
+            " latency, and a regression of either fails the canary."
+        ),
+    ] = None,
+    sli_metric: Annotated[
+        str | None,
+        typer.Option(help="Live: the SLI's counter (with --sli-per) or histogram (without)."),
+    ] = None,
+    sli_per: Annotated[
+        str | None,
+        typer.Option(help="Live: the SLI's denominator counter: metric / per, a mean per event."),
+    ] = None,
+    sli_label: Annotated[
+        list[str], typer.Option(help="Live: key=value selecting the SLI's series; repeatable.")
+    ] = [],  # noqa: B006
+    sli_tolerance: Annotated[
+        float, typer.Option(min=0.001, max=1.0, help="Live: how much worse the SLI may get.")
+    ] = 0.10,
+    sli_file: Annotated[
+        Path | None, typer.Option(help="Live: the SLI as JSON (agent.contract.sli.AppSli).")
+    ] = None,
     report: Annotated[bool, typer.Option(help="Send the verdict to the service.")] = True,
     config: ConfigFile = None,
 ) -> None:
@@ -337,6 +362,7 @@ def canary(
     spec = workload_option(workload, workload_file)
     candidate = candidate_option(config_file, scheduler, tunable, nr_requests, read_ahead_kb)
     live = LiveSettings(
+        sli=sli_option(sli_file, sli_url, sli_metric, sli_per, sli_label, sli_tolerance),
         pairs=pairs,
         max_pairs=max_pairs,
         interval_s=interval,

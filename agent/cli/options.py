@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from agent.config import AgentConfig
 from agent.contract.labels import parse_labels
+from agent.contract.sli import AppSli
 from agent.contract.tunables import DeviceConfig
 from agent.contract.workloads import WorkloadSpec
 from agent.errors import AgentError
@@ -48,6 +49,37 @@ StateDir = Annotated[
 def fail(error: AgentError) -> typer.Exit:
     typer.secho(f"error: {error}", err=True, fg=typer.colors.RED)
     return typer.Exit(code=1)
+
+
+def sli_option(
+    file: Path | None,
+    url: str | None,
+    metric: str | None,
+    per: str | None,
+    labels: list[str],
+    tolerance: float,
+) -> AppSli | None:
+    """The application SLI of `--sli-file`, or of `--sli-url` and `--sli-metric`."""
+    if file is not None:
+        try:
+            return AppSli.model_validate_json(file.read_bytes())
+        except (OSError, ValidationError) as error:
+            raise typer.BadParameter(str(error), param_hint="--sli-file") from error
+    if url is None and metric is None:
+        return None
+    if url is None or metric is None:
+        raise typer.BadParameter("both --sli-url and --sli-metric", param_hint="--sli-url")
+    try:
+        return AppSli(
+            url=url,
+            kind="ratio" if per else "histogram",
+            metric=metric,
+            per=per,
+            labels=labels_option(labels),
+            tolerance=tolerance,
+        )
+    except ValidationError as error:
+        raise typer.BadParameter(str(error), param_hint="--sli-url") from error
 
 
 def interrupted(stopped: Interrupted, what: str) -> typer.Exit:
