@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -73,6 +73,8 @@ def run_any_canary(
         collector = BlkLatCollector(cfg.paths, cfg.ebpf_object or DEFAULT_OBJECT, devices=[device])
         try:
             settings = live or LiveSettings(alpha=alpha)
+            if settings.sli is None and cfg.sli_for(device) is not None:
+                settings = replace(settings, sli=cfg.sli_for(device))
             result, report, traffic = run_live_canary(
                 applier, device, candidate, collector, settings
             )

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.contract.sli import AppSli
 from agent.host import HostPaths
 
 DEFAULT_CONFIG = Path("/etc/blkpilot/agent.toml")
@@ -61,6 +62,13 @@ class AgentConfig(BaseModel):
     disabled_collectors: list[str] = Field(default_factory=list)  # e.g. ["ipmi"]
     ebpf: bool = True  # per-I/O latency distributions from the block tracepoints
     ebpf_object: Path | None = None  # default: the object built beside agent/ebpf's source
+    # the application SLI a live canary judges beside block latency, per device name ("*":
+    # every device): used by scheduled (nightly) canaries and by `agent canary` without --sli-*;
+    # a fleet names it per node label through the agent role's configuration
+    sli: dict[str, AppSli] = Field(default_factory=dict)
+
+    def sli_for(self, device: str) -> AppSli | None:
+        return self.sli.get(device) or self.sli.get("*")
 
     @property
     def paths(self) -> HostPaths:

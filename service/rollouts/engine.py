@@ -218,6 +218,7 @@ class Engine:
             "rollout_max_rounds": canary.get("max_rounds") or 3 * canary["rounds"],
             "rollout_round_seconds": canary["round_seconds"],
             "rollout_alpha": canary["alpha"],
+            "rollout_sli": canary.get("sli"),  # None: block latency alone
             "rollout_serial": rollout.serial,
             "rollout_max_fail_percentage": rollout.max_fail_percentage,
         }

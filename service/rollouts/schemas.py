@@ -7,6 +7,7 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent.contract.base import InputModel, SafeText
+from agent.contract.sli import AppSli
 from agent.contract.tunables import DeviceConfig, WantedConfig
 from agent.contract.wire import DeviceClass
 
@@ -48,6 +49,9 @@ class CanarySettings(InputModel):
     max_rounds: Annotated[int | None, Field(ge=3, le=300)] = None
     round_seconds: Annotated[float, Field(ge=0.1, le=600)] = 1.0
     alpha: Annotated[float, Field(ge=0.001, le=0.5)] = 0.05
+    # a live canary judges this too, beside block latency: the application's own SLI, read on
+    # each node (a loopback URL names every node's own exporter: target a node label)
+    sli: AppSli | None = None
 
     @model_validator(mode="after")
     def _budget_covers_the_first_look(self) -> Self:

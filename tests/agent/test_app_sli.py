@@ -138,3 +138,23 @@ def test_a_live_canary_judges_pgbench_by_its_wal_sync_time(
     assert set(rows) == {"lat_p50_us", "lat_p99_us", SLI_METRIC}, canary.stdout
     assert 0 < rows[SLI_METRIC]["baseline"] < 1000  # ms per WAL sync: a disk's, not zero
     Path(f"/sys/block/{device.name}/queue/scheduler").write_text("none")
+
+
+def test_a_node_names_its_sli_in_agent_toml(tmp_path: Path) -> None:
+    """What scheduled (nightly) canaries judge on this node, per device or for every one; the
+    agent role writes it per node label."""
+    from agent.config import AgentConfig
+
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        '[sli."*"]\nurl = "http://127.0.0.1:9187/metrics"\nkind = "ratio"\n'
+        'metric = "pg_stat_wal_wal_sync_time"\nper = "pg_stat_wal_wal_sync"\n'
+        '[sli.nvme1n1]\nurl = "http://127.0.0.1:9000/metrics"\nkind = "histogram"\n'
+        'metric = "rocksdb_get_seconds"\nquantile = 0.99\n'
+    )
+    loaded = AgentConfig.load(config)
+    wal, gets = loaded.sli_for("sda"), loaded.sli_for("nvme1n1")
+    assert wal is not None
+    assert gets is not None
+    assert (wal.kind, gets.kind, gets.metric) == ("ratio", "histogram", "rocksdb_get_seconds")
+    assert AgentConfig().sli_for("sda") is None

@@ -38,6 +38,7 @@ class ScriptedRunner:
 
     script: dict[str, list[Result]] = field(default_factory=dict)
     calls: list[tuple[str, dict[str, list[str]]]] = field(default_factory=list)
+    extravars: list[dict[str, object]] = field(default_factory=list)
     cancel_next: bool = False
 
     def run(
@@ -51,6 +52,7 @@ class ScriptedRunner:
         on_outcome: Callable[[Outcome], None] | None = None,
     ) -> RunReport:
         self.calls.append((playbook, dict(targets)))
+        self.extravars.append(dict(extravars))
         if self.cancel_next:
             self.cancel_next = False
             return RunReport([], "canceled", None, Path())
@@ -276,3 +278,24 @@ def test_a_canary_that_could_not_run_waits_for_an_operator() -> None:
     assert "could not run" in found.detail
     assert PlaybookRunner._item_outcome(item(1), "rollout.yml").result == "fail"  # type: ignore[union-attr]
     assert PlaybookRunner._item_outcome(item(3), "rollout.yml").result == "inconclusive"  # type: ignore[union-attr]
+
+
+def test_a_rollout_names_the_application_sli_its_canaries_judge(database: Database) -> None:
+    """Targeted by node label (role=db, say), every node's canary reads its own exporter."""
+    label = _fleet(database, 1)
+    runner = ScriptedRunner()
+    engine = Engine(database, runner)
+    sli = {
+        "url": "http://127.0.0.1:9187/metrics",
+        "kind": "ratio",
+        "metric": "pg_stat_wal_wal_sync_time",
+        "per": "pg_stat_wal_wal_sync",
+    }
+    rollout_id = _start(database, label, canary={"sli": sli}, stages=["100%"])
+    _drive(engine, rollout_id)
+    sent = runner.extravars[0]["rollout_sli"]
+    assert isinstance(sent, dict)
+    assert (sent["metric"], sent["per"], sent["tolerance"]) == (sli["metric"], sli["per"], 0.1)
+    plain = _start(database, _fleet(database, 1), stages=["100%"])
+    _drive(engine, plain)
+    assert runner.extravars[-1]["rollout_sli"] is None
