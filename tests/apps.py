@@ -78,19 +78,22 @@ def postgres_on(mountpoint: Path) -> Iterator[Postgres]:
 
 
 @contextmanager
-def pgbench(database: Postgres, *, clients: int = 4, scale: int = 10) -> Iterator[Path]:
-    """pgbench's TPC-B-like load (initialised at `scale`), running until the context ends;
-    yields the log of its per-second progress."""
-    subprocess.run(
-        [_pg_bin("pgbench"), "-i", "-q", "-s", str(scale), database.uri],
-        capture_output=True,
-        timeout=600,
-        check=True,
-    )
+def pgbench(
+    database: Postgres, *, clients: int = 4, scale: int = 10, initialise: bool = True
+) -> Iterator[Path]:
+    """pgbench's TPC-B-like load (initialised at `scale` unless told the tables are there),
+    running until the context ends; yields the log of its per-second progress."""
+    if initialise:
+        subprocess.run(
+            [_pg_bin("pgbench"), "-i", "-q", "-s", str(scale), database.uri],
+            capture_output=True,
+            timeout=600,
+            check=True,
+        )
     log = Path(database.socket_dir) / "pgbench.progress"
     with log.open("w") as out:
         process = subprocess.Popen(
-            [_pg_bin("pgbench"), "-c", str(clients), "-j", "2", "-T", "86400", "-P", "1",
+            [_pg_bin("pgbench"), "-n", "-c", str(clients), "-j", "2", "-T", "86400", "-P", "1",
              database.uri],
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip

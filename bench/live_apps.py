@@ -1,0 +1,294 @@
+"""The live canary judged on real applications nobody here wrote: PostgreSQL under pgbench (ext4
+on a disk-backed loop device, the SLI ms per WAL sync from prometheus-postgres-exporter) and
+RocksDB under db_bench readrandom with direct reads (ext4 on a tmpfs loop device).
+
+For every canary run, each candidate's true effect is measured first with the application's
+own metric, outside the canary: the application alone for `--effect-seconds` under the
+baseline, the candidate, the baseline again (pgbench's average latency, db_bench's p50); then
+`blkpilot agent canary --mode live` judges it on the application's traffic. Recorded per
+application and candidate: the verdicts, the time to each verdict, the true effects, and the
+passes of a candidate whose application metric was worse than its tolerance (never allowed).
+
+    python -m bench.live_apps                      # 20 A/A and 10 of each regression, quiet
+    python -m bench.live_apps --hog                # the same beside a CPU hog on one core
+    python -m bench.live_apps --aa 2 --regressions 1 --no-record   # a look
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.record import provenance, record
+from kernel.lab.devices import TMPFS, DataDevice, data_device
+from tests.apps import _pg_bin, pgbench, postgres_exporter, postgres_on
+
+BLKPILOT = str(Path(sys.executable).parent / "blkpilot")
+TOLERANCE = 0.10  # the application metric this much worse is a regression a pass must not hide
+VERDICTS = {0: "pass", 1: "fail", 3: "inconclusive", 4: "could not run"}
+
+
+def log(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    args: tuple[str, ...]  # `agent canary` options naming it
+    sysfs: dict[str, str]  # what it writes under queue/, for the true-effect runs
+
+
+NONE = Candidate("A/A (none)", ("--scheduler", "none"), {"scheduler": "none"})
+BFQ = Candidate("bfq", ("--scheduler", "bfq"), {"scheduler": "bfq"})
+BFQ_IDLE = Candidate(
+    "bfq slice_idle 100 ms, strict",
+    ("--scheduler", "bfq", "--tunable", "slice_idle_us=100000", "--tunable",
+     "strict_guarantees=1"),
+    {"scheduler": "bfq", "iosched/slice_idle_us": "100000", "iosched/strict_guarantees": "1"},
+)  # fmt: skip
+DEPTH_ONE = Candidate(
+    "mq-deadline async_depth 1, fifo_batch 1",
+    ("--scheduler", "mq-deadline", "--tunable", "async_depth=1", "--tunable", "fifo_batch=1"),
+    {"scheduler": "mq-deadline", "iosched/async_depth": "1", "iosched/fifo_batch": "1"},
+)
+
+
+@dataclass
+class Run:
+    app: str
+    candidate: str
+    verdict: str
+    seconds: float
+    effect: float  # relative change of the application's metric (positive: worse)
+    notes: str = ""
+
+
+@dataclass
+class App:
+    name: str
+    device: DataDevice
+    metric: str  # what `effect` is, for people
+    traffic: Callable[[], contextlib.AbstractContextManager[Any]]
+    measure: Callable[[float], float]  # the application alone for that long: its metric
+    canary_args: tuple[str, ...] = ()
+    candidates: list[Candidate] = field(default_factory=list)
+
+
+def set_queue(device: str, values: dict[str, str]) -> None:
+    queue = Path(f"/sys/block/{device}/queue")
+    for attribute, value in values.items():  # scheduler first: switching resets its tunables
+        (queue / attribute).write_text(value)
+
+
+def true_effect(app: App, candidate: Candidate, seconds: float) -> float:
+    set_queue(app.device.name, NONE.sysfs)
+    before = app.measure(seconds)
+    set_queue(app.device.name, candidate.sysfs)
+    during = app.measure(seconds)
+    set_queue(app.device.name, NONE.sysfs)
+    after = app.measure(seconds)
+    return during / statistics.mean([before, after]) - 1
+
+
+def canary(app: App, candidate: Candidate, state: Path) -> tuple[str, float, str]:
+    started = time.monotonic()
+    with app.traffic():
+        done = subprocess.run(
+            [BLKPILOT, "agent", "canary", app.device.name, "--mode", "live", *candidate.args,
+             *app.canary_args, "--no-report", "--state-dir", str(state)],
+            capture_output=True, text=True, timeout=1800, check=False,
+        )  # fmt: skip
+    seconds = time.monotonic() - started
+    set_queue(app.device.name, NONE.sysfs)  # a pass keeps the candidate: back to the baseline
+    verdict = VERDICTS.get(done.returncode, f"exit {done.returncode}")
+    notes = " ".join(line for line in done.stdout.splitlines() if line.startswith("note:"))
+    if verdict.startswith("exit") or verdict == "could not run":
+        notes += done.stderr[-300:]
+    return verdict, seconds, notes
+
+
+# --- the applications -----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def postgres_app(base: Path) -> Iterator[App]:
+    with data_device(base / "pg.img", 2 << 30, base / "pg", data_bytes=16 << 20) as device:
+        (base / "pg").chmod(0o755)
+        with postgres_on(base / "pg") as database:
+            subprocess.run([_pg_bin("pgbench"), "-i", "-q", "-s", "10", database.uri],
+                           capture_output=True, check=True, timeout=600)  # fmt: skip
+
+            def measure(seconds: float) -> float:
+                out = subprocess.run(
+                    [_pg_bin("pgbench"), "-n", "-c", "4", "-j", "2", "-T", f"{seconds:.0f}",
+                     database.uri],
+                    capture_output=True, text=True, timeout=seconds + 120, check=True,
+                ).stdout  # fmt: skip
+                found = re.search(r"latency average = ([\d.]+) ms", out)
+                assert found, out
+                return float(found.group(1))
+
+            @contextlib.contextmanager
+            def traffic() -> Iterator[None]:
+                with pgbench(database, clients=4, scale=10, initialise=False):
+                    yield
+
+            with postgres_exporter(database, base) as url:
+                sli = base / "sli.json"
+                sli.write_text(json.dumps({
+                    "url": url, "kind": "ratio", "metric": "pg_stat_wal_wal_sync_time",
+                    "per": "pg_stat_wal_wal_sync", "description": "ms per WAL sync",
+                }))  # fmt: skip
+                yield App(
+                    "pgbench",
+                    device,
+                    "pgbench latency average (ms)",
+                    traffic,
+                    measure,
+                    ("--sli-file", str(sli)),
+                    [NONE, BFQ_IDLE, DEPTH_ONE],
+                )
+
+
+@contextlib.contextmanager
+def rocksdb_app(base: Path) -> Iterator[App]:
+    backing = TMPFS / f"blkpilot-live-apps-{base.name}.img"
+    with data_device(backing, 2 << 30, base / "rocks", data_bytes=16 << 20) as device:
+        db = base / "rocks" / "db"
+        common = [f"--db={db}", "--num=400000", "--value_size=1000", "--compression_type=none"]
+        subprocess.run(["db_bench", "--benchmarks=fillrandom", *common],
+                       capture_output=True, check=True, timeout=900)  # fmt: skip
+        reads = ["db_bench", "--benchmarks=readrandom", "--use_existing_db=1",
+                 "--use_direct_reads=1", "--threads=2", "--cache_size=8388608"]  # fmt: skip
+        reads += common
+
+        def measure(seconds: float) -> float:
+            out = subprocess.run(
+                [*reads, f"--duration={seconds:.0f}", "--histogram=1"],
+                capture_output=True, text=True, timeout=seconds + 120, check=True,
+            ).stdout  # fmt: skip
+            found = re.search(r"P50: ([\d.]+)", out)
+            assert found, out
+            return float(found.group(1))
+
+        @contextlib.contextmanager
+        def traffic() -> Iterator[None]:
+            process = subprocess.Popen([*reads, "--duration=86400"], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL)  # fmt: skip
+            try:
+                time.sleep(1)
+                yield
+            finally:
+                process.terminate()
+                process.wait(timeout=60)
+
+        yield App("db_bench", device, "db_bench readrandom p50 (us)", traffic, measure,
+                  (), [NONE, BFQ])  # fmt: skip
+
+
+@contextlib.contextmanager
+def cpu_hog(on: bool) -> Iterator[None]:
+    if not on:
+        yield
+        return
+    hog = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        hog.kill()
+        hog.wait()
+
+
+def summarise(runs: list[Run]) -> list[dict[str, Any]]:
+    rows = []
+    for key in sorted({(r.app, r.candidate) for r in runs}):
+        chosen = [r for r in runs if (r.app, r.candidate) == key]
+        verdicts = [r.verdict for r in chosen]
+        rows.append(
+            {
+                "app": key[0],
+                "candidate": key[1],
+                "runs": len(chosen),
+                "pass": verdicts.count("pass"),
+                "fail": verdicts.count("fail"),
+                "inconclusive": verdicts.count("inconclusive"),
+                "could_not_run": verdicts.count("could not run"),
+                "median_effect_%": round(100 * statistics.median(r.effect for r in chosen), 1),
+                "wrong_passes": sum(r.verdict == "pass" and r.effect > TOLERANCE for r in chosen),
+                "median_seconds": round(statistics.median(r.seconds for r in chosen), 1),
+                "max_seconds": round(max(r.seconds for r in chosen), 1),
+            }
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--aa", type=int, default=20, help="A/A canaries per application")
+    parser.add_argument("--regressions", type=int, default=10, help="runs of each regression")
+    parser.add_argument("--effect-seconds", type=float, default=5.0)
+    parser.add_argument("--hog", action="store_true", help="a CPU hog on core 0 throughout")
+    parser.add_argument("--apps", default="pgbench,db_bench")
+    parser.add_argument("--no-record", action="store_true")
+    args = parser.parse_args()
+    runs: list[Run] = []
+    base = Path(tempfile.mkdtemp(prefix="blkpilot-live-apps-"))
+    makers = {"pgbench": postgres_app, "db_bench": rocksdb_app}
+    with cpu_hog(args.hog):
+        for name in args.apps.split(","):
+            (base / name).mkdir()
+            with makers[name](base / name) as app:
+                for candidate in app.candidates:
+                    repeats = args.aa if candidate is NONE else args.regressions
+                    for index in range(repeats):
+                        effect = true_effect(app, candidate, args.effect_seconds)
+                        verdict, seconds, notes = canary(app, candidate, base / name / "agent")
+                        runs.append(Run(app.name, candidate.name, verdict, seconds, effect, notes))
+                        log(
+                            f"{app.name} {candidate.name} #{index + 1}: {verdict} in"
+                            f" {seconds:.0f} s; true effect {100 * effect:+.1f} % ({app.metric})"
+                            f"{'; ' + notes[:200] if notes else ''}"
+                        )
+    rows = summarise(runs)
+    result: dict[str, Any] = {
+        **provenance(__file__),
+        "hog": args.hog,
+        "summary": rows,
+        "runs": [r.__dict__ for r in runs],
+    }
+    print(json.dumps(rows, indent=2))
+    if not args.no_record:
+        for row in rows:
+            record(
+                "live_apps",
+                {**result, **row, "hog": "hog" if args.hog else "quiet"},
+                {
+                    "host": "hog",
+                    "app": "app",
+                    "candidate": "candidate",
+                    "runs": "runs",
+                    "pass": "pass",
+                    "fail": "fail",
+                    "inconclusive": "inconclusive",
+                    "could not run": "could_not_run",
+                    "true effect (median %)": "median_effect_%",
+                    "passes of a >10 % regression": "wrong_passes",
+                    "seconds (median / max)": "median_seconds",
+                },
+            )
+
+
+if __name__ == "__main__":
+    main()
