@@ -302,6 +302,7 @@ class _LiveCanary:
         )
         if settings.sli is not None:  # no shorter than the application's metrics can tell
             self.length_s = max(self.length_s, settings.sli.min_interval_s)
+        self.budget = budget_for(settings, self.length_s)
 
     def pair(self, order: tuple[str, str]) -> bool:
         """One pair in the order given; False if it was set aside."""
@@ -427,6 +428,18 @@ class _LiveCanary:
         else:
             self.restore()
         return self.result(verdict, per_metric, looks, notes)
+
+
+def budget_for(settings: LiveSettings, length_s: float) -> Budget:
+    """`pairs` at the first look, or fewer where intervals are long: as many as fit in
+    first_look_s of traffic, at least min_pairs; a budget given (max_pairs) holds."""
+    pairs = settings.pairs
+    if 2 * length_s * pairs > settings.first_look_s:
+        fitting = round(settings.first_look_s / (2 * length_s))
+        pairs = max(min(settings.min_pairs, pairs), min(pairs, fitting))
+    if settings.max_pairs is not None:
+        return Budget.of(min(pairs, settings.max_pairs), settings.max_pairs)
+    return Budget.of(pairs)
 
 
 class _GuardTripped(Exception):

@@ -40,6 +40,11 @@ class LiveSettings:
     max_interval_s: float = 10.0
     settle_s: float = 0.05  # after a switch: requests queued under the old configuration drain
     pairs: int = 40  # at the first look; then as many more at each look while inconclusive
+    # where intervals are long (thin traffic, an application's SLI), the first look comes
+    # after about this much traffic instead, and no fewer than min_pairs pairs: a verdict on
+    # a quiet database within minutes, not a quarter of an hour
+    first_look_s: float = 100.0
+    min_pairs: int = 12
     max_pairs: int | None = None  # the budget: by default three looks (120 pairs)
     extra_pairs: int = 4  # at most this many pairs run in place of those set aside
     mix_bound: float = 0.15  # total variation distance between a pair's two mixes
