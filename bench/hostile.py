@@ -49,7 +49,7 @@ import httpx
 
 from bench.record import ROOT, provenance, record
 from kernel.lab import devices as lab
-from tests.proc import free_port
+from tests.proc import ServiceProcess
 
 BLKPILOT = str(Path(sys.executable).parent / "blkpilot")
 API = "/api/v1"
@@ -109,9 +109,10 @@ class Probe:
         self.base, self.quick = base, quick
         self.data_dir = base / "service"
         self.data_dir.mkdir(parents=True)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.service: subprocess.Popen[bytes] | None = None
+        self.service = ServiceProcess(
+            self.data_dir, settings={"BLKPILOT_RATE_LIMIT": "100000/second"}
+        )
+        self.url = self.service.base_url
         self.agent: subprocess.Popen[bytes] | None = None
         self.devices: list[tuple[str, Path]] = []
         self.parts: dict[str, Tally] = {}
@@ -121,33 +122,14 @@ class Probe:
 
     @property
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BLKPILOT_")}
-        env.update(BLKPILOT_DATA_DIR=str(self.data_dir), BLKPILOT_RATE_LIMIT="100000/second")
-        return env
+        return self.service.env
 
     def start_service(self) -> None:
-        with (self.data_dir / "serve.log").open("ab") as out:
-            self.service = subprocess.Popen(
-                [BLKPILOT, "serve", "--port", str(self.port)],
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if self.service.poll() is not None:
-                raise SystemExit(f"blkpilot serve exited with {self.service.returncode}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            time.sleep(0.2)
-        raise SystemExit("blkpilot serve not ready within 180 s")
+        self.service.start()
 
     def stop_service(self) -> None:
-        if self.service is not None:
-            self.service.send_signal(signal.SIGTERM)
-            self.service.wait(timeout=120)
-            self.service = None
+        if self.service.process is not None:
+            self.service.stop()
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
