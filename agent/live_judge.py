@@ -43,7 +43,7 @@ class LiveSettings:
     # where intervals are long (thin traffic, an application's SLI), the first look comes
     # after about this much traffic instead, and no fewer than min_pairs pairs: a verdict on
     # a quiet database within minutes, not a quarter of an hour
-    first_look_s: float = 100.0
+    first_look_s: float = 80.0
     min_pairs: int = 12
     max_pairs: int | None = None  # the budget: by default three looks (120 pairs)
     extra_pairs: int = 4  # at most this many pairs run in place of those set aside
