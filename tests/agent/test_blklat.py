@@ -311,5 +311,19 @@ def test_a_wait_for_a_tag_counts_as_the_application_sees_it(
     total_p50 = (histograms.quantile(total, 0.5) or 0.0) / 1000
     device_p50 = (histograms.quantile(device_time, 0.5) or 0.0) / 1000
     fio_p50 = report["jobs"][0]["read"]["lat_ns"]["percentile"]["50.000000"] / 1000
-    assert total_p50 >= 0.5 * fio_p50, (total_p50, device_p50, fio_p50)
-    assert device_p50 <= 0.75 * total_p50, (total_p50, device_p50, fio_p50)
+    figures = (total_p50, device_p50, fio_p50)
+    # under `none` no request is inserted: from insert, total was issue -> completion, the
+    # same histogram as device time, I/O for I/O. From the bio it holds the wait for a tag:
+    # more on every count (quiet: 42 against 20 us p50; a CPU hog on one core leaves fewer
+    # readers submitting at once, and less wait: 28 against 24)
+    assert total_p50 >= device_p50, figures
+    assert _mean_us(total) >= 1.05 * _mean_us(device_time), (_mean_us(total), figures)
+    # and never more than the application itself waited (fio's, with its syscall around it)
+    assert total_p50 <= 1.25 * fio_p50 + 5, figures
+
+
+def _mean_us(histogram: histograms.Sparse) -> float:
+    """The mean of a latency histogram, each slot at its middle."""
+    count = sum(n for _, n in histogram)
+    middle = [(sum(histograms.latency_bounds(slot)) / 2, n) for slot, n in histogram]
+    return sum(value * n for value, n in middle) / max(count, 1) / 1000
