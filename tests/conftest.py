@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -52,6 +53,25 @@ def create_database(server_url: str, name: str) -> str:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         connection.execute(f'CREATE DATABASE "{name}"')
     return make_url(server_url).set(database=name).render_as_string(hide_password=False)
+
+
+@contextmanager
+def upkeep_database(server_url: str, name: str, pool_size: int = 2) -> Iterator[Engine]:
+    """A database of its own, migrated, for tests whose telemetry upkeep commits and drops
+    partitions (no per-test transaction can hold that); the partition cache starts and ends
+    empty."""
+    from service.telemetry import retention
+
+    url = create_database(server_url, name)
+    db.upgrade(url)
+    engine = db.create_db_engine(url, pool_size=pool_size)
+    retention.CACHE.clear()
+    try:
+        yield engine
+    finally:
+        retention.CACHE.clear()
+        engine.dispose()
+        drop_database(server_url, name)
 
 
 def drop_database(server_url: str, name: str) -> None:

@@ -22,14 +22,13 @@ from sqlalchemy.orm import Session
 
 from agent.contract import histograms
 from agent.contract.base import INT64_MAX, MAX_BYTES_PER_S, MAX_IOPS
-from service import db
 from service.app import create_app
 from service.db import Database
 from service.security import SESSION_COOKIE, Role
 from service.settings import Settings
 from service.telemetry import retention
 from service.telemetry.retention import RetentionPolicy, maintain
-from tests.conftest import create_database, drop_database
+from tests.conftest import upkeep_database
 from tests.factories import create_api_token, create_node, device_inventory, report_inventory
 
 NAME = "blkpilot_test_poison"
@@ -38,16 +37,8 @@ POLICY = RetentionPolicy()
 
 @pytest.fixture(scope="module")
 def scratch(server_url: str) -> Iterator[Engine]:
-    url = create_database(server_url, NAME)
-    db.upgrade(url)
-    engine = db.create_db_engine(url, pool_size=4)
-    retention.CACHE.clear()
-    try:
+    with upkeep_database(server_url, NAME, pool_size=4) as engine:
         yield engine
-    finally:
-        retention.CACHE.clear()
-        engine.dispose()
-        drop_database(server_url, NAME)
 
 
 class Fleet:

@@ -16,15 +16,14 @@ from sqlalchemy.orm import Session
 
 from agent.contract.wire import TelemetryBatch
 from models import mapping
-from service import db
 from service.errors import Unprocessable
 from service.recommendations import repository as recommendations
 from service.security import Principal
 from service.tables import TelemetryBatchRow, TelemetryHourlyRow, TelemetryWindowRow
-from service.telemetry import repository, retention
+from service.telemetry import repository
 from service.telemetry import service as telemetry
 from service.telemetry.retention import MAINTENANCE_LOCK, RetentionPolicy, maintain
-from tests.conftest import create_database, drop_database
+from tests.conftest import upkeep_database
 from tests.factories import create_node, device_inventory, ebpf_window, report_inventory
 
 NAME = "blkpilot_test_retention"
@@ -33,16 +32,8 @@ POLICY = RetentionPolicy(raw_days=14, hourly_days=400, ahead_days=3)
 
 @pytest.fixture
 def scratch(server_url: str) -> Iterator[Engine]:
-    url = create_database(server_url, NAME)
-    db.upgrade(url)
-    engine = db.create_db_engine(url, pool_size=2)
-    retention.CACHE.clear()
-    try:
+    with upkeep_database(server_url, NAME, pool_size=2) as engine:
         yield engine
-    finally:
-        retention.CACHE.clear()
-        engine.dispose()
-        drop_database(server_url, NAME)
 
 
 def _window(start: datetime, index: int) -> dict[str, Any]:
