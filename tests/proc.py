@@ -131,6 +131,7 @@ class ServiceProcess:
     process: subprocess.Popen[str] | None = None
     settings: dict[str, str] = field(default_factory=dict)  # BLKPILOT_* for `serve`
     ca_bundle: Path | None = None  # with BLKPILOT_TLS_*: what its certificate chains to
+    ready_timeout: float = 90.0  # seconds `start` waits for /readyz
 
     @property
     def env(self) -> dict[str, str]:
@@ -150,7 +151,12 @@ class ServiceProcess:
     def start(self) -> None:
         self.process = start_serve(self.data_dir, self.env, self.port)
         try:
-            wait_ready(f"{self.base_url}/readyz", self.process, timeout=90, verify=self.verify)
+            wait_ready(
+                f"{self.base_url}/readyz",
+                self.process,
+                timeout=self.ready_timeout,
+                verify=self.verify,
+            )
         except BaseException:
             # a fixture that gives up stops what it started: `serve`, and the embedded
             # PostgreSQL it may have left (found running an hour after a loaded suite ended)

@@ -4,6 +4,7 @@ real agent CLI and client."""
 from __future__ import annotations
 
 import http.client
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -209,3 +210,19 @@ def test_tokens_are_listed_rotated_and_revoked_from_the_cli(served: ServiceProce
     missing = run("token", "rotate", "no-such-token", env=served.env)
     assert missing.returncode == 1
     assert "no active API token" in missing.stderr
+
+
+def test_a_fixture_that_gives_up_stops_what_it_started(tmp_path: Path) -> None:
+    """On a loaded host fixtures waited 90 s for `serve`, raised, and left it (and its embedded
+    PostgreSQL) running an hour after the suite ended."""
+    (tmp_path / "svc").mkdir()
+    service = ServiceProcess(tmp_path / "svc", ready_timeout=0.5)  # never ready in time
+    with pytest.raises(AssertionError, match=r"not ready|exited"):
+        service.start()
+    assert service.process is None
+    leftovers = subprocess.run(
+        ["pgrep", "-f", f"serve --port {service.port}$"], capture_output=True, text=True
+    )
+    assert leftovers.stdout == "", leftovers.stdout
+    time.sleep(1)
+    assert not (tmp_path / "svc" / "postgres" / "postmaster.pid").exists()
