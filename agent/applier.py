@@ -182,11 +182,11 @@ class Applier:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     @contextmanager
-    def canary(self, device: str) -> Iterator[None]:
+    def canary(self, device: str) -> Iterator[str | None]:
         """A canary under way on the device: its lock, and a marker naming what the device
-        had applied when it began. A canary ended by a signal restores its baseline itself
-        (agent.signals); one ended by kill -9 leaves the marker, and `recover()` at the
-        agent's next start puts the baseline back."""
+        had applied when it began (yielded: `restore_canary_baseline` takes it). A canary
+        ended by a signal restores its baseline itself (agent.signals); one ended by kill -9
+        leaves the marker, and `recover()` at the agent's next start puts the baseline back."""
         with self.device_lock(device):
             marker = self._canary_marker(device)
             marker.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -199,9 +199,17 @@ class Applier:
                 },
             )
             try:
-                yield
+                yield self._applied_txid(device)
             finally:
                 remove_durably(marker)
+
+    def restore_canary_baseline(self, device: str, baseline_txid: str | None) -> bool:
+        """Put back the configuration a canary began from: where the change recorded as
+        applied is not the one it began from, that change is rolled back. True if it was."""
+        if self._applied_txid(device) in (None, baseline_txid):
+            return False
+        self.rollback(device)
+        return True
 
     def _canary_marker(self, device: str) -> Path:
         return self.state_dir / "canaries" / f"{device}.json"
@@ -230,9 +238,7 @@ class Applier:
             if self.busy(device):
                 continue  # that canary is alive (it holds the device's lock)
             try:
-                candidate_applied = self._applied_txid(device) not in (None, baseline)
-                if candidate_applied:
-                    self.rollback(device)
+                if self.restore_canary_baseline(device, baseline):
                     restored.append(device)
                     log.warning("a canary on %s was killed: its baseline is restored", device)
             except (AgentError, OSError, ValueError) as error:
@@ -332,9 +338,18 @@ class Applier:
             except BaseException as error:  # a signal (agent.signals.Interrupted), a bug
                 self._restore_or_hold(device, before, f"apply interrupted: {error!r}")
                 raise
-            write_json_atomic(self._snapshot_file(device), {"txid": txid, "values": before})
-            write_json_atomic(self._applied_file(device), {"txid": txid, "values": writes})
-            remove_durably(self._journal)
+            try:
+                write_json_atomic(self._snapshot_file(device), {"txid": txid, "values": before})
+                write_json_atomic(self._applied_file(device), {"txid": txid, "values": writes})
+                remove_durably(self._journal)
+            except BaseException as error:
+                # written, not yet recorded: undone, so that the device and blkpilot's records
+                # of it agree (a canary restores by what is recorded)
+                self._restore_or_hold(device, before, f"apply interrupted: {error!r}")
+                for record in (self._snapshot_file(device), self._applied_file(device)):
+                    if record.exists() and read_json(record).get("txid") == txid:
+                        remove_durably(record)
+                raise
         log.info("applied %s to %s (tx %s)", writes, device, txid)
         return ApplyResult(device, txid, before, writes)
 

@@ -118,10 +118,11 @@ def run_canary(
     kept only on pass; otherwise the device ends as it began, which is checked before
     returning."""
     budget = Budget.of(rounds, max_rounds)
-    with applier.canary(device):
+    with applier.canary(device) as baseline_txid:
         return _run_canary(
             applier,
             device,
+            baseline_txid,
             workload,
             candidate,
             workdir=workdir,
@@ -137,6 +138,7 @@ def run_canary(
 def _run_canary(
     applier: Applier,
     device: str,
+    baseline_txid: str | None,
     workload: WorkloadSpec,
     candidate: DeviceConfig,
     *,
@@ -153,11 +155,12 @@ def _run_canary(
     check_allowed(target, run)
     baseline_scheduler = applier.read(device, "scheduler")
     baseline = applier.current(device) if applier.read(device, "io_poll") != "1" else None
-    state = {"arm": "A"}
+    state = {"arm": "A"}  # "?" while switching
 
     def use(arm: str) -> None:
         if arm == state["arm"]:
             return
+        state["arm"] = "?"
         if arm == "B":
             applier.apply(device, candidate)
         else:
@@ -174,7 +177,9 @@ def _run_canary(
     try:
         found = run_sequential(budget, use, sample, rules, alpha)
     except BaseException:
-        use("A")  # whatever happened, the device goes back to its baseline
+        # whatever happened, wherever a signal landed (mid-switch too), the device goes back
+        # to its baseline: by what is recorded as applied
+        applier.restore_canary_baseline(device, baseline_txid)
         raise
     keep = found.verdict is CanaryVerdict.PASS
     use("B" if keep else "A")

@@ -104,8 +104,10 @@ def run_live_canary(
     device ends as it began otherwise, which is checked before returning."""
     if not collector.available:
         raise LiveCanaryUnavailable(f"the live canary needs eBPF: {collector.unavailable}")
-    with applier.canary(device):
-        return _LiveCanary(applier, device, candidate, collector, settings, sleep).run()
+    with applier.canary(device) as baseline_txid:
+        canary = _LiveCanary(applier, device, candidate, collector, settings, sleep)
+        canary.baseline_txid = baseline_txid
+        return canary.run()
 
 
 class _LiveCanary:
@@ -128,7 +130,8 @@ class _LiveCanary:
         self.baseline_scheduler = applier.read(device, "scheduler")
         self.baseline = applier.current(device) if applier.read(device, "io_poll") != "1" else None
         self.report = LiveReport()
-        self.arm = "A"
+        self.arm = "A"  # "?" while switching: a signal then leaves it unknown
+        self.baseline_txid: str | None = None  # the applied change the canary began from
         self.length_s = settings.interval_s
         # everything each arm has served so far: the candidate's pooled p99 for the guard
         self.pools: dict[str, list[histograms.Sparse]] = {"A": [], "B": []}
@@ -151,6 +154,7 @@ class _LiveCanary:
     def use(self, arm: str) -> None:
         if arm == self.arm:
             return
+        self.arm = "?"
         if arm == "B":
             self.applier.apply(self.device, self.candidate)
         else:
@@ -159,8 +163,11 @@ class _LiveCanary:
         self.sleep(self.settings.settle_s)
 
     def restore(self) -> None:
+        """Back to the baseline by what is recorded as applied — right wherever a signal
+        landed, in the middle of a switch too."""
         try:
-            self.use("A")
+            self.applier.restore_canary_baseline(self.device, self.baseline_txid)
+            self.arm = "A"
         finally:
             _check_restored(self.applier, self.device, self.baseline_scheduler)
 

@@ -199,3 +199,22 @@ def test_recovery_leaves_a_live_canary_and_a_kept_policy_alone(
     assert "[mq-deadline]" in Path(f"/sys/block/{device}/queue/scheduler").read_text()
     assert not marker.exists()
     applier.rollback(device)
+
+
+def test_a_signal_right_after_a_switch_still_restores_the_baseline(
+    tmp_path: Path, loop_device: LoopFactory
+) -> None:
+    """A SIGTERM that lands after the candidate's apply returned but before the canary noted
+    the switch left bfq set (1 run in 3 of the CLI's SIGTERM test, once). The canary now
+    restores by what is recorded as applied — and only what it applied itself: a policy kept
+    before the canary stays."""
+    device = loop_device(on="tmpfs")
+    applier = Applier(HostPaths(), tmp_path / "agent")
+    scheduler = Path(f"/sys/block/{device}/queue/scheduler")
+    applier.apply(device, DeviceConfig(scheduler=Scheduler.MQ_DEADLINE))  # a kept policy
+    with applier.canary(device) as baseline:
+        assert not applier.restore_canary_baseline(device, baseline)  # nothing to undo yet
+        applier.apply(device, DeviceConfig(scheduler=Scheduler.BFQ))  # the candidate
+        assert applier.restore_canary_baseline(device, baseline)
+    assert "[mq-deadline]" in scheduler.read_text()
+    scheduler.write_text("none")  # the loop device as it was made
