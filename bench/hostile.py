@@ -49,7 +49,7 @@ import httpx
 
 from bench.record import ROOT, provenance, record
 from kernel.lab import devices as lab
-from tests.proc import ServiceProcess
+from tests.proc import ServiceProcess, stop_embedded
 
 BLKPILOT = str(Path(sys.executable).parent / "blkpilot")
 API = "/api/v1"
@@ -233,6 +233,8 @@ class Probe:
             self.agent.wait(timeout=60)
         with contextlib.suppress(Exception):
             self.stop_service()
+        # the PostgreSQL the outages restarted by hand is not serve's to stop
+        stop_embedded(self.data_dir)
         for name, backing in self.devices:
             lab.detach(name, backing)
 
