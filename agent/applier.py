@@ -354,7 +354,13 @@ class Applier:
         return ApplyResult(device, txid, before, writes)
 
     def _write_all(self, device: str, writes: Values) -> None:
+        """Each write in order, read back. A value already in place is not written again:
+        writing the scheduler freezes the queue even to the same one, and a canary's arms must
+        cost the same (its rollback skips equal values too). io_poll is always written — the
+        kernel checks it even where it ignores it, and that check is what polling must learn."""
         for attribute, value in writes.items():
+            if attribute != "io_poll" and self.read(device, attribute) == value:
+                continue
             self.effects.write_attribute(self._attribute(device, attribute), value)
             if self.effects.dry_run:
                 continue

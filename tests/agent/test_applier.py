@@ -68,6 +68,27 @@ class TestApply:
         with pytest.raises(NoSnapshot):
             applier.rollback(device)
 
+    def test_values_already_in_place_are_not_written_again(
+        self, tmp_path: Path, loop_device: LoopFactory
+    ) -> None:
+        """A canary's A/A applies the baseline as its candidate: writing the scheduler again
+        freezes the queue, a cost the rollback (which skips equal values) never pays, so the
+        candidate arm looked slower on a CPU-bound application."""
+        device = loop_device()
+        effects = Effects()
+        applier = Applier(HostPaths(), tmp_path / "agent", effects)
+        applier.apply(device, DeviceConfig(scheduler=Scheduler.MQ_DEADLINE))
+        applier.rollback(device)
+        applier.apply(device, DeviceConfig(scheduler=Scheduler.MQ_DEADLINE))
+        effects.writes.clear()
+        current = applier.current(device)
+        result = applier.apply(device, current)  # every value as it already is
+        assert result.after["scheduler"] == "mq-deadline"
+        assert [path.name for path, _ in effects.writes] == []
+        applier.apply(device, DeviceConfig(scheduler=Scheduler.MQ_DEADLINE, nr_requests=32))
+        assert [path.name for path, _ in effects.writes] == ["nr_requests"]
+        assert applier.drift(device) == []
+
     def test_out_of_range_value_changes_nothing(
         self, applier: Applier, loop_device: LoopFactory
     ) -> None:
