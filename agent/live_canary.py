@@ -251,13 +251,12 @@ class _LiveCanary:
         # The map is read as often in both arms (the guard is only checked in the
         # candidate's): each read costs the application CPU, and on a CPU-bound one (db_bench)
         # reading it only in one arm made that arm slower — an A/A failed on it.
-        checks = self.settings.guard_checks
+        checks = max(1, self.settings.guard_checks)
         for _ in range(checks):
             self.sleep(length / checks)
-            partial = strata_between(self.device, begin, self.collector.collect(time.time()))
+            interval = strata_between(self.device, begin, self.collector.collect(time.time()))
             if arm == "B":
-                self.guard(partial)
-        interval = strata_between(self.device, begin, self.collector.collect(time.time()))
+                self.guard(interval)
         sli_end = self.read_sli()
         seconds = time.monotonic() - t0
         self.report.traffic_seconds += seconds

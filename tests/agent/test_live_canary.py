@@ -27,6 +27,7 @@ from agent.contract.tunables import DeviceConfig, Scheduler
 from agent.contract.wire import CanaryVerdict, IoOperation
 from agent.host import HostPaths
 from agent.live_canary import (
+    _LiveCanary,
     LiveCanaryUnavailable,
     LiveSettings,
     run_live_canary,
@@ -359,6 +360,30 @@ def test_one_stall_does_not_trip_the_guard_a_bad_candidate_does(
         assert result.verdict is not CanaryVerdict.FAIL
         assert report.pairs_used == settings.pairs
     assert applier.read(name, "scheduler") == ("mq-deadline" if result.kept_candidate else "none")
+
+
+def test_both_arms_read_the_map_as_often(loop_device: LoopFactory, tmp_path: Path) -> None:
+    """Each read of the eBPF map takes CPU from the application: a candidate arm that read it
+    four times an interval (for the guard) and a baseline that read it once made a CPU-bound
+    db_bench slower under an unchanged configuration, and its A/A failed 6 of 6."""
+    name = loop_device(size_mb=16)
+    applier = Applier(HostPaths(), tmp_path / "state")
+    traffic = ScriptedTraffic(name, "mq-deadline", 20.0, stall_at=10**6)
+    settings = LiveSettings(seed=3, interval_s=0.01, guard_checks=4)
+    canary = _LiveCanary(
+        applier,
+        name,
+        DeviceConfig(scheduler=Scheduler.NONE),
+        traffic,
+        settings,
+        time.sleep,  # type: ignore[arg-type]
+    )
+    reads = []
+    for arm in ("A", "B", "A", "B"):
+        before = sum(traffic.counts.values())
+        canary.measure(arm)
+        reads.append((sum(traffic.counts.values()) - before) // 400)
+    assert reads == [settings.guard_checks + 1] * 4
 
 
 @pytest.mark.parametrize(
