@@ -27,9 +27,9 @@ from agent.contract.tunables import DeviceConfig, Scheduler
 from agent.contract.wire import CanaryVerdict, IoOperation
 from agent.host import HostPaths
 from agent.live_canary import (
-    _LiveCanary,
     LiveCanaryUnavailable,
     LiveSettings,
+    _LiveCanary,
     run_live_canary,
 )
 from agent.live_judge import Interval, judge_pair, pair_order
