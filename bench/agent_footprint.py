@@ -8,6 +8,10 @@ Creates 16 lab loop devices (tmpfs, 16 MiB each, empty), enrolls a node, runs th
 its own process, lets it warm up, then measures its CPU time (utime + stime from
 /proc/PID/stat, all threads) over the measuring window and samples VmRSS every second.
 Light read I/O runs on the devices throughout, so every window has something in it.
+Beside it, in the same run, Prometheus' node_exporter (Debian's prometheus-node-exporter, its
+default collectors) serves the same host: both are scraped every `--scrape-interval` seconds
+(with that as the timeout, as Prometheus does), and the CPU, RSS and missed scrapes of each are
+recorded — the agent is judged against what every node already runs.
 Records the result, with the command that reproduces it, in bench/results/agent_footprint.*
 
     python -m bench.agent_footprint                  # 60 s measured after 15 s warm-up
@@ -24,7 +28,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -66,6 +72,39 @@ def bpf_run_time(pid: int) -> int:
     return total
 
 
+NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
+
+
+@dataclass
+class Scrapes:
+    """Scrapes of one /metrics endpoint every interval, timed out at the interval."""
+
+    url: str
+    answered: int = 0
+    missed: list[str] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+
+    def once(self, client: httpx.Client, timeout: float) -> None:
+        started = time.monotonic()
+        try:
+            response = client.get(self.url, timeout=timeout)
+            response.raise_for_status()
+        except httpx.HTTPError as error:
+            self.missed.append(f"{type(error).__name__}: {error}"[:120])
+            return
+        self.answered += 1
+        self.seconds.append(time.monotonic() - started)
+
+
+def scrape_every(targets: list[Scrapes], interval: float, stop: threading.Event) -> None:
+    with httpx.Client() as client:
+        while not stop.is_set():
+            due = time.monotonic() + interval
+            for target in targets:
+                target.once(client, interval)
+            stop.wait(max(0.0, due - time.monotonic()))
+
+
 def completed(names: list[str]) -> int:
     total = 0
     for name in names:
@@ -86,6 +125,7 @@ def main() -> int:
     parser.add_argument(
         "--load", action="store_true", help="fio at full speed on one device (about 50k IOPS)"
     )
+    parser.add_argument("--scrape-interval", type=float, default=1.0)
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
 
@@ -93,6 +133,7 @@ def main() -> int:
     env = clean_env(work / "service")
     (work / "service").mkdir()
     port = free_port()
+    agent_port, node_port = free_port(), free_port()
     base = f"http://127.0.0.1:{port}"
     server = start_serve(work / "service", env, port)
     specs = {
@@ -125,7 +166,7 @@ def main() -> int:
                 "--interval",
                 str(args.interval),
                 "--metrics-port",
-                "0",
+                str(agent_port),
                 "--config",
                 str(config),
                 *[a for d in sorted(devices.values()) for a in ("--device", d)],
@@ -134,6 +175,14 @@ def main() -> int:
             agent = subprocess.Popen(
                 command, env=env, stdout=subprocess.DEVNULL, stderr=errors, text=True
             )
+            node = subprocess.Popen(
+                [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{node_port}"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            wait_ready(f"http://127.0.0.1:{agent_port}/metrics", agent, timeout=60)
+            wait_ready(f"http://127.0.0.1:{node_port}/metrics", node, timeout=60)
             reader = (
                 "while :; do dd if=/dev/{} of=/dev/null bs=4k count=256 iflag=direct"
                 " status=none; sleep 0.5; done"
@@ -159,24 +208,40 @@ def main() -> int:
                         ]
                     )
                 )
+            scrapes = [
+                Scrapes(f"http://127.0.0.1:{agent_port}/metrics"),
+                Scrapes(f"http://127.0.0.1:{node_port}/metrics"),
+            ]
+            halt = threading.Event()
+            scraper = threading.Thread(
+                target=scrape_every, args=(scrapes, args.scrape_interval, halt), daemon=True
+            )
             try:
                 time.sleep(args.warmup)
                 bpf0 = bpf_run_time(agent.pid)
                 ios0 = completed(names)
                 cpu0, wall0 = cpu_seconds(agent.pid), time.monotonic()
-                peak = 0.0
+                node_cpu0 = cpu_seconds(node.pid)
+                scraper.start()
+                peak = node_peak = 0.0
                 while time.monotonic() - wall0 < args.seconds:
                     time.sleep(1.0)
                     peak = max(peak, rss_mb(agent.pid))
+                    node_peak = max(node_peak, rss_mb(node.pid))
+                halt.set()
+                scraper.join()
                 cpu1, wall1 = cpu_seconds(agent.pid), time.monotonic()
+                node_cpu1 = cpu_seconds(node.pid)
                 bpf1 = bpf_run_time(agent.pid)
                 ios1 = completed(names)
                 final_rss = rss_mb(agent.pid)
             finally:
+                halt.set()
                 for process in load:
                     process.terminate()
                     process.wait()
                 stop(agent)
+                stop(node)
                 errors.close()
                 stats.write_text(stats_before)
         devices_known = httpx.get(
@@ -186,6 +251,8 @@ def main() -> int:
         stop(server)
 
     cpu_percent = 100 * (cpu1 - cpu0) / (wall1 - wall0)
+    node_percent = 100 * (node_cpu1 - node_cpu0) / (wall1 - wall0)
+    agent_scrapes, node_scrapes = scrapes
     ios = ios1 - ios0
     bpf_ns = bpf1 - bpf0
     result = {
@@ -202,6 +269,22 @@ def main() -> int:
         "peak_rss_mb": round(peak, 1),
         "final_rss_mb": round(final_rss, 1),
         "target_rss_mb": TARGET_RSS_MB,
+        "node_exporter_cpu_percent_of_one_core": round(node_percent, 3),
+        "node_exporter_peak_rss_mb": round(node_peak, 1),
+        "agent_over_node_exporter_cpu": round(cpu_percent / node_percent, 2)
+        if node_percent
+        else None,
+        "scrape_interval_s": args.scrape_interval,
+        "agent_scrapes_answered": agent_scrapes.answered,
+        "agent_scrapes_missed": len(agent_scrapes.missed),
+        "agent_scrape_p99_s": round(
+            sorted(agent_scrapes.seconds)[int(0.99 * (len(agent_scrapes.seconds) - 1))], 4
+        )
+        if agent_scrapes.seconds
+        else None,
+        "node_exporter_scrapes_answered": node_scrapes.answered,
+        "node_exporter_scrapes_missed": len(node_scrapes.missed),
+        "missed_why": (agent_scrapes.missed + node_scrapes.missed)[:5],
         "devices": args.devices,
         "devices_reported_to_service": len(devices_known),
         "interval_s": args.interval,
@@ -224,11 +307,26 @@ def main() -> int:
                 "IOPS": "iops_all_devices",
                 "BPF ns/IO": "bpf_ns_per_io",
                 "BPF CPU %": "bpf_cpu_percent_of_one_core",
+                "node_exporter CPU %": "node_exporter_cpu_percent_of_one_core",
+                "node_exporter RSS MB": "node_exporter_peak_rss_mb",
+                "agent scrapes answered": "agent_scrapes_answered",
+                "agent scrapes missed": "agent_scrapes_missed",
+                "node_exporter scrapes missed": "node_exporter_scrapes_missed",
                 "measured s": "measured_s",
             },
         )
-    ok = cpu_percent <= TARGET_CPU_PERCENT and peak <= TARGET_RSS_MB
-    print(f"{'PASS' if ok else 'OVER TARGET'}: {cpu_percent:.2f} % CPU, {peak:.1f} MB peak RSS")
+    ok = (
+        cpu_percent <= TARGET_CPU_PERCENT
+        and peak <= TARGET_RSS_MB
+        and cpu_percent <= node_percent
+        and not agent_scrapes.missed
+    )
+    print(
+        f"{'PASS' if ok else 'OVER TARGET'}: {cpu_percent:.2f} % CPU (node_exporter"
+        f" {node_percent:.2f} %), {peak:.1f} MB peak RSS (node_exporter {node_peak:.1f}),"
+        f" {len(agent_scrapes.missed)} of {agent_scrapes.answered + len(agent_scrapes.missed)}"
+        " scrapes missed"
+    )
     return 0 if ok else 1
 
 
