@@ -32,7 +32,7 @@ from typing import Any
 
 from bench.record import provenance, record
 from kernel.lab.devices import TMPFS, DataDevice, data_device
-from tests.apps import _pg_bin, pgbench, postgres_exporter, postgres_on
+from tests.apps import _pg_bin, pgbench, postgres_exporter, postgres_on, rocksdb_on
 
 BLKPILOT = str(Path(sys.executable).parent / "blkpilot")
 TOLERANCE = 0.10  # the application metric this much worse is a regression a pass must not hide
@@ -94,12 +94,13 @@ def set_queue(device: str, values: dict[str, str]) -> None:
 
 def true_effect(app: App, candidate: Candidate, seconds: float, rounds: int) -> float:
     """The candidate's effect on the application's own metric: baseline and candidate in
-    turn, `rounds` times each (A B A B ...), the median of each — this host's speed drifts
-    by a third within a minute (db_bench: 36k and 76k I/Os per second), and one A B A turn
-    read an unchanged configuration as 35 % better."""
+    turn, `rounds` times each in A B B A order (a steady trend cancels), the median of each —
+    this host's speed drifts by a third within a minute (db_bench: 36k and 76k I/Os per
+    second), and one A B A turn read an unchanged configuration as 35 % better."""
     measured: dict[str, list[float]] = {"A": [], "B": []}
-    for _ in range(rounds):
-        for arm, values in (("A", NONE.sysfs), ("B", candidate.sysfs)):
+    for turn in range(rounds):
+        order = (("A", NONE.sysfs), ("B", candidate.sysfs))
+        for arm, values in order if turn % 2 == 0 else order[::-1]:
             set_queue(app.device.name, values)
             measured[arm].append(app.measure(seconds))
     set_queue(app.device.name, NONE.sysfs)
@@ -169,37 +170,12 @@ def postgres_app(base: Path) -> Iterator[App]:
 @contextlib.contextmanager
 def rocksdb_app(base: Path) -> Iterator[App]:
     backing = TMPFS / f"blkpilot-live-apps-{base.name}.img"
-    with data_device(backing, 2 << 30, base / "rocks", data_bytes=16 << 20) as device:
-        db = base / "rocks" / "db"
-        common = [f"--db={db}", "--num=400000", "--value_size=1000", "--compression_type=none"]
-        subprocess.run(["db_bench", "--benchmarks=fillrandom", *common],
-                       capture_output=True, check=True, timeout=900)  # fmt: skip
-        reads = ["db_bench", "--benchmarks=readrandom", "--use_existing_db=1",
-                 "--use_direct_reads=1", "--threads=2", "--cache_size=8388608"]  # fmt: skip
-        reads += common
-
-        def measure(seconds: float) -> float:
-            out = subprocess.run(
-                [*reads, f"--duration={seconds:.0f}", "--histogram=1"],
-                capture_output=True, text=True, timeout=seconds + 120, check=True,
-            ).stdout  # fmt: skip
-            found = re.search(r"P50: ([\d.]+)", out)
-            assert found, out
-            return float(found.group(1))
-
-        @contextlib.contextmanager
-        def traffic() -> Iterator[None]:
-            process = subprocess.Popen([*reads, "--duration=86400"], stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL)  # fmt: skip
-            try:
-                time.sleep(1)
-                yield
-            finally:
-                process.terminate()
-                process.wait(timeout=60)
-
-        yield App("db_bench", device, "db_bench readrandom p50 (us)", traffic, measure,
-                  (), [NONE, BFQ])  # fmt: skip
+    with (
+        data_device(backing, 2 << 30, base / "rocks", data_bytes=16 << 20) as device,
+        rocksdb_on(base / "rocks") as database,
+    ):
+        yield App("db_bench", device, "db_bench readrandom p50 (us)", database.traffic,
+                  database.p50_us, (), [NONE, BFQ])  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -244,7 +220,7 @@ def main() -> None:
     parser.add_argument("--regressions", type=int, default=10, help="runs of each regression")
     parser.add_argument("--effect-seconds", type=float, default=5.0)
     parser.add_argument(
-        "--effect-rounds", type=int, default=3, help="turns of baseline and candidate"
+        "--effect-rounds", type=int, default=4, help="turns of baseline and candidate"
     )
     parser.add_argument("--hog", action="store_true", help="a CPU hog on core 0 throughout")
     parser.add_argument("--apps", default="pgbench,db_bench")
