@@ -56,8 +56,9 @@ def test_db_bench_a_to_a_is_not_failed_and_bfq_is_not_passed(
             capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip
     verdict = VERDICTS.get(done.returncode, f"exit {done.returncode}")
+    kept = (queue / "scheduler").read_text()
     (queue / "scheduler").write_text("none")  # a pass keeps the candidate
+    assert f"[{candidate if verdict == 'pass' else 'none'}]" in kept, (verdict, kept)
     assert verdict in allowed, done.stdout + done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert {r["metric"] for r in rows} >= {"lat_p50_us", "lat_p99_us"}, done.stdout
-    assert Path(f"/sys/block/{device.name}/queue/scheduler").read_text().startswith("[none]")
