@@ -5,6 +5,7 @@ write/read asymmetry, speed-up from parallel issue), the workload and the config
 
 from __future__ import annotations
 
+import math
 import statistics
 import uuid
 from collections import defaultdict
@@ -65,7 +66,7 @@ def _plain(config: DeviceConfig) -> bool:
 
 def measured_facts(samples: Iterable[Sample]) -> dict[uuid.UUID, dict[str, float]]:
     """Per device, from its own plain runs (no scheduler, interrupts): median QD1 4 KiB read
-    latency, QD1 write over read latency, and random-read IOPS at its deepest queue over QD1."""
+    latency, QD1 write over read latency, and random-read IOPS at SPEEDUP_DEPTH over QD1's."""
     reads: dict[uuid.UUID, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     writes: dict[uuid.UUID, list[float]] = defaultdict(list)
     for sample in samples:
@@ -89,12 +90,37 @@ def measured_facts(samples: Iterable[Sample]) -> dict[uuid.UUID, dict[str, float
         facts[device_id]["qd1_read_us"] = qd1
         if writes.get(device_id):
             facts[device_id]["write_over_read"] = statistics.median(writes[device_id]) / qd1
-        deepest = max(by_depth)
-        if deepest > 1 and qd1 > 0:
-            facts[device_id]["parallel_speedup"] = statistics.median(by_depth[deepest]) / (
-                1e6 / qd1
-            )
+        speedup = speedup_at(
+            {depth: statistics.median(v) / (1e6 / qd1) for depth, v in by_depth.items()}, qd1
+        )
+        if speedup is not None:
+            facts[device_id]["parallel_speedup"] = speedup
     return dict(facts)
+
+
+SPEEDUP_DEPTH = 16  # parallel_speedup is random-read IOPS at this depth over QD1's
+
+
+def speedup_at(by_depth: dict[int, float], qd1_us: float) -> float | None:
+    """The speed-up from parallel issue at SPEEDUP_DEPTH, the same depth on every device:
+    measured there, or interpolated between the measured depths around it on log-log axes
+    (from QD1, speed-up 1, where none is shallower) — one device measured at QD16 and another
+    at QD32 made the same feature mean two things. None without a depth beyond 1."""
+    if qd1_us <= 0:
+        return None
+    deeper = sorted(d for d in by_depth if d > 1 and by_depth[d] > 0)
+    if not deeper:
+        return None
+    if SPEEDUP_DEPTH in by_depth:
+        return by_depth[SPEEDUP_DEPTH]
+    below = [d for d in deeper if d < SPEEDUP_DEPTH]
+    above = [d for d in deeper if d > SPEEDUP_DEPTH]
+    low, low_speedup = (below[-1], by_depth[below[-1]]) if below else (1, 1.0)
+    high = above[0] if above else below[-1]
+    if high == low:  # only shallower depths: the speed-up seen there, not extrapolated
+        return low_speedup
+    slope = math.log(by_depth[high] / low_speedup) / math.log(high / low)
+    return low_speedup * (SPEEDUP_DEPTH / low) ** slope
 
 
 def sample_from(

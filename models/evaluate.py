@@ -53,7 +53,7 @@ from agent.contract.tunables import DeviceConfig
 from agent.contract.verdict import DEFAULT_RULES, MetricRule, compare, non_inferiority
 from agent.contract.wire import CanaryVerdict
 from agent.contract.workloads import WorkloadSpec
-from models.dataset import OBJECTIVE_METRIC, Sample, facts_for, measured_facts
+from models.dataset import OBJECTIVE_METRIC, Sample, measured_facts
 from models.features import DeviceFacts, config_key, row
 from models.grid import Grid
 from models.priors import Objective, Prior
@@ -257,9 +257,18 @@ def probe_facts(grid: Grid, device: str) -> DeviceFacts:
     """What a device's enrollment shows of it — its inventory row and what the probe and the
     calibration measure (QD1 read latency, write/read asymmetry, speed-up at depth) — for a
     device the models have seen no run of; taken from its plain runs in the grid."""
+    return held_out_facts(grid, device, [])
+
+
+def held_out_facts(grid: Grid, device: str, canaries: list[Sample]) -> DeviceFacts:
+    """A held-out device's facts after some canaries: its probe's (what enrollment measured)
+    with what its canaries add. Taken from the canaries alone, as it once was, the facts lost
+    every probe measurement at the first canary (a canary is no plain run), and every "after
+    k canaries" figure of `--holdout device` judged a device the model could not see."""
     found = grid.devices[device]
     runs = [grid.sample(r) for r in grid.runs if r.device == device]
-    return DeviceFacts.from_inventory(found.row, measured_facts(runs).get(found.id, {}))
+    mine = [c for c in canaries if c.device_id == found.id]
+    return DeviceFacts.from_inventory(found.row, measured_facts(runs + mine).get(found.id, {}))
 
 
 def canary_rule(objective: Objective) -> MetricRule:
@@ -416,7 +425,7 @@ def evaluate_cell(
             model = fit(samples, objective, random_state=seed)
         else:
             model = with_observations(base, canaries)
-        facts = facts_for(samples).get(found.id) or probe_facts(grid, device)
+        facts = held_out_facts(grid, device, canaries)
         rec = recommend(
             model,
             str(found.id),

@@ -30,7 +30,7 @@ class DeviceFacts:
     hw_queues: int = 1
     qd1_read_us: float | None = None  # measured QD1 4 KiB random-read latency
     write_over_read: float | None = None  # standalone write cost over read cost
-    parallel_speedup: float | None = None  # IOPS at QD32 over QD1
+    parallel_speedup: float | None = None  # IOPS at QD16 over QD1 (dataset.SPEEDUP_DEPTH)
     poll_queues: int = 0
 
     @classmethod
