@@ -280,4 +280,5 @@ def paired(
         relative_shift,
         relative_worst,
         verdict,
+        rule.higher_is_better,
     )

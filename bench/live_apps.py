@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import json
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -226,6 +227,9 @@ def main() -> None:
     parser.add_argument("--apps", default="pgbench,db_bench")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
+    # stopped with SIGTERM (or from the background, where SIGINT is ignored): unwind, so that
+    # the applications stop and their loop devices are unmounted and detached
+    signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
     runs: list[Run] = []
     base = Path(tempfile.mkdtemp(prefix="blkpilot-live-apps-"))
     makers = {"pgbench": postgres_app, "db_bench": rocksdb_app}

@@ -327,12 +327,14 @@ class ModelVersion(Base):
 class RecommendationRow(Base):
     """What the search recommends for a device, against what it runs now — one row per
     configuration, for every objective it is best for (`objective` the lead one); an operator
-    accepts it (it becomes the device's policy) or rejects it."""
+    accepts it (it becomes the device's policy) or rejects it; a failed canary of it refutes
+    it."""
 
     __tablename__ = "recommendations"
     __table_args__ = (
         CheckConstraint(
-            "status IN ('proposed', 'accepted', 'rejected', 'superseded')", name="status"
+            "status IN ('proposed', 'accepted', 'rejected', 'superseded', 'refuted')",
+            name="status",
         ),
         Index("ix_recommendations_device_status", "device_id", "status"),
     )
@@ -358,6 +360,10 @@ class RecommendationRow(Base):
     decided_by: Mapped[str | None] = mapped_column(String(160))
     decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     decision_reason: Mapped[str | None] = mapped_column(Text)
+    # the latest canary of the recommended configuration on the device since it was made:
+    # observation_id, verdict, finished_at, effects {metric: change, low, high, unit}; a fail
+    # makes the status 'refuted'
+    canary: Mapped[dict[str, Any] | None] = mapped_column()
     created_at: Mapped[datetime] = _now()
 
 

@@ -47,6 +47,7 @@ class MetricStatistics:
     relative_shift: float  # shift / baseline median
     relative_worst: float  # the interval's worse end, relative; > 0 means worse
     verdict: CanaryVerdict
+    higher_is_better: bool  # the metric's direction, so that a reader can state the gain
 
     def as_statistics(self) -> dict[str, float]:
         prefix = self.metric
@@ -64,6 +65,7 @@ class MetricStatistics:
             f"{prefix}.verdict": {"pass": 0.0, "inconclusive": 0.5, "fail": 1.0}[
                 self.verdict.value
             ],
+            f"{prefix}.higher_is_better": float(self.higher_is_better),
         }
 
 
@@ -109,6 +111,7 @@ def compare(
         relative_shift,
         relative_worst,
         verdict,
+        rule.higher_is_better,
     )
 
 
