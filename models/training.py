@@ -27,6 +27,7 @@ from models.search import (
     MixModel,
     ObjectiveModel,
     SearchResult,
+    candidates,
     compare,
     fit,
     recommend,
@@ -47,6 +48,7 @@ class TuningTarget:
     current: DeviceConfig
     workload: WorkloadSpec
     basis: str
+    refuted: tuple[DeviceConfig, ...] = ()  # failed their canary on it: never recommended
 
 
 @dataclass
@@ -204,6 +206,12 @@ def score_task(
         device = facts.get(target.device_id) or DeviceFacts.from_inventory(target.row, {})
         if label == Objective.FAIRNESS.value and target.workload.tasks < 2:
             continue  # fairness is between tasks
+        refuted = {config_key(c) for c in target.refuted}
+        among = (
+            [c for c in candidates(device, target.available) if config_key(c) not in refuted]
+            if refuted
+            else None
+        )
         rec = recommend(
             model,
             str(target.device_id),
@@ -212,6 +220,7 @@ def score_task(
             target.available,
             current=target.current,
             guard=(guard, limit) if guard is not None else None,
+            among=among,
         )
         comparisons = [
             compare(

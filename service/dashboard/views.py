@@ -23,6 +23,7 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
 from agent.contract import histograms
+from agent.contract.metrics import METRICS as MEASURED
 from agent.contract.tunables import DeviceConfig
 from models.dataset import OBJECTIVE_METRIC
 from models.features import config_label
@@ -48,12 +49,15 @@ def _signed_pct(fraction: float) -> str:
 
 templates.env.filters["signed_pct"] = _signed_pct
 SESSION, CSRF = SESSION_COOKIE, "blkpilot_csrf"
-METRICS = {
-    "lat_p50_us": ("p50 latency", "µs"),
-    "lat_p99_us": ("p99 latency", "µs"),
-    "iops": ("IOPS", "I/O per s"),
-    "bytes_per_joule": ("bytes per joule", "B/J"),
-    "worst_slowdown_over_proportional": ("fairness: worst slowdown over proportional", "x"),
+METRICS = {  # the benchmark table's columns: label and unit from the one definition
+    name: (MEASURED[name].label, MEASURED[name].unit)
+    for name in (
+        "lat_p50_us",
+        "lat_p99_us",
+        "iops",
+        "bytes_per_joule",
+        "worst_slowdown_over_proportional",
+    )
 }
 
 

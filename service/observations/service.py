@@ -11,6 +11,7 @@ from agent.contract.wire import ObservationCreate, ObservationKind
 from service.devices import repository as device_repository
 from service.errors import Forbidden, NotFound, Unprocessable
 from service.observations import repository
+from service.recommendations import service as recommendations
 from service.security import Principal, Role
 from service.tables import Observation
 
@@ -43,7 +44,7 @@ def record(session: Session, principal: Principal, body: ObservationCreate) -> O
             f" (it offers {', '.join(device.available_schedulers)})",
             fields=[{"loc": ["body", "configuration", "scheduler"], "msg": "not available"}],
         )
-    return repository.add(
+    observation = repository.add(
         session,
         Observation(
             device_id=device.id,
@@ -60,6 +61,8 @@ def record(session: Session, principal: Principal, body: ObservationCreate) -> O
             recorded_by=principal.name,
         ),
     )
+    recommendations.canary_judged(session, principal, observation)
+    return observation
 
 
 def get(session: Session, principal: Principal, observation_id: uuid.UUID) -> Observation:

@@ -131,9 +131,26 @@ def targets(
                 _current(device, policy),
                 workload,
                 basis,
+                refuted_on(session, device.id, now),
             )
         )
     return found, skipped
+
+
+REFUTATION_MEMORY = timedelta(days=30)
+
+
+def refuted_on(session: Session, device_id: uuid.UUID, now: datetime) -> tuple[DeviceConfig, ...]:
+    """Configurations whose latest canary on this device (in the last REFUTATION_MEMORY) failed:
+    never recommended to it again until a canary of theirs passes — the device's own
+    measurement outranks any prediction."""
+    latest: dict[str, tuple[DeviceConfig, str]] = {}
+    for configuration, verdict in repository.canary_verdicts(
+        session, device_id, now - REFUTATION_MEMORY
+    ):
+        config = DeviceConfig.model_validate(configuration)
+        latest[config_key(config)] = (config, verdict)
+    return tuple(config for config, verdict in latest.values() if verdict == "fail")
 
 
 # --- the job --------------------------------------------------------------------------------

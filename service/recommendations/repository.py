@@ -77,6 +77,13 @@ def latest_for_device(
     return session.scalars(query).all()
 
 
+def proposed_for_device(session: Session, device_id: uuid.UUID) -> Sequence[RecommendationRow]:
+    query = select(RecommendationRow).where(
+        RecommendationRow.device_id == device_id, RecommendationRow.status == "proposed"
+    )
+    return session.scalars(query.with_for_update()).all()
+
+
 def supersede_proposals(
     session: Session,
     device_id: uuid.UUID,
@@ -185,6 +192,24 @@ def observations_with_devices(
         query = query.where(Observation.finished_at < until)
     rows = session.execute(query.order_by(Observation.finished_at))
     yield from ((observation_row, device_row) for observation_row, device_row in rows)
+
+
+def canary_verdicts(
+    session: Session, device_id: uuid.UUID, since: datetime
+) -> list[tuple[dict[str, Any], str]]:
+    """The device's canaries since then with a verdict, oldest first: (configuration,
+    verdict)."""
+    rows = session.execute(
+        select(Observation.configuration, Observation.verdict)
+        .where(
+            Observation.device_id == device_id,
+            Observation.kind == "canary",
+            Observation.verdict.is_not(None),
+            Observation.finished_at >= since,
+        )
+        .order_by(Observation.finished_at)
+    )
+    return [(configuration, str(verdict)) for configuration, verdict in rows]
 
 
 def present_devices_with_policies(session: Session) -> list[tuple[Device, Policy | None]]:

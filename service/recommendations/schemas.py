@@ -13,7 +13,7 @@ from agent.contract.workloads import WorkloadSpec
 
 __all__ = ["CanaryDone"]
 
-Status = Literal["proposed", "accepted", "rejected", "superseded"]
+Status = Literal["proposed", "accepted", "rejected", "superseded", "refuted"]
 
 
 class Prediction(BaseModel):
@@ -46,6 +46,33 @@ class Prediction(BaseModel):
         return self.change_high if self.higher_is_better else -self.change_low
 
 
+class CanaryEffect(BaseModel):
+    """One metric as the canary measured it: the gain (improvement, higher is better,
+    relative: +0.2 is 20 % better) with its interval (at `confidence`), and the two arms'
+    medians in `unit`."""
+
+    label: str
+    unit: str
+    higher_is_better: bool
+    gain: float
+    gain_low: float
+    gain_high: float
+    baseline: float
+    candidate: float | None
+    confidence: float | None = None
+
+
+class RecommendationCanary(BaseModel):
+    """The latest canary of the recommended configuration on the device since the
+    recommendation was made."""
+
+    observation_id: uuid.UUID
+    verdict: Literal["pass", "fail", "inconclusive"]
+    finished_at: datetime
+    workload: str
+    effects: dict[str, CanaryEffect]
+
+
 class RecommendationRead(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -73,7 +100,17 @@ class RecommendationRead(BaseModel):
     decided_by: str | None
     decided_at: datetime | None
     decision_reason: str | None
+    canary: RecommendationCanary | None = None
     created_at: datetime
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def standing(self) -> str:
+        """What the evidence says of it: refuted (its canary failed), proven (passed),
+        unproven (inconclusive), or predicted (no canary of it yet)."""
+        if self.canary is None:
+            return "predicted"
+        return {"fail": "refuted", "pass": "proven"}.get(self.canary.verdict, "unproven")
 
 
 class Decision(InputModel):

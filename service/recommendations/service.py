@@ -1,7 +1,10 @@
 """Recommendations from the nightly job: listed, read, and decided by an operator. Accepting
 one makes its configuration the device's policy (checked against what the device can take,
 audited by the policy service) and supersedes the device's other open proposals; both
-decisions are audited in the same transaction."""
+decisions are audited in the same transaction. A canary of a recommended configuration binds
+the recommendation: a fail refutes it (it can no longer be accepted), an inconclusive one
+leaves it unproven, and either way it carries the canary's measured effect beside the
+prediction."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
+from agent.contract.metrics import METRICS
 from agent.contract.tunables import DeviceConfig
 from service.audit import service as audit
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
@@ -18,7 +22,7 @@ from service.policies import service as policies
 from service.recommendations import repository
 from service.recommendations.schemas import RecommendationRead
 from service.security import Principal, Role
-from service.tables import ModelVersion, RecommendationRow, ScheduledCanary
+from service.tables import ModelVersion, Observation, RecommendationRow, ScheduledCanary
 
 
 def to_read(row: RecommendationRow) -> RecommendationRead:
@@ -122,6 +126,80 @@ def _decide(
         },
         detail=reason,
     )
+
+
+def canary_judged(
+    session: Session, principal: Principal, observation: Observation
+) -> list[RecommendationRow]:
+    """A canary's verdict on the device's open recommendations of the configuration it
+    measured (made before it finished): each carries the canary; a fail refutes it."""
+    if observation.kind != "canary" or observation.verdict is None:
+        return []
+    measured = DeviceConfig.model_validate(observation.configuration)
+    bound = []
+    for row in repository.proposed_for_device(session, observation.device_id):
+        if row.created_at > observation.finished_at:
+            continue
+        if DeviceConfig.model_validate(row.recommended_config) != measured:
+            continue
+        row.canary = canary_summary(observation)
+        if observation.verdict == "fail":
+            row.status = "refuted"
+            audit.record(
+                session,
+                principal,
+                "recommendation.refuted",
+                target_type="recommendation",
+                target_id=row.id,
+                before={"status": "proposed"},
+                after={"status": "refuted", "observation_id": str(observation.id)},
+                detail=f"its canary failed ({observation.workload_name})",
+            )
+        bound.append(row)
+    session.flush()
+    return bound
+
+
+def canary_summary(observation: Observation) -> dict[str, object]:
+    """The canary as a recommendation shows it: its verdict, when, and each metric's measured
+    gain (improvement, higher is better; relative) with its interval, baseline and candidate
+    medians in the metric's unit."""
+    stats = observation.statistics or {}
+    effects: dict[str, dict[str, object]] = {}
+    for key in sorted(stats):
+        name, _, field = key.rpartition(".")
+        if field != "relative_shift":
+            continue
+        known = METRICS.get(name)
+        direction = stats.get(f"{name}.higher_is_better")
+        if direction is None and known is None:
+            continue  # an older agent's metric whose direction is not known here
+        higher = (
+            bool(direction) if direction is not None else bool(known and known.higher_is_better)
+        )
+        base = float(stats.get(f"{name}.baseline_median", 0.0))
+        scale = abs(base) or 1.0
+        low = float(stats.get(f"{name}.ci_low", 0.0)) / scale
+        high = float(stats.get(f"{name}.ci_high", 0.0)) / scale
+        change = float(stats[key])
+        effects[name] = {
+            "label": known.label if known else name,
+            "unit": known.unit if known else "",
+            "higher_is_better": higher,
+            "gain": change if higher else -change,
+            "gain_low": low if higher else -high,
+            "gain_high": high if higher else -low,
+            "baseline": base,
+            "candidate": stats.get(f"{name}.candidate_median"),
+            "confidence": stats.get(f"{name}.confidence"),
+        }
+    return {
+        "observation_id": str(observation.id),
+        "verdict": observation.verdict,
+        "finished_at": observation.finished_at.isoformat(),
+        "workload": observation.workload_name,
+        "effects": effects,
+    }
 
 
 def model_versions(

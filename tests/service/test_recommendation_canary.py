@@ -1,0 +1,176 @@
+"""A canary's verdict binds the recommendation it measured (issue 33 item 2): a failed canary
+refutes it — no Accept, in the API or the dashboard — an inconclusive one leaves it unproven,
+and either way the card shows the canary's measured gain beside the prediction, with its unit,
+in the same sign convention (an improvement is positive)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from agent.contract.tunables import DeviceConfig, Scheduler
+from agent.contract.verdict import MetricRule, compare
+from agent.contract.wire import CanaryVerdict, ObservationCreate, ObservationKind
+from agent.contract.workloads import IOPattern
+from service.observations import service as observations
+from service.security import Principal, Role
+from service.tables import ModelVersion, RecommendationRow
+from tests.factories import (
+    bearer,
+    create_api_token,
+    create_node,
+    device_inventory,
+    report_inventory,
+)
+from tests.models.runs import STOCK_DEFAULTS as CONFIGS
+from tests.models.runs import fio_workload
+
+P50 = MetricRule("lat_p50_us", higher_is_better=False, tolerance=0.05)
+WORKLOAD = fio_workload("read-qd1", IOPattern.RANDREAD, 1)
+
+
+def _recommend(session: Session, device_id: uuid.UUID, config: DeviceConfig) -> RecommendationRow:
+    version = ModelVersion(
+        run_id=uuid.uuid4(), device_class="ull", objective="p50_latency", rows=10, cells=4
+    )
+    session.add(version)
+    session.flush()
+    row = RecommendationRow(
+        device_id=device_id,
+        model_version_id=version.id,
+        objective="p50_latency",
+        objectives=["p50_latency"],
+        workload_name=WORKLOAD.name,
+        workload_basis="test",
+        current_config={"scheduler": "none"},
+        recommended_config=config.model_dump(mode="json", exclude_none=True),
+        predictions={
+            "p50_latency": {
+                "metric": "lat_p50_us",
+                "current": 40.0,
+                "recommended": 30.0,
+                "change": -0.25,
+                "change_low": -0.4,
+                "change_high": -0.1,
+                "higher_is_better": False,
+            }
+        },
+        confidence=0.6,
+        evidence={},
+        reason="predicted faster",
+        next_canary=None,
+        expected_gain=0.25,
+        status="proposed",
+        created_at=datetime.now(UTC) - timedelta(hours=1),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def _canary(
+    session: Session, device_id: uuid.UUID, config: DeviceConfig, candidate: list[float]
+) -> CanaryVerdict:
+    stats = compare([40.0, 41.0, 39.5, 40.5, 40.2, 39.8], candidate, P50, 0.95)
+    observations.record(
+        session,
+        Principal(name="node:test", role=Role.OPERATOR),
+        ObservationCreate(
+            device_id=device_id,
+            kind=ObservationKind.CANARY,
+            tool="fio",
+            workload=WORKLOAD,
+            configuration=config,
+            metrics={"lat_p50_us": stats.candidate_median},
+            verdict=stats.verdict,
+            statistics=stats.as_statistics(),
+            started_at=datetime.now(UTC) - timedelta(minutes=2),
+            finished_at=datetime.now(UTC) - timedelta(minutes=1),
+        ),
+    )
+    return stats.verdict
+
+
+def test_a_failed_canary_refutes_and_an_inconclusive_one_leaves_unproven(
+    client: TestClient, session: Session
+) -> None:
+    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
+    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    kyber, deadline = CONFIGS[Scheduler.KYBER], CONFIGS[Scheduler.MQ_DEADLINE]
+    refuted = _recommend(session, device.id, kyber)
+    unproven = _recommend(session, device.id, deadline)
+    untouched = _recommend(session, device.id, CONFIGS[Scheduler.BFQ])
+    # kyber 30 % slower at the median: failed
+    assert _canary(session, device.id, kyber, [52.0, 53.0, 51.5, 52.4, 52.8, 51.9]) is (
+        CanaryVerdict.FAIL
+    )
+    # mq-deadline: as likely 8 % worse as 8 % better — inconclusive
+    assert _canary(session, device.id, deadline, [37.0, 43.5, 38.0, 44.0, 36.5, 43.0]) is (
+        CanaryVerdict.INCONCLUSIVE
+    )
+    session.commit()
+    operator = create_api_token(session, role=Role.OPERATOR)
+    session.commit()
+
+    def read(row: RecommendationRow) -> dict:
+        response = client.get(f"/api/v1/recommendations/{row.id}", headers=bearer(operator))
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    found = read(refuted)
+    assert (found["status"], found["standing"]) == ("refuted", "refuted")
+    effect = found["canary"]["effects"]["lat_p50_us"]
+    assert effect["unit"] == "µs"
+    assert effect["gain"] < -0.2  # 30 % slower: a gain of about -30 %, as the prediction's sign
+    assert effect["gain_low"] <= effect["gain"] <= effect["gain_high"] < 0
+    assert found["predictions"]["p50_latency"]["gain"] == 0.25  # predicted 25 % better
+    accepted = client.post(
+        f"/api/v1/recommendations/{refuted.id}/accept",
+        json={"reason": "try it anyway"},
+        headers=bearer(operator),
+    )
+    assert accepted.status_code == 409, accepted.text
+
+    found = read(unproven)
+    assert (found["status"], found["standing"]) == ("proposed", "unproven")
+    assert found["canary"]["verdict"] == "inconclusive"
+    found = read(untouched)
+    assert (found["status"], found["standing"], found["canary"]) == ("proposed", "predicted", None)
+
+    # the dashboard: refuted shown as such and without its Accept form
+    response = client.post("/ui/login", data={"token": operator}, follow_redirects=False)
+    client.cookies.update(response.cookies)
+    page = client.get(f"/ui/devices/{device.id}").text
+    assert f"/ui/recommendations/{refuted.id}/accept" not in page
+    assert f"/ui/recommendations/{unproven.id}/accept" in page
+    assert "Its canary failed" in page
+    assert "refuted and can no longer be accepted" in page
+    standings = re.findall(r'data-testid="standing"[^>]*>(\w+)<', page)
+    assert sorted(standings) == ["predicted", "refuted", "unproven"]
+
+
+def test_a_refuted_configuration_is_not_recommended_again_until_a_canary_passes(
+    session: Session,
+) -> None:
+    """The nightly job's targets carry what failed its latest canary on the device, and the
+    search leaves it out (models.training.score_task): the next night does not offer again
+    what the device's own measurement refuted."""
+    from service.recommendations import nightly
+
+    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
+    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    kyber, deadline = CONFIGS[Scheduler.KYBER], CONFIGS[Scheduler.MQ_DEADLINE]
+    now = datetime.now(UTC)
+    assert nightly.refuted_on(session, device.id, now) == ()
+    _canary(session, device.id, kyber, [52.0, 53.0, 51.5, 52.4, 52.8, 51.9])  # fail
+    _canary(session, device.id, deadline, [37.0, 43.5, 38.0, 44.0, 36.5, 43.0])  # inconclusive
+    assert nightly.refuted_on(session, device.id, now) == (kyber,)
+    _canary(session, device.id, kyber, [40.1, 40.0, 39.9, 40.3, 40.2, 39.7])  # passes later
+    assert nightly.refuted_on(session, device.id, now) == ()
+    later = now + nightly.REFUTATION_MEMORY + timedelta(days=1)
+    _canary(session, device.id, kyber, [52.0, 53.0, 51.5, 52.4, 52.8, 51.9])
+    assert nightly.refuted_on(session, device.id, later) == ()  # forgotten after 30 days
