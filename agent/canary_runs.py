@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from agent.applier import Applier
 from agent.bench.energy import EnergyMeter
@@ -123,13 +123,25 @@ class ScheduledCanaryRun:
     device: str
     workload: WorkloadSpec
     candidate: DeviceConfig
-    expected_gain: float
+    expected_gain: float  # the search's optimistic bound (UCB): what ranks it, not a prediction
+    prediction: dict[str, Any] | None = None  # its recommendation's, where it is one
 
     def describe(self) -> str:
+        """The prediction as every view shows it — gain, improvement, higher is better, 80 %
+        interval — where the canary tries a recommendation; an exploration's bound otherwise,
+        said to be one (it read "expected gain +149.9 %" beside a card's +45.0 %)."""
+        if self.prediction:
+            p = self.prediction
+            why = (
+                f"recommended for {p.get('objective', 'its objective')}: predicted gain"
+                f" {p['gain']:+.1%} ({p['gain_low']:+.1%} … {p['gain_high']:+.1%}),"
+                " higher is better"
+            )
+        else:
+            why = f"exploring: optimistic bound on its gain {self.expected_gain:+.1%} (UCB)"
         return (
             f"#{self.rank} {self.device}: {self.workload.name} under"
-            f" {self.candidate.model_dump_json(exclude_none=True)}"
-            f" (expected gain {self.expected_gain:+.1%})"
+            f" {self.candidate.model_dump_json(exclude_none=True)} ({why})"
         )
 
 
@@ -158,6 +170,7 @@ def scheduled_canaries(
                 WorkloadSpec.model_validate(item["workload"]),
                 DeviceConfig.model_validate(item["config"]),
                 item["expected_gain"],
+                item.get("prediction") and {**item["prediction"], "objective": item["objective"]},
             )
             for item in client.scheduled_canaries(node.node_id)
         ]

@@ -125,7 +125,7 @@ def scheduled_canaries(
     rows = service.scheduled_canaries(
         session, device_id=device_id, status=status, limit=limit, offset=offset
     )
-    return [ScheduledCanaryRead.model_validate(row) for row in rows]
+    return service.canary_reads(session, rows)
 
 
 @router.get(
@@ -138,7 +138,7 @@ def node_canaries(
 ) -> list[ScheduledCanaryRead]:
     """The node's scheduled canaries, most promising first (the node itself, or a viewer)."""
     rows = service.canaries_for_node(session, principal, node_id)
-    return [ScheduledCanaryRead.model_validate(row) for row in rows]
+    return service.canary_reads(session, rows)
 
 
 @router.post(

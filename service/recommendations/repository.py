@@ -77,6 +77,16 @@ def latest_for_device(
     return session.scalars(query).all()
 
 
+def proposals(session: Session, device_id: uuid.UUID) -> Sequence[RecommendationRow]:
+    """The device's open recommendations, newest first (read only)."""
+    query = (
+        select(RecommendationRow)
+        .where(RecommendationRow.device_id == device_id, RecommendationRow.status == "proposed")
+        .order_by(RecommendationRow.created_at.desc())
+    )
+    return session.scalars(query).all()
+
+
 def proposed_for_device(session: Session, device_id: uuid.UUID) -> Sequence[RecommendationRow]:
     query = select(RecommendationRow).where(
         RecommendationRow.device_id == device_id, RecommendationRow.status == "proposed"

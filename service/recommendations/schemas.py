@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from agent.contract.base import InputModel
+from agent.contract.metrics import METRICS
 from agent.contract.tunables import DeviceConfig
 from agent.contract.wire import CanaryDone
 from agent.contract.workloads import WorkloadSpec
@@ -17,8 +18,9 @@ Status = Literal["proposed", "accepted", "rejected", "superseded", "refuted"]
 
 
 class Prediction(BaseModel):
-    """One objective's predicted value now and under the recommendation, and the change with
-    an 80 % interval."""
+    """One objective's predicted value now and under the recommendation (in `unit`), and the
+    change with an 80 % interval. `change` is the relative change of the metric (latency 20 %
+    lower: -0.2); `gain` is the improvement, higher is better (+0.2) — what every view shows."""
 
     metric: str
     current: float
@@ -27,6 +29,13 @@ class Prediction(BaseModel):
     change_low: float
     change_high: float
     higher_is_better: bool
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def unit(self) -> str:
+        """The unit of `current` and `recommended` (both predicted by the model)."""
+        known = METRICS.get(self.metric)
+        return known.unit if known else ""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -143,8 +152,19 @@ class ScheduledCanaryRead(BaseModel):
     workload_name: str
     workload: WorkloadSpec
     config: DeviceConfig
-    expected_gain: float
+    expected_gain: float = Field(
+        description="the search's optimistic bound (UCB) on this configuration's gain over the"
+        " recommended one, as a fraction: what ranks canaries for learning, not a prediction"
+    )
     uncertainty: float
     rank: int
     status: str
     created_at: datetime
+    recommendation_id: uuid.UUID | None = Field(
+        default=None, description="the device's open recommendation of this configuration"
+    )
+    prediction: Prediction | None = Field(
+        default=None,
+        description="that recommendation's prediction for its lead objective: the same figures"
+        " the dashboard, the CLI and the API show for it",
+    )

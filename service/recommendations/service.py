@@ -20,7 +20,7 @@ from service.audit import service as audit
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.policies import service as policies
 from service.recommendations import repository
-from service.recommendations.schemas import RecommendationRead
+from service.recommendations.schemas import RecommendationRead, ScheduledCanaryRead
 from service.security import Principal, Role
 from service.tables import ModelVersion, Observation, RecommendationRow, ScheduledCanary
 
@@ -223,6 +223,29 @@ def canaries_for_node(
     if not principal.may_act_for_node(node_id, Role.VIEWER):
         raise Forbidden("a node may read only its own canaries")
     return repository.canaries_for_node(session, node_id)
+
+
+def canary_reads(session: Session, rows: Sequence[ScheduledCanary]) -> list[ScheduledCanaryRead]:
+    """Scheduled canaries as the API shows them: each with the prediction, for the canary's
+    objective, of the device's open recommendation of the same configuration, where there is
+    one."""
+    reads = []
+    proposals: dict[uuid.UUID, Sequence[RecommendationRow]] = {}
+    for row in rows:
+        if row.device_id not in proposals:
+            proposals[row.device_id] = repository.proposals(session, row.device_id)
+        read = ScheduledCanaryRead.model_validate(row)
+        config = DeviceConfig.model_validate(row.config)
+        for proposal in proposals[row.device_id]:
+            if DeviceConfig.model_validate(proposal.recommended_config) != config:
+                continue
+            prediction = to_read(proposal).predictions.get(row.objective)
+            read = read.model_copy(
+                update={"recommendation_id": proposal.id, "prediction": prediction}
+            )
+            break
+        reads.append(read)
+    return reads
 
 
 def canary_done(
