@@ -174,3 +174,60 @@ def test_a_refuted_configuration_is_not_recommended_again_until_a_canary_passes(
     later = now + nightly.REFUTATION_MEMORY + timedelta(days=1)
     _canary(session, device.id, kyber, [52.0, 53.0, 51.5, 52.4, 52.8, 51.9])
     assert nightly.refuted_on(session, device.id, later) == ()  # forgotten after 30 days
+
+
+def test_one_recommendation_reads_the_same_in_the_api_the_dashboard_the_cli_and_the_canary(
+    client: TestClient, session: Session
+) -> None:
+    """Predicted 25 % lower p50 latency: a gain of +25.0 % (80 % interval +10 … +40) in all
+    four, never -25 % in one and +25 % in another, and never the search's optimistic bound in
+    place of the prediction."""
+    from agent.canary_runs import ScheduledCanaryRun
+    from service.cli.recommendations import gain_text
+    from service.tables import ScheduledCanary
+
+    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
+    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    kyber = CONFIGS[Scheduler.KYBER]
+    recommended = _recommend(session, device.id, kyber)
+    session.add(
+        ScheduledCanary(
+            run_id=uuid.uuid4(), device_id=device.id, objective="p50_latency",
+            workload_name=WORKLOAD.name, workload=WORKLOAD.model_dump(mode="json"),
+            config=kyber.model_dump(mode="json", exclude_none=True), expected_gain=1.499,
+            uncertainty=0.3, rank=1,
+        )
+    )  # fmt: skip
+    session.commit()
+    operator = create_api_token(session, role=Role.OPERATOR)
+    session.commit()
+
+    api = client.get(f"/api/v1/recommendations/{recommended.id}", headers=bearer(operator))
+    prediction = api.json()["predictions"]["p50_latency"]
+    assert (prediction["gain"], prediction["gain_low"], prediction["gain_high"]) == (
+        0.25,
+        0.1,
+        0.4,
+    )
+    assert prediction["unit"] == "µs"
+
+    response = client.post("/ui/login", data={"token": operator}, follow_redirects=False)
+    client.cookies.update(response.cookies)
+    page = client.get(f"/ui/devices/{device.id}").text
+    shown = re.findall(r'data-testid="predicted-gain">([^<]+)<', page)
+    assert shown == ["+25.0 %"], shown
+    assert "(+10.0 … +40.0)" in page
+
+    assert gain_text(prediction) == "+25.0% (+10.0% … +40.0%)"
+
+    (item,) = client.get(f"/api/v1/nodes/{node.id}/canaries", headers=bearer(operator)).json()
+    assert item["recommendation_id"] == str(recommended.id)
+    run = ScheduledCanaryRun(
+        uuid.UUID(item["id"]), item["rank"], device.id, "nvme0n1", WORKLOAD, kyber,
+        item["expected_gain"], {**item["prediction"], "objective": item["objective"]},
+    )  # fmt: skip
+    described = run.describe()
+    assert "predicted gain +25.0% (+10.0% … +40.0%)" in described, described
+    assert "149.9" not in described
+    run = ScheduledCanaryRun(uuid.uuid4(), 2, device.id, "nvme0n1", WORKLOAD, kyber, 1.499)
+    assert "optimistic bound on its gain +149.9% (UCB)" in run.describe()
