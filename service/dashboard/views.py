@@ -233,6 +233,7 @@ def overview(request: Request, session: SessionDep, after: str | None = None) ->
             "prediction": read.predictions.get(row.objective),
         }
         (changes if proposal["current"] != proposal["recommended"] else keeps).append(proposal)
+    statuses = recommendations.counts_by_status(session)
     # the largest predicted gain first: what an operator should look at
     changes.sort(key=lambda p: -(p["prediction"].gain if p["prediction"] else 0.0))
     active = [r for r in rollouts.list_rollouts(session, status=None, limit=20, offset=0)]
@@ -263,6 +264,7 @@ def overview(request: Request, session: SessionDep, after: str | None = None) ->
         device_count=sum(classes.values()),
         proposals=changes,
         keeps=keeps,
+        statuses=statuses,
         rollouts=active,
         charts=charts_,
         classes=classes,
@@ -452,12 +454,18 @@ def decide(
     why = reason.strip() or f"{decision}ed in the dashboard"
     try:
         if decision == "accept":
-            recommendations.accept(session, principal, recommendation_id, why)
+            done = recommendations.accept(session, principal, recommendation_id, why)
         else:
-            recommendations.reject(session, principal, recommendation_id, why)
+            done = recommendations.reject(session, principal, recommendation_id, why)
     except BlkpilotError as error:
         raise ActionRefused(error.status_code, error.detail) from error
     message = "accepted: it is now the device's policy" if decision == "accept" else "rejected"
+    if done.superseded:
+        count = len(done.superseded)
+        message += (
+            f"; {count} other recommendation{'s' if count > 1 else ''} for this device"
+            f" {'were' if count > 1 else 'was'} superseded by it"
+        )
     return RedirectResponse(f"/ui/devices/{device_id}?message={message}", status_code=303)
 
 

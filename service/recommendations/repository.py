@@ -100,9 +100,9 @@ def supersede_proposals(
     *,
     objectives: Sequence[str] | None = None,
     keep: uuid.UUID | None = None,
-) -> None:
+) -> list[uuid.UUID]:
     """The device's open proposals (for any of these objectives, or all but `keep`) are
-    superseded."""
+    superseded; returns their ids."""
     query = update(RecommendationRow).where(
         RecommendationRow.device_id == device_id, RecommendationRow.status == "proposed"
     )
@@ -110,7 +110,7 @@ def supersede_proposals(
         query = query.where(RecommendationRow.objectives.overlap(list(objectives)))
     if keep is not None:
         query = query.where(RecommendationRow.id != keep)
-    session.execute(query.values(status="superseded"))
+    return list(session.scalars(query.values(status="superseded").returning(RecommendationRow.id)))
 
 
 def add(session: Session, row: RecommendationRow | ModelVersion | ScheduledCanary) -> None:

@@ -111,6 +111,10 @@ class RecommendationRead(BaseModel):
     decision_reason: str | None
     canary: RecommendationCanary | None = None
     created_at: datetime
+    superseded: list[uuid.UUID] = Field(
+        default_factory=list,
+        description="on accepting: the device's other open recommendations this superseded",
+    )
 
     @computed_field  # type: ignore[prop-decorator]
     @property

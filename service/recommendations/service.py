@@ -90,9 +90,9 @@ def accept(
         config,
         f"recommendation {row.id} ({row.objective}): {reason}",
     )
-    _decide(session, operator, row, "accepted", reason)
-    repository.supersede_proposals(session, row.device_id, keep=row.id)
-    return to_read(row)
+    superseded = repository.supersede_proposals(session, row.device_id, keep=row.id)
+    _decide(session, operator, row, "accepted", reason, superseded=superseded)
+    return to_read(row).model_copy(update={"superseded": superseded})
 
 
 def reject(
@@ -104,7 +104,13 @@ def reject(
 
 
 def _decide(
-    session: Session, operator: Principal, row: RecommendationRow, status: str, reason: str
+    session: Session,
+    operator: Principal,
+    row: RecommendationRow,
+    status: str,
+    reason: str,
+    *,
+    superseded: Sequence[uuid.UUID] = (),
 ) -> None:
     row.status = status
     row.decided_by = operator.name
@@ -123,6 +129,7 @@ def _decide(
             "device_id": str(row.device_id),
             "config": row.recommended_config,
             "objective": row.objective,
+            **({"superseded": [str(i) for i in superseded]} if superseded else {}),
         },
         detail=reason,
     )
@@ -200,6 +207,12 @@ def canary_summary(observation: Observation) -> dict[str, object]:
         "workload": observation.workload_name,
         "effects": effects,
     }
+
+
+def counts_by_status(session: Session) -> dict[str, int]:
+    """How many recommendations stand in each status: proposed, accepted, rejected,
+    superseded (by an accepted one for the same device, or a later nightly run), refuted."""
+    return repository.counts_by_status(session)
 
 
 def model_versions(

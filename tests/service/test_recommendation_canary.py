@@ -231,3 +231,36 @@ def test_one_recommendation_reads_the_same_in_the_api_the_dashboard_the_cli_and_
     assert "149.9" not in described
     run = ScheduledCanaryRun(uuid.uuid4(), 2, device.id, "nvme0n1", WORKLOAD, kyber, 1.499)
     assert "optimistic bound on its gain +149.9% (UCB)" in run.describe()
+
+
+def test_accepting_one_says_what_became_of_the_others(client: TestClient, session: Session) -> None:
+    """Accepting one of a device's two recommendations supersedes the other, and says so: in
+    the API's answer, the audit, the dashboard's message and the fleet page's counts."""
+    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
+    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    chosen = _recommend(session, device.id, CONFIGS[Scheduler.KYBER])
+    other = _recommend(session, device.id, CONFIGS[Scheduler.MQ_DEADLINE])
+    session.commit()
+    operator = create_api_token(session, role=Role.OPERATOR)
+    session.commit()
+    response = client.post("/ui/login", data={"token": operator}, follow_redirects=False)
+    client.cookies.update(response.cookies)
+    before = client.get("/ui/").text
+    counts = re.search(r'data-testid="recommendation-counts">(.*?)</p>', before, re.S)
+    superseded_before = (
+        int(re.search(r"(\d+) superseded", counts.group(1)).group(1)) if counts else 0
+    )
+    accepted = client.post(
+        f"/api/v1/recommendations/{chosen.id}/accept",
+        json={"reason": "kyber for this one"},
+        headers=bearer(operator),
+    )
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.json()["superseded"] == [str(other.id)]
+    found = client.get(f"/api/v1/recommendations/{other.id}", headers=bearer(operator)).json()
+    assert found["status"] == "superseded"
+    page = client.get("/ui/").text
+    counts = re.search(r'data-testid="recommendation-counts">(.*?)</p>', page, re.S)
+    assert counts, page
+    assert int(re.search(r"(\d+) superseded", counts.group(1)).group(1)) == superseded_before + 1
+    assert "every device already runs" not in page
