@@ -21,14 +21,9 @@ from agent.contract.workloads import IOPattern, WorkloadSpec
 from models.features import DeviceFacts
 from models.priors import Objective
 
-# objective -> (metric, higher is better)
+# objective -> (metric, higher is better), from Objective.metric (the one definition)
 OBJECTIVE_METRIC: dict[Objective, tuple[str, bool]] = {
-    Objective.P50: ("lat_p50_us", False),
-    Objective.P99: ("lat_p99_us", False),
-    Objective.IOPS: ("iops", True),
-    Objective.ENERGY: ("joules_per_mio", False),
-    Objective.FAIRNESS: ("worst_slowdown_over_proportional", False),
-    Objective.ENERGY_ESTIMATED: ("joules_per_mio_estimated", False),
+    o: (o.metric.name, o.metric.higher_is_better) for o in Objective
 }
 
 

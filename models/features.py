@@ -32,6 +32,7 @@ class DeviceFacts:
     write_over_read: float | None = None  # standalone write cost over read cost
     parallel_speedup: float | None = None  # IOPS at QD16 over QD1 (dataset.SPEEDUP_DEPTH)
     poll_queues: int = 0
+    hybrid_poll: bool = False  # the kernel offers hybrid polling (before 6.4)
 
     @classmethod
     def from_inventory(
@@ -47,6 +48,7 @@ class DeviceFacts:
             write_over_read=measured.get("write_over_read"),
             parallel_speedup=measured.get("parallel_speedup"),
             poll_queues=int(poll.get("poll_queues") or 0),
+            hybrid_poll=bool(poll.get("hybrid_supported")),
         )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from agent.contract.metrics import METRICS, Metric
 from agent.contract.tunables import CompletionMode, DeviceConfig, Scheduler
 from agent.contract.wire import DeviceClass
 from models.features import DeviceFacts, Features
@@ -31,6 +32,22 @@ class Objective(StrEnum):
     @property
     def is_energy(self) -> bool:
         return self in (Objective.ENERGY, Objective.ENERGY_ESTIMATED)
+
+    @property
+    def metric(self) -> Metric:
+        """The measured metric the objective is learned on (its log, per device class) and
+        judged by: its label, unit and direction — the one definition every view reads."""
+        return METRICS[_METRIC_OF[self]]
+
+
+_METRIC_OF = {
+    Objective.P50: "lat_p50_us",
+    Objective.P99: "lat_p99_us",
+    Objective.IOPS: "iops",
+    Objective.ENERGY: "joules_per_mio",
+    Objective.FAIRNESS: "worst_slowdown_over_proportional",
+    Objective.ENERGY_ESTIMATED: "joules_per_mio_estimated",
+}
 
 
 HS23 = "HotStorage '23, Do We Still Need IO Schedulers for Low-latency Disks?"

@@ -152,7 +152,9 @@ def candidates(device: DeviceFacts, available: Iterable[Scheduler]) -> list[Devi
     if Scheduler.NONE in available:
         grid.append(DeviceConfig(scheduler=Scheduler.NONE))
         if device.poll_queues > 0:
-            polled = (CompletionMode.CLASSIC_POLL, CompletionMode.HYBRID_POLL)
+            polled = (CompletionMode.CLASSIC_POLL,) + (
+                (CompletionMode.HYBRID_POLL,) if device.hybrid_poll else ()
+            )  # hybrid polling left the kernel in 6.4: the agent refuses it there
             grid += [DeviceConfig(scheduler=Scheduler.NONE, completion=m) for m in polled]
     if Scheduler.MQ_DEADLINE in available:
         grid += [

@@ -26,6 +26,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+OBJECTIVE_LENGTH = 64  # an objective's name, or a mix's label (energy_estimated filled 16)
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -314,7 +316,7 @@ class ModelVersion(Base):
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
     run_id: Mapped[uuid.UUID] = mapped_column(index=True)  # the nightly run that trained it
     device_class: Mapped[str] = mapped_column(String(16))
-    objective: Mapped[str] = mapped_column(String(16))
+    objective: Mapped[str] = mapped_column(String(OBJECTIVE_LENGTH))
     rows: Mapped[int] = mapped_column(Integer)
     cells: Mapped[int] = mapped_column(Integer)
     data_from: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -344,7 +346,7 @@ class RecommendationRow(Base):
     model_version_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("model_versions.id", ondelete="CASCADE")
     )
-    objective: Mapped[str] = mapped_column(String(16))
+    objective: Mapped[str] = mapped_column(String(OBJECTIVE_LENGTH))
     objectives: Mapped[list[str]] = mapped_column(ARRAY(Text))  # every one it is best for
     workload_name: Mapped[str] = mapped_column(String(128))
     workload_basis: Mapped[str] = mapped_column(Text)  # why this workload (telemetry match …)
@@ -380,7 +382,7 @@ class ScheduledCanary(Base):
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
     run_id: Mapped[uuid.UUID] = mapped_column(index=True)
     device_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
-    objective: Mapped[str] = mapped_column(String(16))
+    objective: Mapped[str] = mapped_column(String(OBJECTIVE_LENGTH))
     workload_name: Mapped[str] = mapped_column(String(128))
     workload: Mapped[dict[str, Any]] = mapped_column()
     config: Mapped[dict[str, Any]] = mapped_column()

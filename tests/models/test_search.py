@@ -24,9 +24,9 @@ ULL_ROW = {
     "name": "nvme0n1",
     "device_class": "ull",
     "rotational": False,
-    "capabilities": {"poll": {"poll_queues": 1}},
+    "capabilities": {"poll": {"poll_queues": 1, "hybrid_supported": True}},
 }
-ULL = DeviceFacts(DeviceClass.ULL, poll_queues=1)
+ULL = DeviceFacts(DeviceClass.ULL, poll_queues=1, hybrid_poll=True)  # a kernel before 6.4
 DEVICE_ID = uuid.UUID(int=1)
 
 # p50 latency in µs by configuration: classic polling best, bfq worst (HotStorage '22/'23-like)
