@@ -37,9 +37,13 @@ def nightly(
         typer.Option(help="Also recommend for a weighted mix, e.g. p99_latency=0.7,energy=0.3."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    local: Annotated[
+        bool,
+        typer.Option(help="In this process, without Ray: where Ray cannot start (a busy host)."),
+    ] = False,
 ) -> None:
     """Retrain on every observation, re-score every device's recommendations and schedule
-    canaries for the most promising or most uncertain cells — on Ray."""
+    canaries for the most promising or most uncertain cells — on Ray, or with --local here."""
     from models.priors import Objective
     from service.cli.server import load_settings
     from service.recommendations import nightly as job
@@ -58,6 +62,7 @@ def nightly(
         window=timedelta(hours=window_hours),
         max_canaries=max_canaries,
         mix=weights,
+        local=local,
     )
     if as_json:
         typer.echo(json.dumps(_report_json(report), indent=2, default=str))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -165,11 +165,12 @@ def run(
     max_canaries: int = 10,
     now: datetime | None = None,
     mix: dict[Objective, float] | None = None,
+    local: bool = False,
 ) -> NightlyReport:
     """The whole job; writes in the session's transaction (the caller commits). With `mix`
-    (objective -> weight), each class also gets recommendations for that weighted mix."""
-    from models.distributed import ray_map, ray_session
-
+    (objective -> weight), each class also gets recommendations for that weighted mix. On
+    Ray, or with `local` in this process, one task after another (the same tasks: a machine
+    where Ray cannot start still gets its recommendations)."""
     now = now or datetime.now(UTC)
     samples = load_samples(session)
     chosen, skipped = targets(session, samples, now, window)
@@ -180,36 +181,65 @@ def run(
     if not wanted or not classes:
         report.where = "nowhere: nothing to train on" if not wanted else "nowhere: no devices"
         return report
-    with ray_session(ray_address) as where:
-        report.where = where
-        import ray
+    if local:
+        report.where = "this process (--local, without Ray)"
 
-        shared = ray.put(samples)
+        def in_process(function: Callable[..., Any], jobs: list[Any]) -> list[Any]:
+            return [function(samples, job) for job in jobs]
 
-        def train(job: tuple[str, Objective]) -> TrainedModel:
-            return train_task((ray.get(shared), job[0], job[1]))
+        trained, scored = _train_and_score(classes, wanted, chosen, mix, in_process)
+    else:
+        from models.distributed import ray_map, ray_session
 
-        jobs = [(c, o) for c in classes for o in wanted]
-        trained = ray_map(train, jobs)
-        by_class: dict[str, dict[Objective, ObjectiveModel]] = defaultdict(dict)
-        for t in trained:
-            by_class[t.device_class][t.objective] = t.model
+        with ray_session(ray_address) as where:
+            report.where = where
+            import ray
 
-        scoring: list[tuple[str, str, ObjectiveModel | MixModel]] = [
-            (t.device_class, t.objective.value, t.model) for t in trained
-        ]
-        for device_class, models in by_class.items():
-            if mix and all(o in models for o in mix):
-                scoring.append((device_class, "mix", MixModel.of(models, mix)))
+            shared = ray.put(samples)
 
-        def score(job: tuple[str, str, ObjectiveModel | MixModel]) -> list[ScoredDevice]:
-            device_class, label, model = job
-            mine = [x for x in chosen if x.device_class == device_class]
-            return score_task((ray.get(shared), label, model, by_class[device_class], mine))
+            def on_ray(function: Callable[..., Any], jobs: list[Any]) -> list[Any]:
+                return ray_map(lambda job: function(ray.get(shared), job), jobs)
 
-        scored = [s for batch in ray_map(score, scoring) for s in batch]
+            trained, scored = _train_and_score(classes, wanted, chosen, mix, on_ray)
     _store(session, report, trained, scored, max_canaries)
     return report
+
+
+def _train_and_score(
+    classes: list[str],
+    wanted: Sequence[Objective],
+    chosen: list[TuningTarget],
+    mix: dict[Objective, float] | None,
+    run_all: Callable[[Callable[..., Any], list[Any]], list[Any]],
+) -> tuple[list[TrainedModel], list[ScoredDevice]]:
+    """Train a model per class and objective, then score every device: each step's jobs
+    through `run_all(function, jobs)`, which runs function(samples, job) — as Ray tasks that
+    fetch the samples put once (nothing here captures them: a task would carry them all), or
+    in this process."""
+
+    def train(samples: list[Sample], job: tuple[str, Objective]) -> TrainedModel:
+        return train_task((samples, job[0], job[1]))
+
+    trained: list[TrainedModel] = run_all(train, [(c, o) for c in classes for o in wanted])
+    by_class: dict[str, dict[Objective, ObjectiveModel]] = defaultdict(dict)
+    for t in trained:
+        by_class[t.device_class][t.objective] = t.model
+    scoring: list[tuple[str, str, ObjectiveModel | MixModel]] = [
+        (t.device_class, t.objective.value, t.model) for t in trained
+    ]
+    for device_class, models in by_class.items():
+        if mix and all(o in models for o in mix):
+            scoring.append((device_class, "mix", MixModel.of(models, mix)))
+
+    def score(
+        samples: list[Sample], job: tuple[str, str, ObjectiveModel | MixModel]
+    ) -> list[ScoredDevice]:
+        device_class, label, model = job
+        mine = [x for x in chosen if x.device_class == device_class]
+        return score_task((samples, label, model, by_class[device_class], mine))
+
+    scored = [s for batch in run_all(score, scoring) for s in batch]
+    return trained, scored
 
 
 def _store(

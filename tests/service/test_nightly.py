@@ -140,7 +140,9 @@ def test_nightly_trains_recommends_schedules_and_an_operator_decides(
     assert " + ".join(chosen["objectives"]) in page
     shown = chosen["predictions"][chosen["objective"]]["recommended"]
     assert f"({shown:.4g}," in chosen["reason"]
-    assert f"<td>{shown:.4g}</td>" in page
+    unit = chosen["predictions"][chosen["objective"]]["unit"]
+    assert unit  # µs, I/O per s, J: every figure has its unit
+    assert f"<td>{shown:.4g} {unit}</td>" in page
     assert chosen["evidence"]["device_facts"]["qd1_read_us"] > 0
     assert (
         client.post(
@@ -199,13 +201,16 @@ def test_nightly_trains_recommends_schedules_and_an_operator_decides(
     ).json()
     assert {v["objective"] for v in versions_api} == set(OBJECTIVES)
 
-    # a second run: the device with a policy is scored from it; proposals are superseded
+    # a second run, in this process (`blkpilot nightly --local`: where Ray cannot start): the
+    # device with a policy is scored from it; proposals are superseded
     second = nightly.run(
         session,
         objectives=[Objective.P50, Objective.IOPS],
         window=timedelta(hours=1),
         mix={Objective.P50: 3, Objective.IOPS: 1},
+        local=True,
     )
+    assert "without Ray" in second.where
     mixed = session.scalars(
         select(RecommendationRow).where(
             RecommendationRow.objectives.contains(["mix"]),
