@@ -399,7 +399,8 @@ def device_page(
     benchmarks = _benchmarks([o for o in observations if o.kind == "benchmark"], workload or latest)
     canaries = [o for o in observations if o.kind == "canary"][:50]
     proposals = []
-    for row in recent:
+    # the open ones first (what an operator can act on), each group newest first
+    for row in sorted(recent, key=lambda r: r.status != "proposed"):
         read = recommendations.to_read(row)
         current, recommended = _key(row.current_config), _key(row.recommended_config)
         ordered = sorted(read.predictions.items(), key=lambda kv: kv[0] not in read.objectives)
