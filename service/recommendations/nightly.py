@@ -327,6 +327,13 @@ def _store(
                         i.objective: round(i.recommendation.confidence, 3) for i in group
                     },
                     "intervals": _intervals(model),
+                    # the lead model's cross-validated skill on held-out cells (R² of the log
+                    # metric): at or below zero it predicts no better than the mean
+                    "skill": {
+                        "r2_log": versions[(target.device_class, lead.model_objective)].scores.get(
+                            "r2_log"
+                        )
+                    },
                     **mixes,
                 },
                 reason="; ".join(

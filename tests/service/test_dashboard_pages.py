@@ -112,6 +112,17 @@ def test_models_page_shows_versions_and_scores(client: TestClient, session: Sess
             parameters={},
         )
     )
+    session.add(
+        ModelVersion(
+            run_id=uuid.uuid4(),
+            device_class="nvme",
+            objective="p50_latency",
+            rows=120,
+            cells=24,
+            scores={"typical_error": 0.41, "r2_log": -0.5, "interval_80_coverage": 0.6},
+            parameters={},
+        )
+    )
     viewer = create_api_token(session, role=Role.VIEWER)
     session.commit()
     _sign_in(client, viewer)
@@ -120,6 +131,11 @@ def test_models_page_shows_versions_and_scores(client: TestClient, session: Sess
     assert "p99_latency" in page.text
     assert "0.0731" in page.text
     assert "0.912" in page.text
+    # a model with no skill on held-out cells says so; one with skill does not
+    rows = re.findall(r"<tr>(.*?)</tr>", page.text, re.S)
+    (bad,) = [r for r in rows if "-0.5" in r]
+    assert 'data-testid="no-skill"' in bad and "p50_latency" in bad
+    assert all('data-testid="no-skill"' not in r for r in rows if "0.912" in r)
 
 
 def test_device_page_plots_every_measured_metric_and_the_canary_history(

@@ -33,7 +33,12 @@ P50 = MetricRule("lat_p50_us", higher_is_better=False, tolerance=0.05)
 WORKLOAD = fio_workload("read-qd1", IOPattern.RANDREAD, 1)
 
 
-def _recommend(session: Session, device_id: uuid.UUID, config: DeviceConfig) -> RecommendationRow:
+def _recommend(
+    session: Session,
+    device_id: uuid.UUID,
+    config: DeviceConfig,
+    evidence: dict[str, object] | None = None,
+) -> RecommendationRow:
     version = ModelVersion(
         run_id=uuid.uuid4(), device_class="ull", objective="p50_latency", rows=10, cells=4
     )
@@ -60,7 +65,7 @@ def _recommend(session: Session, device_id: uuid.UUID, config: DeviceConfig) -> 
             }
         },
         confidence=0.6,
-        evidence={},
+        evidence=evidence or {},
         reason="predicted faster",
         next_canary=None,
         expected_gain=0.25,
@@ -264,3 +269,21 @@ def test_accepting_one_says_what_became_of_the_others(client: TestClient, sessio
     assert counts, page
     assert int(re.search(r"(\d+) superseded", counts.group(1)).group(1)) == superseded_before + 1
     assert "every device already runs" not in page
+
+
+def test_a_prediction_from_a_model_without_skill_says_so(
+    client: TestClient, session: Session
+) -> None:
+    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
+    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    _recommend(session, device.id, CONFIGS[Scheduler.KYBER], {"skill": {"r2_log": -0.5}})
+    _recommend(session, device.id, CONFIGS[Scheduler.BFQ], {"skill": {"r2_log": 0.4}})
+    session.commit()
+    viewer = create_api_token(session, role=Role.VIEWER)
+    session.commit()
+    response = client.post("/ui/login", data={"token": viewer}, follow_redirects=False)
+    client.cookies.update(response.cookies)
+    page = client.get(f"/ui/devices/{device.id}").text
+    warnings = re.findall(r'data-testid="no-skill">(.*?)</p>', page, re.S)
+    assert len(warnings) == 1, warnings
+    assert "R² -0.50" in warnings[0]
