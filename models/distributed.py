@@ -22,15 +22,24 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
     if ray.is_initialized():
         yield "the Ray session already open"
         return
-    if address:
-        ray.init(address=address, log_to_driver=False)
-        where = f"the Ray cluster at {address}"
-    else:
-        ray.init(
-            num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False
-        )
-        cpus = int(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]
-        where = f"a local Ray ({cpus} CPUs)"
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+            where = f"the Ray cluster at {address}"
+        else:
+            ray.init(
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+            cpus = int(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]
+            where = f"a local Ray ({cpus} CPUs)"
+    except BaseException:
+        # a start that failed half-way (on a loaded host, Ray's agents can miss their start
+        # timeout) leaves its processes running: stop what it started
+        ray.shutdown()
+        raise
     try:
         yield where
     finally:
