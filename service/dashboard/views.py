@@ -188,6 +188,22 @@ def _key(config: dict[str, Any] | None) -> str:
     return config_label(DeviceConfig.model_validate(config)) if config else "—"
 
 
+def _measured(
+    observations: Sequence[Observation], workload: str, config: str
+) -> dict[str, tuple[float, int]]:
+    """Per metric, the median of the device's own benchmark runs of this workload under this
+    configuration (canary baselines included), and how many: what a card shows as measured
+    beside what the model predicts."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for o in observations:
+        if o.kind != "benchmark" or o.workload_name != workload or _key(o.configuration) != config:
+            continue
+        for metric, value in o.metrics.items():
+            if isinstance(value, int | float):
+                values[metric].append(float(value))
+    return {metric: (statistics.median(v), len(v)) for metric, v in values.items()}
+
+
 def _completion(policy: Policy | None) -> str:
     config = (policy.applied_config or policy.config) if policy else None
     return (config or {}).get("completion") or "interrupt"
@@ -418,6 +434,8 @@ def device_page(
                 "chart": figure,
                 "current": current,
                 "recommended": recommended,
+                "measured_now": _measured(observations, row.workload_name, current),
+                "measured_recommended": _measured(observations, row.workload_name, recommended),
                 "metric": OBJECTIVE_METRIC.get(row.objective),  # type: ignore[call-overload]
             }
         )

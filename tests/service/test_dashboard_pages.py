@@ -134,7 +134,8 @@ def test_models_page_shows_versions_and_scores(client: TestClient, session: Sess
     # a model with no skill on held-out cells says so; one with skill does not
     rows = re.findall(r"<tr>(.*?)</tr>", page.text, re.S)
     (bad,) = [r for r in rows if "-0.5" in r]
-    assert 'data-testid="no-skill"' in bad and "p50_latency" in bad
+    assert 'data-testid="no-skill"' in bad
+    assert "p50_latency" in bad
     assert all('data-testid="no-skill"' not in r for r in rows if "0.912" in r)
 
 

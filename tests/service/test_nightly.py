@@ -142,7 +142,7 @@ def test_nightly_trains_recommends_schedules_and_an_operator_decides(
     assert f"({shown:.4g}," in chosen["reason"]
     unit = chosen["predictions"][chosen["objective"]]["unit"]
     assert unit  # µs, I/O per s, J: every figure has its unit
-    assert f"<td>{shown:.4g} {unit}</td>" in page
+    assert f"predicted {shown:.4g} {unit}" in page
     assert chosen["evidence"]["device_facts"]["qd1_read_us"] > 0
     assert (
         client.post(

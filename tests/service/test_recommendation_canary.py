@@ -287,3 +287,39 @@ def test_a_prediction_from_a_model_without_skill_says_so(
     warnings = re.findall(r'data-testid="no-skill">(.*?)</p>', page, re.S)
     assert len(warnings) == 1, warnings
     assert "R² -0.50" in warnings[0]
+
+
+def test_now_is_measured_where_the_device_was_measured(
+    client: TestClient, session: Session
+) -> None:
+    """The card's "now" is the device's own median where it has runs of that workload under
+    its current configuration, beside the model's prediction (it showed a predicted 82.8
+    against 40.7 µs measured in the table below it, without saying which was which)."""
+    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
+    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    _recommend(session, device.id, CONFIGS[Scheduler.KYBER])
+    for p50 in (40.7, 39.0, 44.0):
+        observations.record(
+            session,
+            Principal(name="node:test", role=Role.OPERATOR),
+            ObservationCreate(
+                device_id=device.id,
+                kind=ObservationKind.BENCHMARK,
+                tool="fio",
+                workload=WORKLOAD,
+                configuration=DeviceConfig(scheduler=Scheduler.NONE),
+                metrics={"lat_p50_us": p50},
+                started_at=datetime.now(UTC) - timedelta(minutes=3),
+                finished_at=datetime.now(UTC) - timedelta(minutes=2),
+            ),
+        )
+    session.commit()
+    viewer = create_api_token(session, role=Role.VIEWER)
+    session.commit()
+    response = client.post("/ui/login", data={"token": viewer}, follow_redirects=False)
+    client.cookies.update(response.cookies)
+    page = client.get(f"/ui/devices/{device.id}").text
+    (now,) = re.findall(r'data-testid="now">(.*?)</td>', page, re.S)
+    assert "measured 40.7 µs" in now  # the median of the three runs
+    assert "median of 3 runs" in now
+    assert "predicted 40 µs" in now
