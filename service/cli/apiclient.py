@@ -40,6 +40,39 @@ def api(url: str, token: str, method: str, path: str, **kwargs: Any) -> object:
     return response.json()
 
 
+def resolve_id(url: str, token: str, collection: str, given: str, what: str) -> str:
+    """A full id from the id or the short one a listing shows (its first characters): the
+    one item of `collection` (an API path listing items with an "id") it begins; exit status
+    1, saying why, for none or several."""
+    import uuid
+
+    try:
+        return str(uuid.UUID(given))
+    except ValueError:
+        pass
+    prefix = given.strip().lower()
+    if len(prefix) < 4 or any(c not in "0123456789abcdef-" for c in prefix):
+        typer.secho(f"{given!r} is not a {what} id or the start of one", err=True, fg="red")
+        raise typer.Exit(code=1)
+    offset, found = 0, []
+    while True:
+        page = api(url, token, "GET", collection, params={"limit": 1000, "offset": offset})
+        assert isinstance(page, list)
+        found += [str(item["id"]) for item in page if str(item["id"]).startswith(prefix)]
+        if len(page) < 1000:
+            break
+        offset += 1000
+    if len(found) == 1:
+        return found[0]
+    why = (
+        f"no {what} id begins {prefix!r}"
+        if not found
+        else (f"{len(found)} {what} ids begin {prefix!r}: give more of it")
+    )
+    typer.secho(why, err=True, fg="red")
+    raise typer.Exit(code=1)
+
+
 def labels_option(labels: list[str]) -> dict[str, str]:
     """`--label key=value` options, or the option's error."""
     try:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from service.cli.apiclient import DEFAULT_URL, Reason, Token, Url, api
+from service.cli.apiclient import DEFAULT_URL, Reason, Token, Url, api, resolve_id
 
 if TYPE_CHECKING:
     from models.priors import Objective
@@ -238,30 +238,90 @@ def gain_text(prediction: dict[str, float]) -> str:
     )
 
 
+RecommendationId = Annotated[
+    str, typer.Argument(help="Its id, or the first characters of it that `list` shows.")
+]
+
+
+def _resolve(url: str, token: str, given: str) -> str:
+    return resolve_id(url, token, "/recommendations", given, "recommendation")
+
+
 @recommendations_app.command("show")
-def recommendations_show(recommendation_id: str, url: Url = DEFAULT_URL, token: Token = "") -> None:
-    """Everything about one recommendation, with its reason and evidence."""
-    row = api(url, token, "GET", f"/recommendations/{recommendation_id}")
-    typer.echo(json.dumps(row, indent=2))
+def recommendations_show(
+    recommendation_id: RecommendationId,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    as_json: Annotated[bool, typer.Option("--json", help="The API's JSON as it is.")] = False,
+) -> None:
+    """One recommendation: its device, the change, every objective's predicted gain (with
+    its unit and interval), its canary's measured gain, and why."""
+    full = _resolve(url, token, recommendation_id)
+    row = api(url, token, "GET", f"/recommendations/{full}")
+    assert isinstance(row, dict)
+    if as_json:
+        typer.echo(json.dumps(row, indent=2))
+        return
+    device = api(url, token, "GET", f"/devices/{row['device_id']}")
+    assert isinstance(device, dict)
+    for line in describe_recommendation(row, device):
+        typer.echo(line)
+
+
+def describe_recommendation(row: dict[str, Any], device: dict[str, Any]) -> list[str]:
+    """A recommendation as an operator reads it, in the dashboard's figures and words."""
+    lines = [
+        f"recommendation {row['id']}  ({row['status']}, {row.get('standing', '')})",
+        f"device      {device.get('name', row['device_id'])} ({device.get('device_class', '')})",
+        f"workload    {row['workload_name']}  ({row['workload_basis']})",
+        f"change      {_key(row['current_config'])} -> {_key(row['recommended_config'])}",
+        f"objectives  {', '.join(row['objectives'])}; agreement {row['confidence']:.0%}"
+        " (the ensemble members ranking it first: how settled, not the chance it helps)",
+        "predicted   (gain: improvement, + is better; 80 % interval)",
+    ]
+    for name, p in row["predictions"].items():
+        unit = p.get("unit", "")
+        lines.append(
+            f"  {name:<18} now {p['current']:.4g} {unit} -> {p['recommended']:.4g} {unit}:"
+            f" gain {gain_text(p)}"
+        )
+    canary = row.get("canary")
+    if canary:
+        lines.append(f"canary      {canary['verdict']} on {canary['finished_at']}")
+        for effect in canary["effects"].values():
+            lines.append(
+                f"  {effect['label']:<18} measured gain {gain_text(effect)}"
+                f" (baseline {effect['baseline']:.4g} {effect['unit']})"
+            )
+    lines.append(f"why         {row['reason']}")
+    if row.get("decided_by"):
+        lines.append(
+            f"decided     {row['status']} by {row['decided_by']}: {row['decision_reason']}"
+        )
+    return lines
 
 
 @recommendations_app.command("accept")
 def recommendations_accept(
-    recommendation_id: str, reason: Reason, url: Url = DEFAULT_URL, token: Token = ""
+    recommendation_id: RecommendationId, reason: Reason, url: Url = DEFAULT_URL, token: Token = ""
 ) -> None:
-    """Make the recommended configuration the device's policy (audited)."""
-    row = api(
-        url, token, "POST", f"/recommendations/{recommendation_id}/accept", json={"reason": reason}
-    )
+    """Make the recommended configuration the device's policy (audited); the device's other
+    open recommendations are superseded, and this says which."""
+    full = _resolve(url, token, recommendation_id)
+    row = api(url, token, "POST", f"/recommendations/{full}/accept", json={"reason": reason})
     assert isinstance(row, dict)
     typer.echo(f"accepted: {_key(row['recommended_config'])} is now the device's policy")
+    for other in row.get("superseded") or []:
+        typer.echo(f"superseded: {other[:8]} (another recommendation for this device)")
 
 
 @recommendations_app.command("reject")
 def recommendations_reject(
-    recommendation_id: str, reason: Reason, url: Url = DEFAULT_URL, token: Token = ""
+    recommendation_id: RecommendationId, reason: Reason, url: Url = DEFAULT_URL, token: Token = ""
 ) -> None:
-    api(url, token, "POST", f"/recommendations/{recommendation_id}/reject", json={"reason": reason})
+    """Decline it (audited, with the reason); the device keeps what it runs."""
+    full = _resolve(url, token, recommendation_id)
+    api(url, token, "POST", f"/recommendations/{full}/reject", json={"reason": reason})
     typer.echo("rejected")
 
 

@@ -9,6 +9,7 @@ import re
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
@@ -323,3 +324,39 @@ def test_now_is_measured_where_the_device_was_measured(
     assert "measured 40.7 µs" in now  # the median of the three runs
     assert "median of 3 runs" in now
     assert "predicted 40 µs" in now
+
+
+def test_the_cli_takes_the_short_ids_it_lists_and_shows_what_the_dashboard_does(
+    client: TestClient, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`recommendations list` shows 8 characters of each id; `show`, `accept` and `reject`
+    take them (they answered 422), and `show` reads like the card, not raw JSON. The CLI's
+    requests go to the real app and database in this process (TestClient's transport)."""
+    import httpx
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
+    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    recommended = _recommend(session, device.id, CONFIGS[Scheduler.KYBER])
+    session.commit()
+    operator = create_api_token(session, role=Role.OPERATOR)
+    session.commit()
+    monkeypatch.setattr(httpx, "request", client.request)
+    common = ["--url", "http://testserver", "--token", operator]
+    runner = CliRunner()
+    short = str(recommended.id)[:8]
+    shown = runner.invoke(app, ["recommendations", "show", short, *common])
+    assert shown.exit_code == 0, shown.output
+    assert f"recommendation {recommended.id}" in shown.output
+    assert "device      nvme0n1" in shown.output
+    assert "gain +25.0% (+10.0% … +40.0%)" in shown.output
+    assert "40 µs -> 30 µs" in shown.output
+    nothing = runner.invoke(app, ["recommendations", "show", "ffffffff", *common])
+    assert nothing.exit_code == 1
+    accepted = runner.invoke(
+        app, ["recommendations", "accept", short, "--reason", "short id", *common]
+    )
+    assert accepted.exit_code == 0, accepted.output
+    assert "is now the device's policy" in accepted.output
