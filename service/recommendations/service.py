@@ -8,6 +8,7 @@ prediction."""
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -189,6 +190,9 @@ def canary_summary(observation: Observation) -> dict[str, object]:
         low = float(stats.get(f"{name}.ci_low", 0.0)) / scale
         high = float(stats.get(f"{name}.ci_high", 0.0)) / scale
         change = float(stats[key])
+        candidate = stats.get(f"{name}.candidate_median")
+        if not all(math.isfinite(x) for x in (base, low, high, change, float(candidate or 0.0))):
+            continue  # a baseline near zero makes the relative figures meaningless
         effects[name] = {
             "label": known.label if known else name,
             "unit": known.unit if known else "",
@@ -197,7 +201,7 @@ def canary_summary(observation: Observation) -> dict[str, object]:
             "gain_low": low if higher else -high,
             "gain_high": high if higher else -low,
             "baseline": base,
-            "candidate": stats.get(f"{name}.candidate_median"),
+            "candidate": candidate,
             "confidence": stats.get(f"{name}.confidence"),
         }
     return {

@@ -360,3 +360,41 @@ def test_the_cli_takes_the_short_ids_it_lists_and_shows_what_the_dashboard_does(
     )
     assert accepted.exit_code == 0, accepted.output
     assert "is now the device's policy" in accepted.output
+
+
+def test_a_canary_with_extreme_statistics_is_recorded_and_binds_without_them(
+    session: Session,
+) -> None:
+    """Finite statistics whose ratio is not (a baseline of 1e-300): the observation is
+    stored, the recommendation still refuted, and the metric left out of its effects —
+    one bad row stops nothing."""
+    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
+    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    kyber = CONFIGS[Scheduler.KYBER]
+    row = _recommend(session, device.id, kyber)
+    observations.record(
+        session,
+        Principal(name="node:test", role=Role.OPERATOR),
+        ObservationCreate(
+            device_id=device.id,
+            kind=ObservationKind.CANARY,
+            tool="fio",
+            workload=WORKLOAD,
+            configuration=kyber,
+            metrics={"lat_p50_us": 1.0},
+            verdict=CanaryVerdict.FAIL,
+            statistics={
+                "lat_p50_us.baseline_median": 1e-300,
+                "lat_p50_us.ci_low": 1e300,
+                "lat_p50_us.ci_high": 1e300,
+                "lat_p50_us.relative_shift": 1.0,
+            },
+            started_at=datetime.now(UTC) - timedelta(minutes=2),
+            finished_at=datetime.now(UTC) - timedelta(minutes=1),
+        ),
+    )
+    session.flush()
+    session.refresh(row)
+    assert row.status == "refuted"
+    assert row.canary is not None
+    assert row.canary["effects"] == {}
