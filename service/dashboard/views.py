@@ -32,6 +32,7 @@ from service.dashboard import charts
 from service.dashboard import service as dashboard
 from service.deps import SessionDep, principal_for_token
 from service.errors import BlkpilotError
+from service.policies import service as policies
 from service.recommendations import service as recommendations
 from service.rollouts import service as rollouts
 from service.security import SESSION_COOKIE, Principal, Role
@@ -503,6 +504,33 @@ def rollout_page(request: Request, session: SessionDep, rollout_id: uuid.UUID) -
     except BlkpilotError as error:
         return _page(request, "error.html", principal, status=404, detail=error.detail)
     return _page(request, "rollout.html", principal, rollout=row)
+
+
+@router.post("/devices/{device_id}/policy/{action}")
+def policy_action(
+    request: Request,
+    session: SessionDep,
+    device_id: uuid.UUID,
+    action: str,
+    csrf: Annotated[str, Form()],
+    reason: Annotated[str, Form()] = "",
+) -> Response:
+    """Undo from the device page: revert (back to the configuration before the policy's
+    current version) or clear (no policy: the device keeps what it runs); both audited."""
+    principal = _act(request, session, csrf)
+    if action not in ("revert", "clear"):
+        raise ActionRefused(404, f"no action {action!r}")
+    why = reason.strip() or f"{action} in the dashboard"
+    try:
+        if action == "revert":
+            read = policies.revert_policy(session, principal, device_id, why)
+            message = f"reverted: v{read.version} asks for {_key(read.config.model_dump())}"
+        else:
+            policies.clear_policy(session, principal, device_id, why)
+            message = "policy cleared: the device keeps what it runs"
+    except BlkpilotError as error:
+        raise ActionRefused(error.status_code, error.detail) from error
+    return RedirectResponse(f"/ui/devices/{device_id}?message={message}", status_code=303)
 
 
 @router.post("/rollouts/{rollout_id}/abort")

@@ -17,7 +17,7 @@ from service.deps import (
 )
 from service.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable, responses
 from service.policies import service
-from service.policies.schemas import PolicyRead, PolicySet
+from service.policies.schemas import PolicyRead, PolicyRevert, PolicySet
 
 router = APIRouter(prefix=f"{API_PREFIX}", tags=["policies"], route_class=AuthFirstRoute)
 
@@ -41,6 +41,19 @@ def set_policy(
 )
 def get_policy(device_id: uuid.UUID, session: SessionDep, principal: AnyPrincipal) -> PolicyRead:
     return service.get_policy(session, principal, device_id)
+
+
+@router.post(
+    "/devices/{device_id}/policy/revert",
+    response_model=PolicyRead,
+    responses=responses(Unauthorized, Forbidden, NotFound, Conflict, Unprocessable),
+)
+def revert_policy(
+    device_id: uuid.UUID, body: PolicyRevert, session: SessionDep, operator: OperatorAuth
+) -> PolicyRead:
+    """Back to the configuration before the current policy version (the previous version's,
+    or what the device ran before its first): a new version, audited."""
+    return service.revert_policy(session, operator, device_id, body.reason)
 
 
 @router.delete(

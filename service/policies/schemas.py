@@ -16,6 +16,10 @@ class PolicySet(InputModel):
     reason: Annotated[str, Field(min_length=3, max_length=2_000, description="why, for the audit")]
 
 
+class PolicyRevert(InputModel):
+    reason: Annotated[str, Field(min_length=3, max_length=2_000, description="why, for the audit")]
+
+
 class AppliedState(BaseModel):
     version: int
     status: AppliedStatus

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from agent.contract.tunables import CompletionMode, DeviceConfig
+from agent.contract.tunables import SCHEDULER_TUNABLES, CompletionMode, DeviceConfig
 from agent.contract.wire import AppliedStateReport, AppliedStatus, DeviceCapabilities
 from service.audit import service as audit
 from service.devices import repository as device_repository
@@ -100,8 +100,10 @@ def set_policy(
     check_device_can_take(device, config)
     wanted = config.model_dump(mode="json")
     policy = repository.for_device(session, device_id, lock=True)
+    ran = None
     if policy is None:
         before = None
+        ran = _device_configuration(device)  # what a revert of this first version goes back to
         policy = repository.add(
             session,
             Policy(
@@ -122,10 +124,78 @@ def set_policy(
         target_type="device",
         target_id=device.id,
         before=before,
-        after={"config": wanted, "version": policy.version},
+        after={
+            "config": wanted,
+            "version": policy.version,
+            **({"device_config_before": ran} if ran is not None else {}),
+        },
         detail=reason,
     )
     return to_read(policy, device)
+
+
+def _device_configuration(device: Device) -> dict[str, Any] | None:
+    """The scheduler and its tunables the device last reported running."""
+    capabilities = DeviceCapabilities.model_validate(device.capabilities or {})
+    if capabilities.current_scheduler is None:
+        return None
+    allowed = SCHEDULER_TUNABLES.get(capabilities.current_scheduler, {})
+    config = DeviceConfig(
+        scheduler=capabilities.current_scheduler,
+        scheduler_tunables={
+            name: value
+            for name, value in capabilities.scheduler_tunables.items()
+            if name in allowed and allowed[name][0] <= value <= allowed[name][1]
+        },
+    )
+    return config.model_dump(mode="json", exclude_none=True)
+
+
+def revert_policy(
+    session: Session, operator: Principal, device_id: uuid.UUID, reason: str
+) -> PolicyRead:
+    """Back to the configuration before the device's current policy version: the previous
+    version's, or for a first version what the device ran when it was set. The revert is a
+    new version (the agent applies it like any other), audited twice: policy.set and
+    policy.reverted."""
+    device = _device(session, device_id)
+    policy = repository.for_device(session, device_id, lock=True)
+    if policy is None:
+        raise NotFound(f"device {device.name} ({device_id}) has no policy")
+    events = audit.list_events(
+        session, target_type="device", target_id=str(device.id), action="policy.set", limit=50
+    )
+    event = next((e for e in events if (e.after or {}).get("version") == policy.version), None)
+    target, label = None, ""
+    if event is not None and event.before and event.before.get("config"):
+        target, label = event.before["config"], f"v{event.before.get('version')}"
+    elif event is not None and (event.after or {}).get("device_config_before"):
+        target = event.after["device_config_before"]
+        label = "what it ran before its first policy"
+    if target is None:
+        raise Conflict(
+            f"no configuration before v{policy.version} of {device.name}'s policy is recorded;"
+            " clear the policy instead (the device then keeps what it runs)"
+        )
+    was = policy.version
+    read = set_policy(
+        session,
+        operator,
+        device_id,
+        DeviceConfig.model_validate(target),
+        f"revert to {label}: {reason}",
+    )
+    audit.record(
+        session,
+        operator,
+        "policy.reverted",
+        target_type="device",
+        target_id=device.id,
+        before={"version": was, "config": policy.config},
+        after={"version": read.version, "config": target, "to": label},
+        detail=reason,
+    )
+    return read
 
 
 def get_policy(session: Session, principal: Principal, device_id: uuid.UUID) -> PolicyRead:

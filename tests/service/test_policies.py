@@ -264,3 +264,100 @@ class TestClearPolicy:
         ).json()
         assert event["before"]["config"]["scheduler"] == "bfq"
         assert event["detail"] == "experiment over"
+
+
+class TestUndo:
+    """Revert goes back to the configuration before the policy's current version — the
+    previous version's, or what the device ran before its first — as a new version the agent
+    applies like any other; clear leaves the device on what it runs. Both audited, from the
+    API and the device page."""
+
+    def test_revert_walks_back_and_is_audited(self, client: TestClient, session: Session) -> None:
+        _, _, device, operator = _setup(
+            session,
+            scheduler="mq-deadline",
+            scheduler_tunables={"read_expire": 500, "fifo_batch": 16, "not_allowed_here": 3},
+        )
+        session.commit()
+        client.put(_url(device), json=_set({"scheduler": "bfq"}), headers=bearer(operator))
+        client.put(_url(device), json=_set({"scheduler": "kyber"}), headers=bearer(operator))
+
+        def revert() -> Any:
+            return client.post(
+                f"{_url(device)}/revert", json={"reason": "it got worse"}, headers=bearer(operator)
+            )
+
+        first = revert()
+        assert first.status_code == 200, first.text
+        assert (first.json()["version"], first.json()["config"]["scheduler"]) == (3, "bfq")
+        assert first.json()["reason"] == "revert to v1: it got worse"
+        events = client.get(
+            "/api/v1/audit",
+            params={"target_id": str(device.id), "action": "policy.reverted"},
+            headers=bearer(operator),
+        ).json()
+        assert [(e["before"]["version"], e["after"]["version"]) for e in events] == [(2, 3)]
+        # v3 replaced v2: reverting it goes back to kyber
+        assert revert().json()["config"]["scheduler"] == "kyber"
+
+    def test_reverting_a_first_version_goes_back_to_what_the_device_ran(
+        self, client: TestClient, session: Session
+    ) -> None:
+        _, _, device, operator = _setup(
+            session, scheduler="mq-deadline", scheduler_tunables={"read_expire": 250}
+        )
+        session.commit()
+        client.put(_url(device), json=_set({"scheduler": "bfq"}), headers=bearer(operator))
+        back = client.post(
+            f"{_url(device)}/revert", json={"reason": "undo"}, headers=bearer(operator)
+        )
+        assert back.status_code == 200, back.text
+        config = back.json()["config"]
+        assert config["scheduler"] == "mq-deadline"
+        assert config["scheduler_tunables"] == {"read_expire": 250}
+        assert "before its first policy" in back.json()["reason"]
+
+    def test_a_viewer_cannot_and_nothing_changes(
+        self, client: TestClient, session: Session
+    ) -> None:
+        _, _, device, operator = _setup(session)
+        viewer = create_api_token(session, role=Role.VIEWER)
+        session.commit()
+        client.put(_url(device), json=_set({"scheduler": "bfq"}), headers=bearer(operator))
+        refused = client.post(
+            f"{_url(device)}/revert", json={"reason": "undo"}, headers=bearer(viewer)
+        )
+        assert refused.status_code == 403
+        assert client.get(_url(device), headers=bearer(viewer)).json()["version"] == 1
+
+    def test_the_device_page_reverts_and_clears(self, client: TestClient, session: Session) -> None:
+        _, _, device, operator = _setup(session, scheduler="mq-deadline")
+        session.commit()
+        client.put(_url(device), json=_set({"scheduler": "bfq"}), headers=bearer(operator))
+        signed = client.post("/ui/login", data={"token": operator}, follow_redirects=False)
+        client.cookies.update(signed.cookies)
+        page = client.get(f"/ui/devices/{device.id}").text
+        assert f"/ui/devices/{device.id}/policy/revert" in page
+        csrf = client.cookies.get("blkpilot_csrf") or ""
+        done = client.post(
+            f"/ui/devices/{device.id}/policy/revert",
+            data={"csrf": csrf, "reason": "from the page"},
+            follow_redirects=False,
+        )
+        assert done.status_code == 303, done.text
+        policy = client.get(_url(device), headers=bearer(operator)).json()
+        assert (policy["version"], policy["config"]["scheduler"]) == (2, "mq-deadline")
+        cleared = client.post(
+            f"/ui/devices/{device.id}/policy/clear",
+            data={"csrf": csrf, "reason": "hands off"},
+            follow_redirects=False,
+        )
+        assert cleared.status_code == 303
+        assert client.get(_url(device), headers=bearer(operator)).status_code == 404
+        actions = {
+            e["action"]
+            for e in client.get(
+                "/api/v1/audit", params={"target_id": str(device.id)}, headers=bearer(operator)
+            ).json()
+        }
+        assert {"policy.set", "policy.reverted", "policy.cleared"} <= actions
