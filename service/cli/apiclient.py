@@ -37,6 +37,8 @@ def api(url: str, token: str, method: str, path: str, **kwargs: Any) -> object:
             detail = response.text
         typer.secho(f"{response.status_code}: {detail}", err=True, fg=typer.colors.RED)
         raise typer.Exit(code=1)
+    if response.status_code == 204 or not response.content:
+        return None
     return response.json()
 
 

@@ -361,3 +361,41 @@ class TestUndo:
             ).json()
         }
         assert {"policy.set", "policy.reverted", "policy.cleared"} <= actions
+
+
+def test_the_cli_shows_sets_reverts_and_clears_by_device_name(
+    client: TestClient, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`blkpilot policy` against the real app and database in this process (TestClient's
+    transport): the device named by HOST/NAME, by name, or by the start of its id."""
+    import httpx
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    node, _, device, operator = _setup(session, scheduler="mq-deadline")
+    session.commit()
+    monkeypatch.setattr(httpx, "request", client.request)
+    common = ["--url", "http://testserver", "--token", operator]
+    runner = CliRunner()
+
+    def cli(*args: str) -> Any:
+        return runner.invoke(app, ["policy", *args, *common])
+
+    named = f"{node.hostname}/{device.name}"
+    done = cli(
+        "set", named, "--scheduler", "bfq", "--tunable", "slice_idle_us=0", "--reason", "x1x"
+    )
+    assert done.exit_code == 0, done.output
+    assert "bfq[slice_idle_us=0]/interrupt  v1" in done.output
+    shown = cli("show", str(device.id)[:8])
+    assert shown.exit_code == 0, shown.output
+    assert "not yet applied" in shown.output
+    reverted = cli("revert", named, "--reason", "undo it")
+    assert reverted.exit_code == 0, reverted.output
+    assert "mq-deadline" in reverted.output
+    assert "v2" in reverted.output
+    cleared = cli("clear", named, "--reason", "hands off")
+    assert cleared.exit_code == 0, cleared.output
+    assert cli("show", named).exit_code == 1  # 404: no policy
+    assert cli("show", "no-such-device").exit_code == 1
