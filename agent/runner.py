@@ -38,7 +38,7 @@ from agent.errors import AgentError, ChangeFailed, ChangeRefused, ServiceError
 from agent.fsutil import read_json, write_json_atomic
 from agent.power import PowerSample
 from agent.spool import DrainResult, Spool
-from agent.state import NodeState
+from agent.state import NodeState, PausedPolicies
 from agent.telemetry import Collection, NodeWindow, windows
 
 log = logging.getLogger(__name__)
@@ -125,6 +125,8 @@ class Agent:
         self._renew_not_before = 0.0  # monotonic: after a failed renewal
         # device -> (policy version, the scheduler it asks for), from the last policy fetch
         self._wanted_schedulers: dict[str, tuple[int, str | None]] = {}
+        self._paused: set[str] = set()  # devices whose policy is paused on this node
+        self._paused_reported: dict[str, int] = {}  # and the version said to be paused
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -338,12 +340,55 @@ class Agent:
             str(p["device_name"]): (int(p["version"]), p["config"].get("scheduler"))
             for p in policies
         }
+        paused = self._paused_policies(policies)
         for policy in policies:
             name, version = str(policy["device_name"]), int(policy["version"])
-            if self._policy_versions.get(name) != version and name in self.device_names:
+            if name in paused or name not in self.device_names:
+                continue
+            if self._policy_versions.get(name) != version:
                 self._apply_policy(name, uuid.UUID(policy["device_id"]), version, policy["config"])
         self._check_drift()
         self._report_changed_configuration()
+
+    def _paused_policies(self, policies: list[dict[str, Any]]) -> set[str]:
+        """Devices an operator rolled back by hand on this node (agent/state.PausedPolicies):
+        their policy is neither applied nor checked for drift, and the service is told once
+        per version that it is paused and why. A newer policy version ends the pause; so does
+        `blkpilot agent resume`, after which the policy is applied again."""
+        store = PausedPolicies(self.state_dir)
+        paused = store.load()
+        for name in list(self._paused_reported):
+            if name not in paused:  # resumed: apply the policy again
+                del self._paused_reported[name]
+                self._policy_versions.pop(name, None)
+        for policy in policies:
+            name, version = str(policy["device_name"]), int(policy["version"])
+            hold = paused.get(name)
+            if hold is None:
+                continue
+            held = hold.get("version")
+            if isinstance(held, int) and version > held:
+                store.resume(name)  # the policy changed since: the pause is over
+                paused.pop(name)
+                self._paused_reported.pop(name, None)
+                self._policy_versions.pop(name, None)
+                continue
+            if self._paused_reported.get(name) != version and name in self.device_names:
+                self._paused_reported[name] = version
+                self._report(
+                    uuid.UUID(policy["device_id"]),
+                    AppliedStateReport(
+                        policy_version=version,
+                        status=AppliedStatus.PAUSED,
+                        config=self._current_config(name),
+                        detail=(
+                            f"paused on the node: {hold.get('why', 'rolled back by hand')};"
+                            f" a new policy version or `blkpilot agent resume {name}` ends it"
+                        )[:2000],
+                    ),
+                )
+        self._paused = set(paused)
+        return self._paused
 
     def _report_changed_configuration(self) -> None:
         """A device whose scheduler or tunables changed since the inventory was reported (by an
@@ -421,7 +466,7 @@ class Agent:
     def _check_drift(self) -> None:
         drift: dict[str, list[Drift]] = {}
         for name in sorted(self._policy_versions):
-            if name not in self.device_names:
+            if name not in self.device_names or name in self._paused:
                 continue
             found = self.applier.drift(name)
             if not any(d.attribute == "scheduler" for d in found):

@@ -1,17 +1,18 @@
 """The node's identity on disk: which service it enrolled with, its node token, and when that
-token expires and should be renewed."""
+token expires and should be renewed; and the devices whose policy is paused on the node."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from agent.client import ServiceClient
 from agent.errors import NotEnrolled
-from agent.fsutil import write_json_atomic
+from agent.fsutil import read_json, write_json_atomic
 
 STATE_FILE = "node.json"
 
@@ -65,3 +66,35 @@ class NodeState:
 
 def _when(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
+
+
+class PausedPolicies:
+    """Devices whose policy an operator paused on the node by rolling back by hand
+    (`blkpilot agent rollback`): the agent neither re-applies the policy nor reports the
+    device as drifted, and says it is paused, until the service's policy for it changes (a
+    newer version) or `blkpilot agent resume DEVICE`. One JSON file in the state directory,
+    read by the running agent at every policy sync."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / "paused.json"
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        if not self.path.exists():
+            return {}
+        try:
+            found = read_json(self.path)
+        except ValueError:
+            return {}
+        return {str(k): dict(v) for k, v in dict(found).items() if isinstance(v, dict)}
+
+    def pause(self, device: str, version: int | None, why: str) -> None:
+        paused = self.load()
+        paused[device] = {"version": version, "why": why, "at": datetime.now(UTC).isoformat()}
+        write_json_atomic(self.path, paused)
+
+    def resume(self, device: str) -> bool:
+        paused = self.load()
+        if paused.pop(device, None) is None:
+            return False
+        write_json_atomic(self.path, paused)
+        return True

@@ -5,6 +5,7 @@ are imported when a command runs, so `blkpilot --help` stays quick on a node."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import socket
 from pathlib import Path
@@ -28,7 +29,7 @@ from agent.cli.options import (
 from agent.contract import __version__
 from agent.effects import Effects
 from agent.errors import AgentError, ChangeFailed
-from agent.fsutil import write_json_atomic
+from agent.fsutil import read_json, write_json_atomic
 from agent.signals import Interrupted, restoring_on_signals
 
 app = typer.Typer(
@@ -460,15 +461,42 @@ def canaries(
 def rollback(
     device: Annotated[str, typer.Argument()], state_dir: StateDir, config: ConfigFile = None
 ) -> None:
-    """Restore the snapshot taken before blkpilot last changed the device."""
+    """Restore the snapshot taken before blkpilot last changed the device. Where a policy
+    asks for the change, it is paused on this node — not re-applied, not reported as drift,
+    shown as paused — until the policy changes or `blkpilot agent resume DEVICE`."""
+    from agent.state import PausedPolicies
+
     cfg = load_config(config)
-    applier = Applier(cfg.paths, cfg.state_dir or state_dir)
+    directory = cfg.state_dir or state_dir
+    applier = Applier(cfg.paths, directory)
     try:
         with applier.device_lock(device):
             restored = applier.rollback(device)
     except AgentError as error:
         raise fail(error) from error
     typer.echo(f"restored {device}: {restored}")
+    versions = directory / "policies.json"
+    version = read_json(versions).get(device) if versions.exists() else None
+    if version is not None:
+        who = os.environ.get("SUDO_USER") or os.environ.get("USER") or "an operator"
+        PausedPolicies(directory).pause(device, int(version), f"rolled back by hand by {who}")
+        typer.echo(
+            f"{device}'s policy (v{version}) is paused on this node until it changes, or"
+            f" `blkpilot agent resume {device}`"
+        )
+
+
+@app.command()
+def resume(
+    device: Annotated[str, typer.Argument()], state_dir: StateDir, config: ConfigFile = None
+) -> None:
+    """End a pause a hand rollback put on the device's policy: the agent applies it again."""
+    from agent.state import PausedPolicies
+
+    cfg = load_config(config)
+    if not PausedPolicies(cfg.state_dir or state_dir).resume(device):
+        raise fail(AgentError(f"{device}'s policy is not paused"))
+    typer.echo(f"resumed {device}: the agent applies its policy at its next sync")
 
 
 @app.command()

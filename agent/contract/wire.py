@@ -420,6 +420,7 @@ class AppliedStatus(StrEnum):
     FAILED = "failed"
     ROLLED_BACK = "rolled_back"
     DRIFT = "drift"
+    PAUSED = "paused"  # rolled back by hand on the node: held there until the policy changes
 
 
 class AppliedStateReport(WireModel):

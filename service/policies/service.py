@@ -237,6 +237,7 @@ _AUDIT_ACTION = {
     AppliedStatus.FAILED: "policy.apply_failed",
     AppliedStatus.ROLLED_BACK: "policy.rolled_back",
     AppliedStatus.DRIFT: "device.drift",
+    AppliedStatus.PAUSED: "policy.paused",
 }
 
 

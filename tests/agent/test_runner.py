@@ -358,3 +358,62 @@ def test_agent_run_command_serves_metrics_and_spools_offline(
     finally:
         assert stop(process) == 0
     assert list((tmp_path / "agent" / "spool").glob("*.json")), "offline: everything stays spooled"
+
+
+def test_a_rollback_by_hand_pauses_the_policy_until_it_changes_or_is_resumed(
+    service: ServiceProcess, loop_device: LoopFactory, tmp_path: Path
+) -> None:
+    """`blkpilot agent rollback` on a device a policy changed: the agent neither re-applies
+    the policy nor reports drift; the service shows the policy paused, with why. `agent
+    resume` ends it (the policy is applied again); so does a newer policy version."""
+    from tests.proc import BLKPILOT
+
+    device = loop_device()
+    state_dir = tmp_path / "agent"
+    node = enroll_lab_node(service, state_dir)
+    agent = Agent(AgentConfig(devices=[device], metrics_port=0, power=NO_POWER), node, state_dir)
+    agent.start()
+    (found,) = service.api("GET", "/devices", params={"node_id": str(node.node_id)}).json()
+    policy_url = f"/devices/{found['id']}/policy"
+    service.api("PUT", policy_url, json={"config": {"scheduler": "kyber"}, "reason": "test"})
+    agent.sync_policies()
+    scheduler = Path(f"/sys/block/{device}/queue/scheduler")
+    assert "[kyber]" in scheduler.read_text()
+
+    rolled = subprocess.run(
+        [BLKPILOT, "agent", "rollback", device, "--state-dir", str(state_dir)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert rolled.returncode == 0, rolled.stderr
+    assert "paused on this node" in rolled.stdout
+    assert "[none]" in scheduler.read_text()
+    agent.sync_policies()
+    agent.sync_policies()
+    assert "[none]" in scheduler.read_text()  # not re-applied
+    shown = service.api("GET", policy_url).json()
+    assert shown["applied"]["status"] == "paused"
+    assert "rolled back by hand" in shown["applied"]["detail"]
+    assert service.api("GET", "/audit", params={"action": "device.drift"}).json() == []
+    paused = service.api("GET", "/audit", params={"action": "policy.paused"}).json()
+    assert len(paused) == 1  # said once
+
+    resumed = subprocess.run(
+        [BLKPILOT, "agent", "resume", device, "--state-dir", str(state_dir)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    agent.sync_policies()
+    assert "[kyber]" in scheduler.read_text()
+    assert service.api("GET", policy_url).json()["applied"]["status"] == "applied"
+
+    # paused again; a newer policy version ends it
+    subprocess.run(
+        [BLKPILOT, "agent", "rollback", device, "--state-dir", str(state_dir)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    agent.sync_policies()
+    assert "[none]" in scheduler.read_text()
+    service.api("PUT", policy_url, json={"config": {"scheduler": "bfq"}, "reason": "newer"})
+    agent.sync_policies()
+    assert "[bfq]" in scheduler.read_text()
+    scheduler.write_text("none")
