@@ -15,6 +15,7 @@ import typer
 from agent.bench.cli import app as bench_app
 from agent.cli import app as agent_app
 from kernel.lab.cli import app as lab_app
+from service.cli.fleet import audit_app, devices_app, nodes_app
 from service.cli.policy import app as policy_app
 from service.cli.recommendations import register as register_learning_commands
 from service.cli.rollouts import app as rollout_app
@@ -30,6 +31,9 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(lab_app, name="lab")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(policy_app, name="policy")
+app.add_typer(devices_app, name="devices")
+app.add_typer(nodes_app, name="nodes")
+app.add_typer(audit_app, name="audit")
 register_server_commands(app)
 register_learning_commands(app)
 

@@ -17,7 +17,7 @@ Device = Annotated[
 ]
 
 
-def _pages(url: str, token: str, path: str) -> list[dict[str, Any]]:
+def pages(url: str, token: str, path: str) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     while True:
         page = api(url, token, "GET", path, params={"limit": 1000, "offset": len(found)})
@@ -30,10 +30,10 @@ def _pages(url: str, token: str, path: str) -> list[dict[str, Any]]:
 def resolve_device(url: str, token: str, given: str) -> dict[str, Any]:
     """The one device `given` names; exit status 1, saying why and which, for none or
     several."""
-    devices = _pages(url, token, "/devices")
+    devices = pages(url, token, "/devices")
     host, _, name = given.rpartition("/")
     if host:
-        hosts = {n["id"]: n["hostname"] for n in _pages(url, token, "/nodes")}
+        hosts = {n["id"]: n["hostname"] for n in pages(url, token, "/nodes")}
         found = [d for d in devices if d["name"] == name and hosts.get(d["node_id"]) == host]
     else:
         found = [d for d in devices if d["id"] == given.lower()]
@@ -45,7 +45,7 @@ def resolve_device(url: str, token: str, given: str) -> dict[str, Any]:
     if not found:
         typer.secho(f"no device {given!r}", err=True, fg="red")
     else:
-        hosts = {n["id"]: n["hostname"] for n in _pages(url, token, "/nodes")}
+        hosts = {n["id"]: n["hostname"] for n in pages(url, token, "/nodes")}
         named = ", ".join(f"{hosts.get(d['node_id'], '?')}/{d['name']}" for d in found[:10])
         typer.secho(f"{len(found)} devices are {given!r}: {named}; say which", err=True, fg="red")
     raise typer.Exit(code=1)

@@ -399,3 +399,41 @@ def test_the_cli_shows_sets_reverts_and_clears_by_device_name(
     assert cleared.exit_code == 0, cleared.output
     assert cli("show", named).exit_code == 1  # 404: no policy
     assert cli("show", "no-such-device").exit_code == 1
+
+
+def test_the_cli_lists_devices_nodes_and_the_audit(
+    client: TestClient, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`blkpilot devices list/show`, `nodes list`, `audit list`: tables by default, the API's
+    JSON with --json, against the real app and database (TestClient's transport)."""
+    import json
+
+    import httpx
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    node, _, device, operator = _setup(session, scheduler="mq-deadline")
+    session.commit()
+    client.put(
+        _url(device), json=_set({"scheduler": "bfq"}, "for the audit"), headers=bearer(operator)
+    )
+    monkeypatch.setattr(httpx, "request", client.request)
+    common = ["--url", "http://testserver", "--token", operator]
+    runner = CliRunner()
+    listed = runner.invoke(app, ["devices", "list", "--node", node.hostname, *common])
+    assert listed.exit_code == 0, listed.output
+    assert f"{node.hostname}/{device.name}" in listed.output
+    assert "mq-deadline" in listed.output
+    as_json = runner.invoke(app, ["devices", "list", "--node", node.hostname, "--json", *common])
+    assert [d["id"] for d in json.loads(as_json.output)] == [str(device.id)]
+    shown = runner.invoke(app, ["devices", "show", str(device.id)[:8], *common])
+    assert shown.exit_code == 0, shown.output
+    assert "scheduler   mq-deadline" in shown.output
+    nodes = runner.invoke(app, ["nodes", "list", "--json", *common])
+    assert str(node.id) in {n["id"] for n in json.loads(nodes.output)}
+    audit = runner.invoke(
+        app, ["audit", "list", "--device", f"{node.hostname}/{device.name}", "--json", *common]
+    )
+    assert audit.exit_code == 0, audit.output
+    assert [e["action"] for e in json.loads(audit.output)] == ["policy.set", "device.discovered"]
