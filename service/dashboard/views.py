@@ -14,6 +14,7 @@ import statistics
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -49,6 +50,18 @@ def _signed_pct(fraction: float) -> str:
 
 
 templates.env.filters["signed_pct"] = _signed_pct
+
+
+def _when(moment: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
+    """A timestamp with its time zone, always UTC (the service's and the audit's clock)."""
+    if moment is None:
+        return "—"
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return f"{moment.strftime(fmt)} UTC"
+
+
+templates.env.filters["when"] = _when
 SESSION, CSRF = SESSION_COOKIE, "blkpilot_csrf"
 METRICS = {  # the benchmark table's columns: label and unit from the one definition
     name: (MEASURED[name].label, MEASURED[name].unit)
@@ -487,6 +500,40 @@ def decide(
             f" {'were' if count > 1 else 'was'} superseded by it"
         )
     return RedirectResponse(f"/ui/devices/{device_id}?message={message}", status_code=303)
+
+
+@router.get("/audit", response_class=HTMLResponse)
+def audit_page(
+    request: Request,
+    session: SessionDep,
+    action: str | None = None,
+    actor: str | None = None,
+    target: str | None = None,
+    before: int | None = None,
+) -> HTMLResponse:
+    """The fleet's audit log, newest first, a page at a time, filtered by action, actor or
+    target (a device's, a recommendation's or a rollout's id)."""
+    principal = _principal(request, session)
+    filters = {
+        k: v.strip()
+        for k, v in {"action": action, "actor": actor, "target": target}.items()
+        if v and v.strip()
+    }
+    events = audit.list_events(
+        session,
+        action=filters.get("action"),
+        actor=filters.get("actor"),
+        target_id=filters.get("target"),
+        before_id=before,
+        limit=PAGE + 1,
+    )
+    older = events[PAGE - 1].id if len(events) > PAGE else None
+    return _page(
+        request, "audit.html", principal, events=events[:PAGE], filters=filters, older=older
+    )
+
+
+PAGE = 100
 
 
 @router.get("/rollouts", response_class=HTMLResponse)

@@ -331,3 +331,34 @@ def test_a_change_that_rounds_to_nothing_has_no_sign() -> None:
         "±0.0",
         "-2.0",
     ]
+
+
+def test_the_audit_page_lists_filters_and_pages_with_time_zones(
+    client: TestClient, session: Session
+) -> None:
+    """A fleet-wide audit page (it was 404): newest first, filtered by action, actor or
+    target, a page at a time; every timestamp says its zone."""
+    from service.audit import service as audit
+
+    operator = Principal(name=f"op-{uuid.uuid4().hex[:6]}", role=Role.OPERATOR)
+    target = str(uuid.uuid4())
+    for i in range(105):
+        audit.record(
+            session, operator, "test.event", target_type="device", target_id=target, detail=f"n{i}"
+        )
+    viewer = create_api_token(session, role=Role.VIEWER)
+    session.commit()
+    _sign_in(client, viewer)
+    page = client.get("/ui/audit", params={"actor": operator.name}).text
+    rows = re.findall(r"<tr><td>([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td>", page)
+    assert len(rows) == 100
+    assert all(at.endswith(" UTC") for at, _, _ in rows)
+    assert {actor for _, actor, _ in rows} == {operator.name}
+    assert ">n104<" in page  # newest first
+    older = re.search(r'data-testid="older" href="([^"]+)"', page)
+    assert older, page
+    rest = client.get(older.group(1).replace("&amp;", "&")).text
+    assert len(re.findall(r"<tr><td>[^<]+ UTC</td>", rest)) == 5
+    assert ">n0<" in rest
+    none = client.get("/ui/audit", params={"action": "no.such.action"}).text
+    assert "Nothing matches" in none
