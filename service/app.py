@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -222,7 +223,9 @@ def _admitted(settings: Settings) -> int:
 
 
 def create_app(settings: Settings, database: Database) -> FastAPI:
-    app = FastAPI(
+    # /docs and /redoc from the service's own copies of Swagger UI and ReDoc (fastapi-offline):
+    # FastAPI's default loads them from a CDN, and showed a blank page without internet
+    app = FastAPIOffline(
         lifespan=_enough_threads(settings),
         title="blkpilot",
         version=__version__,

@@ -227,3 +227,34 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
         "4-viewer.png",
         "5-viewer-refused.png",
     ]
+
+
+def test_the_api_docs_render_with_no_other_host_reachable(demo: Demo) -> None:
+    """/docs (Swagger UI) and /redoc render from the service's own assets with every request
+    to any other host refused: they were blank on a machine without internet (a CDN)."""
+    from playwright.sync_api import Route, expect, sync_playwright
+
+    chromium = shutil.which("chromium")
+    assert chromium is not None, "Debian's chromium package (make test installs it)"
+    refused: list[str] = []
+
+    def only_the_service(route: Route) -> None:
+        if route.request.url.startswith(demo.base):
+            route.continue_()
+        else:
+            refused.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.route("**/*", only_the_service)
+        page.goto(f"{demo.base}/docs")
+        expect(page.locator(".swagger-ui .info .title")).to_contain_text("blkpilot", timeout=30_000)
+        expect(page.locator(".opblock").first).to_be_visible()
+        page.goto(f"{demo.base}/redoc")
+        expect(page.get_by_text("Control plane for tuning Linux block I/O").first).to_be_visible(
+            timeout=30_000
+        )
+        browser.close()
+    assert not [u for u in refused if "swagger" in u or "redoc" in u], refused

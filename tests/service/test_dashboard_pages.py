@@ -362,3 +362,16 @@ def test_the_audit_page_lists_filters_and_pages_with_time_zones(
     assert ">n0<" in rest
     none = client.get("/ui/audit", params={"action": "no.such.action"}).text
     assert "Nothing matches" in none
+
+
+def test_the_api_docs_use_the_services_own_assets(client: TestClient) -> None:
+    """/docs and /redoc load Swagger UI and ReDoc from the service, not a CDN (blank without
+    internet); the browser test renders them with every other host blocked."""
+    for path in ("/docs", "/redoc"):
+        page = client.get(path)
+        assert page.status_code == 200
+        assert "cdn.jsdelivr" not in page.text
+        assets = re.findall(r'(?:src|href)="(/static-offline-docs/[^"]+)"', page.text)
+        assert assets, page.text
+        for asset in assets:
+            assert client.get(asset).status_code == 200, asset
