@@ -13,7 +13,6 @@ from typing import Annotated
 
 import typer
 
-from agent.applier import Applier
 from agent.cli.options import (
     ConfigFile,
     Devices,
@@ -203,6 +202,8 @@ def apply(
     wanted = candidate_option(
         config_file, scheduler, tunable, nr_requests, read_ahead_kb, completion
     )
+    from agent.applier import Applier
+
     applier = Applier(cfg.paths, cfg.state_dir or state_dir, Effects(dry_run=dry_run))
     try:
         # never in the middle of a canary on the device; a signal restores the snapshot
@@ -237,6 +238,8 @@ def current(
     step keeps what the device had before the rollout, not what the first try left)."""
     cfg = load_config(config)
     try:
+        from agent.applier import Applier
+
         found = Applier(cfg.paths, cfg.state_dir or state_dir).current(device)
     except AgentError as error:
         raise fail(error) from error
@@ -468,6 +471,8 @@ def rollback(
 
     cfg = load_config(config)
     directory = cfg.state_dir or state_dir
+    from agent.applier import Applier
+
     applier = Applier(cfg.paths, directory)
     try:
         with applier.device_lock(device):
@@ -508,6 +513,8 @@ def release(
     """Let blkpilot change a device again after an unreadable journal held it (check the
     device's queue settings and the journal set aside in the state directory first)."""
     cfg = load_config(config)
+    from agent.applier import Applier
+
     applier = Applier(cfg.paths, cfg.state_dir or state_dir)
     if not applier.release(device):
         raise fail(AgentError(f"{device} is not held"))

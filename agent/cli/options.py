@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import ValidationError
 
-from agent.config import AgentConfig
-from agent.contract.labels import parse_labels
-from agent.contract.sli import AppSli
-from agent.contract.tunables import DeviceConfig
-from agent.contract.workloads import WorkloadSpec
 from agent.errors import AgentError
 from agent.signals import Interrupted
+
+# The models (pydantic) are imported when an option is parsed, not when the CLI is built:
+# `blkpilot --help` does not need them (bench/cli_startup.py)
+if TYPE_CHECKING:
+    from agent.config import AgentConfig
+    from agent.contract.sli import AppSli
+    from agent.contract.tunables import DeviceConfig
+    from agent.contract.workloads import WorkloadSpec
 
 
 def default_state_dir() -> Path:
@@ -60,6 +62,10 @@ def sli_option(
     tolerance: float,
 ) -> AppSli | None:
     """The application SLI of `--sli-file`, or of `--sli-url` and `--sli-metric`."""
+    from pydantic import ValidationError
+
+    from agent.contract.sli import AppSli
+
     if file is not None:
         try:
             return AppSli.model_validate_json(file.read_bytes())
@@ -89,6 +95,10 @@ def interrupted(stopped: Interrupted, what: str) -> typer.Exit:
 
 
 def load_config(path: Path | None) -> AgentConfig:
+    from pydantic import ValidationError
+
+    from agent.config import AgentConfig
+
     try:
         return AgentConfig.load(path)
     except (OSError, ValidationError, ValueError) as error:
@@ -98,6 +108,8 @@ def load_config(path: Path | None) -> AgentConfig:
 
 def labels_option(labels: list[str]) -> dict[str, str]:
     """`--label key=value` options, or the option's error."""
+    from agent.contract.labels import parse_labels
+
     try:
         return parse_labels(labels)
     except ValueError as error:
@@ -127,6 +139,10 @@ def device_config(
     completion: str | None = None,
 ) -> DeviceConfig:
     """A configuration from command-line options; invalid ones exit with status 2."""
+    from pydantic import ValidationError
+
+    from agent.contract.tunables import DeviceConfig
+
     try:
         return DeviceConfig.model_validate(
             {
@@ -143,6 +159,10 @@ def device_config(
 
 
 def config_from_file(path: Path) -> DeviceConfig:
+    from pydantic import ValidationError
+
+    from agent.contract.tunables import DeviceConfig
+
     try:
         return DeviceConfig.model_validate_json(path.read_bytes())
     except (OSError, ValidationError) as error:
@@ -167,6 +187,10 @@ def candidate_option(
 
 
 def workload_option(name: str | None, spec_file: Path | None) -> WorkloadSpec:
+    from pydantic import ValidationError
+
+    from agent.contract.workloads import WorkloadSpec
+
     if spec_file is not None:
         try:
             return WorkloadSpec.model_validate_json(spec_file.read_text())

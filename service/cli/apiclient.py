@@ -7,8 +7,6 @@ from typing import Annotated, Any
 
 import typer
 
-from agent.contract.labels import parse_labels
-
 Url = Annotated[str, typer.Option(envvar="BLKPILOT_URL", help="The blkpilot service.")]
 Token = Annotated[str, typer.Option(envvar="BLKPILOT_TOKEN", help="An operator API token.")]
 Reason = Annotated[str, typer.Option(help="Why, for the audit log (3 characters or more).")]
@@ -77,6 +75,8 @@ def resolve_id(url: str, token: str, collection: str, given: str, what: str) -> 
 
 def labels_option(labels: list[str]) -> dict[str, str]:
     """`--label key=value` options, or the option's error."""
+    from agent.contract.labels import parse_labels
+
     try:
         return parse_labels(labels)
     except ValueError as error:
