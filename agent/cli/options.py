@@ -32,7 +32,8 @@ ConfigFile = Annotated[
     typer.Option(
         "--config",
         envvar="BLKPILOT_AGENT_CONFIG",
-        help="TOML [default: /etc/blkpilot/agent.toml if present].",
+        help="The agent's TOML configuration.",
+        show_default="/etc/blkpilot/agent.toml if present",
     ),
 ]
 Devices = Annotated[list[str], typer.Option("--device", help="Only this device; repeatable.")]

@@ -22,7 +22,7 @@ DEFAULT_GRID = Path(__file__).resolve().parents[2] / "bench/results/policy_grid_
 def nightly(
     objective: Annotated[
         list[str] | None,
-        typer.Option(help="Objectives to train and recommend for [default: all with data]."),
+        typer.Option(help="Objectives to train and recommend for.", show_default="all with data"),
     ] = None,
     ray_address: Annotated[
         str | None,
@@ -110,7 +110,9 @@ def evaluate(
     grid: Annotated[Path, typer.Option(help="A measured grid (bench/policy_grid.py).")] = (
         DEFAULT_GRID
     ),
-    objective: Annotated[list[str] | None, typer.Option(help="[default: all]")] = None,
+    objective: Annotated[
+        list[str] | None, typer.Option(help="Objectives to judge.", show_default="all")
+    ] = None,
     max_canaries: Annotated[int, typer.Option(min=0)] = 4,
     holdout: Annotated[
         str,

@@ -112,11 +112,14 @@ def _follow(url: str, token: str, rollout_id: str, every: float = 2.0) -> int:
 
 @app.command("list")
 def list_(
-    status: Annotated[str | None, typer.Option()] = None,
+    status: Annotated[
+        str | None, typer.Option(help="running, paused, rolling_back, succeeded, …")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
     url: Url = DEFAULT_URL,
     token: Token = "",
 ) -> None:
+    """Rollouts, newest first: each one's stages and how many devices stand where."""
     rows = api(url, token, "GET", "/rollouts", params={"status": status} if status else {})
     assert isinstance(rows, list)
     if as_json:

@@ -48,8 +48,10 @@ def load_settings() -> Settings:
 
 
 def serve(
-    host: Annotated[str | None, typer.Option(help="Bind address [default: 127.0.0.1].")] = None,
-    port: Annotated[int | None, typer.Option(help="Port [default: 8000].")] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Bind address.", show_default="127.0.0.1")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port.", show_default="8000")] = None,
 ) -> None:
     """Run the API: upgrades the schema first; starts the embedded PostgreSQL if no URL is set."""
     settings = load_settings()
@@ -140,8 +142,8 @@ TtlHours = Annotated[
     typer.Option(
         min=0,
         max=24 * 3650,
-        help="Hours until the token expires; 0: never. [default: 2160, 90 days]",
-        show_default=False,
+        help="Hours until the token expires; 0: never.",
+        show_default="2160, 90 days",
     ),
 ]
 
@@ -269,8 +271,10 @@ def enrollment_create(
 
 
 def demo(
-    port: Annotated[int | None, typer.Option(help="Port [default: 8000].")] = None,
-    agent_state_dir: Annotated[Path | None, typer.Option(help="[default: DATA_DIR/agent]")] = None,
+    port: Annotated[int | None, typer.Option(help="Port.", show_default="8000")] = None,
+    agent_state_dir: Annotated[
+        Path | None, typer.Option(help="The demo agent's state.", show_default="DATA_DIR/agent")
+    ] = None,
     agent_interval: Annotated[float, typer.Option(min=0.1, help="Seconds per window.")] = 2.0,
     agent_metrics_port: Annotated[int, typer.Option(help="The local agent's /metrics.")] = 9477,
     tune_seconds: Annotated[
