@@ -281,8 +281,8 @@ def demo(
         float, typer.Option(min=0, help="Seconds per benchmark run of the first tuning; 0: none.")
     ] = 0.5,
 ) -> None:
-    """The whole loop on one machine: embedded PostgreSQL, the service, two lab loop devices
-    and the local agent on them; then the stock schedulers benchmarked on them and the nightly
+    """The whole loop on one machine: embedded PostgreSQL, the service, three lab loop devices
+    (two scratch, one holding ext4 with its own traffic) and the local agent on them; then the stock schedulers benchmarked on them and the nightly
     job's recommendations, all on the dashboard."""
     settings = load_settings()
     from service.demo import run_demo
