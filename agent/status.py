@@ -1,5 +1,5 @@
 """What `blkpilot agent status` reports: enrollment, the changes blkpilot made and whether they
-still hold, an interrupted change, and the spool."""
+still hold, policies paused on the node, an interrupted change, and the spool."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from agent.collectors.blklat import DEFAULT_OBJECT, why_unavailable
 from agent.config import AgentConfig
 from agent.errors import AgentError
 from agent.spool import Spool
-from agent.state import NodeState
+from agent.state import NodeState, PausedPolicies
 
 
 def node_status(cfg: AgentConfig, directory: Path) -> list[str]:
@@ -35,6 +35,13 @@ def node_status(cfg: AgentConfig, directory: Path) -> list[str]:
             + "; ".join(f"{d.attribute} is {d.actual!r}, not {d.expected!r}" for d in drift)
         )
         lines.append(f"{name}: {applier.applied(name)} — {state}")
+    for name, hold in sorted(PausedPolicies(directory).load().items()):
+        lines.append(
+            f"{name}: policy v{hold.get('version')} PAUSED on this node since {hold.get('at')}:"
+            f" {hold.get('why')} (`blkpilot agent resume {name}` ends it)"
+        )
+    if not (directory / "applied").exists() or not any((directory / "applied").glob("*.json")):
+        lines.append("no change of blkpilot's holds on any device")
     if not cfg.ebpf:
         lines.append("eBPF: off in the configuration (ebpf = false): no live canary, no p99")
     else:

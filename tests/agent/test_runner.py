@@ -387,6 +387,11 @@ def test_a_rollback_by_hand_pauses_the_policy_until_it_changes_or_is_resumed(
     assert rolled.returncode == 0, rolled.stderr
     assert "paused on this node" in rolled.stdout
     assert "[none]" in scheduler.read_text()
+    status = subprocess.run(
+        [BLKPILOT, "agent", "status", "--state-dir", str(state_dir)],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert f"{device}: policy v1 PAUSED on this node" in status
     agent.sync_policies()
     agent.sync_policies()
     assert "[none]" in scheduler.read_text()  # not re-applied
