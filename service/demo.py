@@ -287,6 +287,12 @@ def run_demo(
     tune_seconds: float = 0.5,
 ) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not every request the demo makes
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    # the service's access log (a JSON line per request) to a file: on the terminal it buried
+    # the banner that says where everything is
+    access = logging.getLogger("blkpilot.access")
+    access.addHandler(logging.FileHandler(settings.data_dir / "access.log"))
+    access.propagate = False
     port = port or settings.port
     host = settings.host
     shown_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
@@ -367,6 +373,7 @@ def run_demo(
                         f"  local agent    every {agent_interval:g} s; metrics on"
                         f" http://127.0.0.1:{agent_metrics_port}/metrics;"
                         f" log {settings.data_dir / 'agent.log'}",
+                        f"  access log     {settings.data_dir / 'access.log'}",
                         f"  database       embedded PostgreSQL in {settings.data_dir / 'postgres'}"
                         if settings.database_url is None
                         else "  database       BLKPILOT_DATABASE_URL",
