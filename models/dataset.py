@@ -107,15 +107,15 @@ def speedup_at(by_depth: dict[int, float], qd1_us: float) -> float | None:
     if not deeper:
         return None
     if SPEEDUP_DEPTH in by_depth:
-        return by_depth[SPEEDUP_DEPTH]
+        return float(by_depth[SPEEDUP_DEPTH])
     below = [d for d in deeper if d < SPEEDUP_DEPTH]
     above = [d for d in deeper if d > SPEEDUP_DEPTH]
     low, low_speedup = (below[-1], by_depth[below[-1]]) if below else (1, 1.0)
     high = above[0] if above else below[-1]
     if high == low:  # only shallower depths: the speed-up seen there, not extrapolated
-        return low_speedup
+        return float(low_speedup)
     slope = math.log(by_depth[high] / low_speedup) / math.log(high / low)
-    return low_speedup * (SPEEDUP_DEPTH / low) ** slope
+    return float(low_speedup * (SPEEDUP_DEPTH / low) ** slope)
 
 
 def sample_from(

@@ -282,8 +282,9 @@ def demo(
     ] = 0.5,
 ) -> None:
     """The whole loop on one machine: embedded PostgreSQL, the service, three lab loop devices
-    (two scratch, one holding ext4 with its own traffic) and the local agent on them; then the stock schedulers benchmarked on them and the nightly
-    job's recommendations, all on the dashboard."""
+    (two scratch, one holding ext4 with its own traffic) and the local agent on them; then the
+    stock schedulers benchmarked on the scratch ones and the nightly job's recommendations, all
+    on the dashboard."""
     settings = load_settings()
     from service.demo import run_demo
 

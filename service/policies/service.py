@@ -169,7 +169,7 @@ def revert_policy(
     target, label = None, ""
     if event is not None and event.before and event.before.get("config"):
         target, label = event.before["config"], f"v{event.before.get('version')}"
-    elif event is not None and (event.after or {}).get("device_config_before"):
+    elif event is not None and event.after and event.after.get("device_config_before"):
         target = event.after["device_config_before"]
         label = "what it ran before its first policy"
     if target is None:

@@ -374,9 +374,9 @@ def test_both_arms_read_the_map_as_often(loop_device: LoopFactory, tmp_path: Pat
         applier,
         name,
         DeviceConfig(scheduler=Scheduler.NONE),
-        traffic,
+        traffic,  # type: ignore[arg-type]
         settings,
-        time.sleep,  # type: ignore[arg-type]
+        time.sleep,
     )
     reads = []
     for arm in ("A", "B", "A", "B"):
