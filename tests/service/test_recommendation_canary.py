@@ -20,7 +20,7 @@ from agent.contract.wire import CanaryVerdict, ObservationCreate, ObservationKin
 from agent.contract.workloads import IOPattern
 from service.observations import service as observations
 from service.security import Principal, Role
-from service.tables import ModelVersion, RecommendationRow
+from service.tables import Device, ModelVersion, Node, RecommendationRow
 from tests.factories import (
     bearer,
     create_api_token,
@@ -83,30 +83,60 @@ def _canary(
     session: Session, device_id: uuid.UUID, config: DeviceConfig, candidate: list[float]
 ) -> CanaryVerdict:
     stats = compare([40.0, 41.0, 39.5, 40.5, 40.2, 39.8], candidate, P50, 0.95)
+    _observe(
+        session,
+        device_id,
+        config,
+        {"lat_p50_us": stats.candidate_median},
+        verdict=stats.verdict,
+        statistics=stats.as_statistics(),
+    )
+    return stats.verdict
+
+
+def _observe(
+    session: Session,
+    device_id: uuid.UUID,
+    config: DeviceConfig,
+    metrics: dict[str, float],
+    *,
+    verdict: CanaryVerdict | None = None,
+    statistics: dict[str, float] | None = None,
+) -> None:
+    """A benchmark (no verdict) or a canary observation, recorded as a node records it."""
     observations.record(
         session,
         Principal(name="node:test", role=Role.OPERATOR),
         ObservationCreate(
             device_id=device_id,
-            kind=ObservationKind.CANARY,
+            kind=ObservationKind.CANARY if verdict is not None else ObservationKind.BENCHMARK,
             tool="fio",
             workload=WORKLOAD,
             configuration=config,
-            metrics={"lat_p50_us": stats.candidate_median},
-            verdict=stats.verdict,
-            statistics=stats.as_statistics(),
+            metrics=metrics,
+            verdict=verdict,
+            statistics=statistics or {},
             started_at=datetime.now(UTC) - timedelta(minutes=2),
             finished_at=datetime.now(UTC) - timedelta(minutes=1),
         ),
     )
-    return stats.verdict
+
+
+def _device(session: Session) -> tuple[Node, Device]:
+    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
+    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    return node, device
+
+
+def _sign_in(client: TestClient, token: str) -> None:
+    response = client.post("/ui/login", data={"token": token}, follow_redirects=False)
+    client.cookies.update(response.cookies)
 
 
 def test_a_failed_canary_refutes_and_an_inconclusive_one_leaves_unproven(
     client: TestClient, session: Session
 ) -> None:
-    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
-    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    _node, device = _device(session)
     kyber, deadline = CONFIGS[Scheduler.KYBER], CONFIGS[Scheduler.MQ_DEADLINE]
     refuted = _recommend(session, device.id, kyber)
     unproven = _recommend(session, device.id, deadline)
@@ -150,8 +180,7 @@ def test_a_failed_canary_refutes_and_an_inconclusive_one_leaves_unproven(
     assert (found["status"], found["standing"], found["canary"]) == ("proposed", "predicted", None)
 
     # the dashboard: refuted shown as such and without its Accept form
-    response = client.post("/ui/login", data={"token": operator}, follow_redirects=False)
-    client.cookies.update(response.cookies)
+    _sign_in(client, operator)
     page = client.get(f"/ui/devices/{device.id}").text
     assert f"/ui/recommendations/{refuted.id}/accept" not in page
     assert f"/ui/recommendations/{unproven.id}/accept" in page
@@ -169,8 +198,7 @@ def test_a_refuted_configuration_is_not_recommended_again_until_a_canary_passes(
     what the device's own measurement refuted."""
     from service.recommendations import nightly
 
-    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
-    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    _node, device = _device(session)
     kyber, deadline = CONFIGS[Scheduler.KYBER], CONFIGS[Scheduler.MQ_DEADLINE]
     now = datetime.now(UTC)
     assert nightly.refuted_on(session, device.id, now) == ()
@@ -194,8 +222,7 @@ def test_one_recommendation_reads_the_same_in_the_api_the_dashboard_the_cli_and_
     from service.cli.recommendations import gain_text
     from service.tables import ScheduledCanary
 
-    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
-    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    node, device = _device(session)
     kyber = CONFIGS[Scheduler.KYBER]
     recommended = _recommend(session, device.id, kyber)
     session.add(
@@ -219,8 +246,7 @@ def test_one_recommendation_reads_the_same_in_the_api_the_dashboard_the_cli_and_
     )
     assert prediction["unit"] == "µs"
 
-    response = client.post("/ui/login", data={"token": operator}, follow_redirects=False)
-    client.cookies.update(response.cookies)
+    _sign_in(client, operator)
     page = client.get(f"/ui/devices/{device.id}").text
     shown = re.findall(r'data-testid="predicted-gain">([^<]+)<', page)
     assert shown == ["+25.0 %"], shown
@@ -244,15 +270,13 @@ def test_one_recommendation_reads_the_same_in_the_api_the_dashboard_the_cli_and_
 def test_accepting_one_says_what_became_of_the_others(client: TestClient, session: Session) -> None:
     """Accepting one of a device's two recommendations supersedes the other, and says so: in
     the API's answer, the audit, the dashboard's message and the fleet page's counts."""
-    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
-    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    _node, device = _device(session)
     chosen = _recommend(session, device.id, CONFIGS[Scheduler.KYBER])
     other = _recommend(session, device.id, CONFIGS[Scheduler.MQ_DEADLINE])
     session.commit()
     operator = create_api_token(session, role=Role.OPERATOR)
     session.commit()
-    response = client.post("/ui/login", data={"token": operator}, follow_redirects=False)
-    client.cookies.update(response.cookies)
+    _sign_in(client, operator)
     before = client.get("/ui/").text
 
     def superseded(page: str) -> int:
@@ -279,15 +303,13 @@ def test_accepting_one_says_what_became_of_the_others(client: TestClient, sessio
 def test_a_prediction_from_a_model_without_skill_says_so(
     client: TestClient, session: Session
 ) -> None:
-    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
-    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    _node, device = _device(session)
     _recommend(session, device.id, CONFIGS[Scheduler.KYBER], {"skill": {"r2_log": -0.5}})
     _recommend(session, device.id, CONFIGS[Scheduler.BFQ], {"skill": {"r2_log": 0.4}})
     session.commit()
     viewer = create_api_token(session, role=Role.VIEWER)
     session.commit()
-    response = client.post("/ui/login", data={"token": viewer}, follow_redirects=False)
-    client.cookies.update(response.cookies)
+    _sign_in(client, viewer)
     page = client.get(f"/ui/devices/{device.id}").text
     warnings = re.findall(r'data-testid="no-skill">(.*?)</p>', page, re.S)
     assert len(warnings) == 1, warnings
@@ -300,29 +322,14 @@ def test_now_is_measured_where_the_device_was_measured(
     """The card's "now" is the device's own median where it has runs of that workload under
     its current configuration, beside the model's prediction (it showed a predicted 82.8
     against 40.7 µs measured in the table below it, without saying which was which)."""
-    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
-    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    _node, device = _device(session)
     _recommend(session, device.id, CONFIGS[Scheduler.KYBER])
     for p50 in (40.7, 39.0, 44.0):
-        observations.record(
-            session,
-            Principal(name="node:test", role=Role.OPERATOR),
-            ObservationCreate(
-                device_id=device.id,
-                kind=ObservationKind.BENCHMARK,
-                tool="fio",
-                workload=WORKLOAD,
-                configuration=DeviceConfig(scheduler=Scheduler.NONE),
-                metrics={"lat_p50_us": p50},
-                started_at=datetime.now(UTC) - timedelta(minutes=3),
-                finished_at=datetime.now(UTC) - timedelta(minutes=2),
-            ),
-        )
+        _observe(session, device.id, DeviceConfig(scheduler=Scheduler.NONE), {"lat_p50_us": p50})
     session.commit()
     viewer = create_api_token(session, role=Role.VIEWER)
     session.commit()
-    response = client.post("/ui/login", data={"token": viewer}, follow_redirects=False)
-    client.cookies.update(response.cookies)
+    _sign_in(client, viewer)
     page = client.get(f"/ui/devices/{device.id}").text
     (now,) = re.findall(r'data-testid="now">(.*?)</td>', page, re.S)
     assert "measured 40.7 µs" in now  # the median of the three runs
@@ -341,8 +348,7 @@ def test_the_cli_takes_the_short_ids_it_lists_and_shows_what_the_dashboard_does(
 
     from service.cli import app
 
-    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
-    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    _node, device = _device(session)
     recommended = _recommend(session, device.id, CONFIGS[Scheduler.KYBER])
     session.commit()
     operator = create_api_token(session, role=Role.OPERATOR)
@@ -372,30 +378,21 @@ def test_a_canary_with_extreme_statistics_is_recorded_and_binds_without_them(
     """Finite statistics whose ratio is not (a baseline of 1e-300): the observation is
     stored, the recommendation still refuted, and the metric left out of its effects —
     one bad row stops nothing."""
-    node, _ = create_node(session, hostname=f"rc-{uuid.uuid4().hex[:8]}")
-    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    _node, device = _device(session)
     kyber = CONFIGS[Scheduler.KYBER]
     row = _recommend(session, device.id, kyber)
-    observations.record(
+    _observe(
         session,
-        Principal(name="node:test", role=Role.OPERATOR),
-        ObservationCreate(
-            device_id=device.id,
-            kind=ObservationKind.CANARY,
-            tool="fio",
-            workload=WORKLOAD,
-            configuration=kyber,
-            metrics={"lat_p50_us": 1.0},
-            verdict=CanaryVerdict.FAIL,
-            statistics={
-                "lat_p50_us.baseline_median": 1e-300,
-                "lat_p50_us.ci_low": 1e300,
-                "lat_p50_us.ci_high": 1e300,
-                "lat_p50_us.relative_shift": 1.0,
-            },
-            started_at=datetime.now(UTC) - timedelta(minutes=2),
-            finished_at=datetime.now(UTC) - timedelta(minutes=1),
-        ),
+        device.id,
+        kyber,
+        {"lat_p50_us": 1.0},
+        verdict=CanaryVerdict.FAIL,
+        statistics={
+            "lat_p50_us.baseline_median": 1e-300,
+            "lat_p50_us.ci_low": 1e300,
+            "lat_p50_us.ci_high": 1e300,
+            "lat_p50_us.relative_shift": 1.0,
+        },
     )
     session.flush()
     session.refresh(row)
