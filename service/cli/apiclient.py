@@ -40,6 +40,17 @@ def api(url: str, token: str, method: str, path: str, **kwargs: Any) -> object:
     return response.json()
 
 
+def pages(url: str, token: str, path: str) -> list[dict[str, Any]]:
+    """Every item of an API listing, a thousand at a time."""
+    found: list[dict[str, Any]] = []
+    while True:
+        page = api(url, token, "GET", path, params={"limit": 1000, "offset": len(found)})
+        assert isinstance(page, list)
+        found += page
+        if len(page) < 1000:
+            return found
+
+
 def resolve_id(url: str, token: str, collection: str, given: str, what: str) -> str:
     """A full id from the id or the short one a listing shows (its first characters): the
     one item of `collection` (an API path listing items with an "id") it begins; exit status
@@ -54,14 +65,7 @@ def resolve_id(url: str, token: str, collection: str, given: str, what: str) -> 
     if len(prefix) < 4 or any(c not in "0123456789abcdef-" for c in prefix):
         typer.secho(f"{given!r} is not a {what} id or the start of one", err=True, fg="red")
         raise typer.Exit(code=1)
-    offset, found = 0, []
-    while True:
-        page = api(url, token, "GET", collection, params={"limit": 1000, "offset": offset})
-        assert isinstance(page, list)
-        found += [str(item["id"]) for item in page if str(item["id"]).startswith(prefix)]
-        if len(page) < 1000:
-            break
-        offset += 1000
+    found = [str(i["id"]) for i in pages(url, token, collection) if str(i["id"]).startswith(prefix)]
     if len(found) == 1:
         return found[0]
     why = (

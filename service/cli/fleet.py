@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from service.cli.apiclient import DEFAULT_URL, Token, Url, api
-from service.cli.policy import Device, pages, resolve_device
+from service.cli.apiclient import DEFAULT_URL, Token, Url, api, pages
+from service.cli.policy import Device, resolve_device
 
 devices_app = typer.Typer(help="The fleet's block devices.", no_args_is_help=True)
 nodes_app = typer.Typer(help="The fleet's nodes.", no_args_is_help=True)

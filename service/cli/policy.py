@@ -9,22 +9,12 @@ from typing import Annotated, Any
 
 import typer
 
-from service.cli.apiclient import DEFAULT_URL, Reason, Token, Url, api
+from service.cli.apiclient import DEFAULT_URL, Reason, Token, Url, api, pages
 
 app = typer.Typer(help="A device's policy: show, set, revert, clear.", no_args_is_help=True)
 Device = Annotated[
     str, typer.Argument(help="A device: its id (or its start), its name, or HOST/NAME.")
 ]
-
-
-def pages(url: str, token: str, path: str) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    while True:
-        page = api(url, token, "GET", path, params={"limit": 1000, "offset": len(found)})
-        assert isinstance(page, list)
-        found += page
-        if len(page) < 1000:
-            return found
 
 
 def resolve_device(url: str, token: str, given: str) -> dict[str, Any]:
