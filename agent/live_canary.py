@@ -12,8 +12,10 @@ differ by more than a factor, or that lacks a stratum the other has, is set asid
 pair run instead (up to a limit); the result says how many and why. The judge is the synthetic
 canary's in paired form (agent/live_judge.py): Hodges-Lehmann and the Wilcoxon signed-rank
 interval on the pairs' log-ratios of interval p50 and p99, Mann-Whitney reported beside them,
-with non-inferiority tolerances. Throughput is not judged: on live traffic it is the demand's,
-not the configuration's.
+with non-inferiority tolerances. The I/O rate each arm served is judged too, but can only fail a
+candidate: on live traffic it is the demand's as much as the configuration's, yet with the
+pairs' order random and balanced a rate that falls under the candidate in pair after pair is
+the candidate's doing (a closed-loop application slowed by it: live_judge.RATE_RULE).
 
 Sequential, like the synthetic canary (agent.contract.verdict.Budget): the first look after
 `pairs` comparable pairs; while inconclusive, as many more pairs and another look, up to
@@ -331,6 +333,9 @@ class _LiveCanary:
             self.rates[arm].append(measured[arm].ios / max(measured[arm].seconds, 1e-3))
             for metric, value in metrics.items():
                 self.samples[arm].setdefault(metric, []).append(value)
+            if self.settings.rate_rule is not None:
+                metric = self.settings.rate_rule.metric
+                self.samples[arm].setdefault(metric, []).append(self.rates[arm][-1])
         return True
 
     def looks(self) -> tuple[CanaryVerdict, list[MetricStatistics], int]:
@@ -347,7 +352,11 @@ class _LiveCanary:
             looks = look
             if self.report.pairs_used >= 3:
                 verdict, per_metric = judge(
-                    self.samples, self.settings.judged(), per_look, load=self.rates
+                    self.samples,
+                    self.settings.judged(),
+                    per_look,
+                    load=self.rates,
+                    fail_only=self.settings.fail_only(),
                 )
                 if verdict is not CanaryVerdict.INCONCLUSIVE:
                     break

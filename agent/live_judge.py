@@ -25,6 +25,15 @@ LIVE_RULES = (
     MetricRule("lat_p50_us", higher_is_better=False, tolerance=0.10),
     MetricRule("lat_p99_us", higher_is_better=False, tolerance=0.20),
 )
+# The I/O rate each arm served. On live traffic it is the demand's as much as the
+# configuration's, so it cannot make a pass: it can only fail a candidate. The pairs' order is
+# random and balanced, so a rate that falls under the candidate pair after pair is the
+# candidate's doing — a closed-loop application (a database's workers, db_bench's threads)
+# issues fewer I/Os when each costs it more, and block latency alone can miss that when the
+# cost lands on the submitting CPU (bfq on a CPU-bound db_bench: block p50 -7 %, p99 +12 %,
+# passed, where db_bench's own p50 was about 40 % worse — CI on 0baa693). Not adjusted for
+# load: it is the load.
+RATE_RULE = MetricRule("iops", higher_is_better=True, tolerance=0.10)
 JUDGED = (IoOperation.READ, IoOperation.WRITE)
 
 Stratum = tuple[IoOperation, int]  # operation, request-size slot (log2 bytes)
@@ -60,17 +69,24 @@ class LiveSettings:
     # of the largest p99 among them
     guard_min_intervals: int = 4
     rules: tuple[MetricRule, ...] = LIVE_RULES
+    rate_rule: MetricRule | None = RATE_RULE  # can fail a candidate, never pass one
     alpha: float = 0.05
     seed: int | None = None
     # the application's own SLI, judged beside block latency (agent.contract.sli)
     sli: AppSli | None = None
 
     def judged(self) -> tuple[MetricRule, ...]:
-        """The rules the verdict is made of: block latency's, and the SLI's when there is one."""
+        """The rules the verdict is made of: block latency's, the I/O rate's (which can only
+        fail a candidate: `fail_only`), and the SLI's when there is one."""
+        rules = self.rules if self.rate_rule is None else (*self.rules, self.rate_rule)
         if self.sli is None:
-            return self.rules
+            return rules
         rule = MetricRule(SLI_METRIC, self.sli.higher_is_better, self.sli.tolerance)
-        return (*self.rules, rule)
+        return (*rules, rule)
+
+    def fail_only(self) -> frozenset[str]:
+        """Metrics whose failure fails the canary but whose pass is not needed for one."""
+        return frozenset() if self.rate_rule is None else frozenset({self.rate_rule.metric})
 
 
 @dataclass(frozen=True)
@@ -194,6 +210,7 @@ def judge(
     alpha: float,
     *,
     load: Mapping[str, list[float]] | None = None,
+    fail_only: frozenset[str] = frozenset(),
 ) -> tuple[CanaryVerdict, list[MetricStatistics]]:
     """The synthetic canary's judge, on pairs: the i-th A and B samples are one pair's. Each
     pair gives a ratio B/A; the Hodges-Lehmann estimate of the shift is the median of the Walsh
@@ -201,12 +218,19 @@ def judge(
     Mann-Whitney and Hodges-Lehmann); a slow change of the host's load or the traffic moves
     both halves of a pair alike and cancels. The Mann-Whitney U and its p-value over the two
     arms are reported beside it. With `load` (each pair's I/O rate per arm), each pair's
-    log-ratio is adjusted for the load its two halves saw (`load_slope`)."""
+    log-ratio is adjusted for the load its two halves saw (`load_slope`). A metric in
+    `fail_only` fails the verdict when it fails and is otherwise left out of it (the I/O
+    rate: RATE_RULE); it counts in the Bonferroni correction all the same."""
     usable = [r for r in rules if samples["A"].get(r.metric) and samples["B"].get(r.metric)]
-    if not usable:
+    if not usable or all(r.metric in fail_only for r in usable):
         raise ValueError("no metric measured in both arms")
     confidence = 1 - alpha / len(usable)  # Bonferroni
-    return overall(found := [paired(samples, r, confidence, load) for r in usable]), found
+    found = [
+        paired(samples, r, confidence, None if r.metric in fail_only else load) for r in usable
+    ]
+    if any(s.verdict is CanaryVerdict.FAIL for s in found if s.metric in fail_only):
+        return CanaryVerdict.FAIL, found
+    return overall([s for s in found if s.metric not in fail_only]), found
 
 
 # fewer pairs than this, or a spread of load smaller than this (log of the rates' ratio, at the

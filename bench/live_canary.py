@@ -146,7 +146,7 @@ def main() -> int:
         ),
         "pairs": settings.pairs,
         "interval_s": settings.interval_s,
-        "tolerances": {r.metric: r.tolerance for r in settings.rules},
+        "tolerances": {r.metric: r.tolerance for r in settings.judged()},
         "runs": runs,
         **started,
     }

@@ -42,6 +42,7 @@ from service.ops.middleware import (
     BodySizeLimitMiddleware,
     ConnectionAdmissionMiddleware,
     RequestObservationMiddleware,
+    SelfOnlyDocsMiddleware,
 )
 from service.ops.ratelimit import RateLimitMiddleware
 from service.policies.endpoints import router as policies_router
@@ -269,5 +270,6 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
     # no more requests inside than the pool has connections (each holds one): the others
     # wait here, on the event loop, not in threads (ConnectionAdmissionMiddleware)
     app.add_middleware(ConnectionAdmissionMiddleware, limit=_admitted(settings))
+    app.add_middleware(SelfOnlyDocsMiddleware)
     app.add_middleware(RequestObservationMiddleware)
     return app

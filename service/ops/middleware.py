@@ -107,6 +107,36 @@ class ConnectionAdmissionMiddleware:
             await self.app(scope, receive, send)
 
 
+class SelfOnlyDocsMiddleware:
+    """/docs and /redoc may load nothing from another host (a Content-Security-Policy): the
+    service serves its own Swagger UI and ReDoc, and ReDoc's footer still asks a CDN for a
+    logo — on a machine without internet that request would hang until it timed out."""
+
+    PATHS = frozenset({"/docs", "/redoc"})
+    POLICY = (
+        b"default-src 'self'; script-src 'self' 'unsafe-inline'; "
+        b"style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+        b"worker-src 'self' blob:; connect-src 'self'"
+    )
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.PATHS:
+            await self.app(scope, receive, send)
+            return
+
+        async def with_policy(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers.append((b"content-security-policy", self.POLICY))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_policy)
+
+
 BODY_TOO_LARGE = "blkpilot.body_too_large"  # in the ASGI scope: the limit a body passed
 
 
