@@ -1,7 +1,12 @@
-"""One typed configuration for the service, read from BLKPILOT_* environment variables."""
+"""One typed configuration for the service, read from BLKPILOT_* environment variables — and
+from files: a setting may instead be a file named blkpilot_<setting> in $CREDENTIALS_DIRECTORY,
+where systemd's LoadCredential= puts them (playbooks/roles/blkpilot_service), so that a secret
+such as the database URL's password is in neither the unit nor the environment that the
+rollout worker's ansible-runner processes inherit."""
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from enum import StrEnum
 from functools import lru_cache
@@ -115,6 +120,12 @@ def token_lifetime(settings: Settings) -> Lifetime:
     )
 
 
+def load() -> Settings:
+    """The settings from the environment and, under systemd, its credentials directory (an
+    environment variable wins over a file of the same setting)."""
+    return Settings(_secrets_dir=os.environ.get("CREDENTIALS_DIRECTORY"))
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    return load()

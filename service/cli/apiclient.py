@@ -3,20 +3,55 @@ that turns the service's errors into a message and an exit status."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 Url = Annotated[str, typer.Option(envvar="BLKPILOT_URL", help="The blkpilot service.")]
-Token = Annotated[str, typer.Option(envvar="BLKPILOT_TOKEN", help="An operator API token.")]
+Token = Annotated[
+    str,
+    typer.Option(
+        envvar="BLKPILOT_TOKEN",
+        help="An operator API token. Without it: the file BLKPILOT_TOKEN_FILE names, or"
+        " ~/.config/blkpilot/token (a token on the command line is in `ps` for all to see).",
+    ),
+]
 Reason = Annotated[str, typer.Option(help="Why, for the audit log (3 characters or more).")]
 DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+TOKEN_FILE = Path("~/.config/blkpilot/token")
+
+
+def credential(given: str) -> str:
+    """The token given, or the one in BLKPILOT_TOKEN_FILE (exit status 2 if it names no
+    readable file), or in ~/.config/blkpilot/token where there is one; else none."""
+    if given:
+        return given
+    named = os.environ.get("BLKPILOT_TOKEN_FILE")
+    path = Path(named) if named else TOKEN_FILE.expanduser()
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        if not named:
+            return ""
+        typer.secho(f"BLKPILOT_TOKEN_FILE: {path} does not exist", err=True, fg="red")
+        raise typer.Exit(code=2) from None
+    except OSError as error:
+        typer.secho(f"cannot read the token in {path}: {error}", err=True, fg="red")
+        raise typer.Exit(code=2) from error
+    if path.stat().st_mode & 0o077:
+        typer.secho(f"warning: {path} is readable by others (chmod 600 it)", err=True, fg="yellow")
+    return text
 
 
 def api(url: str, token: str, method: str, path: str, **kwargs: Any) -> object:
     """The JSON answer; exit status 2 if the service cannot be reached, 1 if it refused."""
     import httpx
 
+    token = credential(token)
     try:
         response = httpx.request(
             method,

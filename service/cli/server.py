@@ -36,10 +36,10 @@ def load_settings() -> Settings:
     from pydantic import ValidationError
 
     from agent.contract.logs import configure as configure_logs
-    from service.settings import Settings
+    from service.settings import load
 
     try:
-        settings = Settings()
+        settings = load()
     except ValidationError as error:
         typer.secho(f"invalid configuration: {error}", err=True, fg=typer.colors.RED)
         raise typer.Exit(code=2) from error

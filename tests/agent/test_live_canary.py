@@ -511,3 +511,40 @@ def test_long_intervals_look_first_after_a_bounded_time() -> None:
     thin = budget_for(LiveSettings(), 10.0)
     assert thin.rounds == 12  # never fewer than min_pairs
     assert budget_for(LiveSettings(pairs=4, max_pairs=4), 10.0).rounds == 4  # as asked
+
+
+def test_the_io_rate_can_fail_a_candidate_but_not_pass_one() -> None:
+    """A closed-loop application slowed by the candidate issues fewer I/Os while block latency
+    reads the same (bfq on CPU-bound db_bench passed on block latency alone in CI): a rate that
+    falls in pair after pair fails it. A rate that only wanders — the demand's own noise —
+    neither fails the candidate nor keeps an unchanged one from passing."""
+    from agent.live_judge import judge
+
+    settings = LiveSettings()
+    rng = random.Random(3)
+    n = 40
+    latency = [[100 * rng.uniform(0.98, 1.02) for _ in range(n)] for _ in range(4)]
+    base_rates = [rng.uniform(30_000, 70_000) for _ in range(n)]
+
+    def samples(b_rates: list[float]) -> dict[str, dict[str, list[float]]]:
+        return {
+            "A": {"lat_p50_us": latency[0], "lat_p99_us": latency[1], "iops": base_rates},
+            "B": {"lat_p50_us": latency[2], "lat_p99_us": latency[3], "iops": b_rates},
+        }
+
+    rules, fail_only = settings.judged(), settings.fail_only()
+    assert fail_only == {"iops"}
+    assert "iops" in {r.metric for r in rules}
+    slower = [0.7 * r * rng.uniform(0.95, 1.05) for r in base_rates]
+    verdict, stats = judge(samples(slower), rules, 0.05, fail_only=fail_only)
+    assert verdict is CanaryVerdict.FAIL
+    assert {s.metric: s.verdict for s in stats}["lat_p50_us"] is CanaryVerdict.PASS
+    # the same latencies with the rate left to chance: pass, though the rate's interval is wide
+    wandering = [r * rng.uniform(0.5, 1.5) for r in base_rates]
+    verdict, stats = judge(samples(wandering), rules, 0.05, fail_only=fail_only)
+    assert {s.metric: s.verdict for s in stats}["iops"] is not CanaryVerdict.PASS
+    assert verdict is CanaryVerdict.PASS
+    # without the rule, the slower candidate would pass: the rule is what catches it
+    assert judge(samples(slower), LiveSettings(rate_rule=None).judged(), 0.05)[0] is (
+        CanaryVerdict.PASS
+    )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -437,3 +438,47 @@ def test_the_cli_lists_devices_nodes_and_the_audit(
     )
     assert audit.exit_code == 0, audit.output
     assert [e["action"] for e in json.loads(audit.output)] == ["policy.set", "device.discovered"]
+
+
+def test_the_cli_reads_its_token_from_a_file(
+    client: TestClient,
+    session: Session,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """No token on the command line (where `ps` shows it): BLKPILOT_TOKEN_FILE, or
+    ~/.config/blkpilot/token; a file named but missing is exit status 2, not a 401."""
+    import httpx
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    node, _, device, operator = _setup(session, scheduler="mq-deadline")
+    session.commit()
+    monkeypatch.setattr(httpx, "request", client.request)
+    monkeypatch.delenv("BLKPILOT_TOKEN", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    runner = CliRunner()
+    named = f"{node.hostname}/{device.name}"
+
+    def show(**env: str) -> Any:
+        return runner.invoke(app, ["devices", "show", named, "--url", "http://testserver"], env=env)
+
+    assert show().exit_code == 1  # no token anywhere: the service's 401
+    secret = tmp_path / "operator.token"
+    secret.write_text(operator + "\n")
+    secret.chmod(0o600)
+    done = show(BLKPILOT_TOKEN_FILE=str(secret))
+    assert done.exit_code == 0, done.output
+    assert "mq-deadline" in done.output
+    assert "warning" not in done.output
+    missing = show(BLKPILOT_TOKEN_FILE=str(tmp_path / "nowhere"))
+    assert missing.exit_code == 2
+    assert "does not exist" in missing.output
+    default = tmp_path / ".config" / "blkpilot" / "token"
+    default.parent.mkdir(parents=True)
+    default.write_text(operator)
+    default.chmod(0o644)
+    done = show()
+    assert done.exit_code == 0, done.output
+    assert "readable by others" in done.output
