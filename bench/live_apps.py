@@ -120,6 +120,13 @@ def canary(app: App, candidate: Candidate, state: Path) -> tuple[str, float, str
     set_queue(app.device.name, NONE.sysfs)  # a pass keeps the candidate: back to the baseline
     verdict = VERDICTS.get(done.returncode, f"exit {done.returncode}")
     notes = " ".join(line for line in done.stdout.splitlines() if line.startswith("note:"))
+    # each metric's shift and verdict first (which one failed or held a verdict back)
+    shifts = []
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            shifts.append(f"{row['metric']} {row['shift_%']:+.1f} % {row['verdict']}")
+    notes = "; ".join(shifts) + ("; " if shifts and notes else "") + notes
     if verdict.startswith("exit") or verdict == "could not run":
         notes += done.stderr[-300:]
     return verdict, seconds, notes

@@ -1,8 +1,9 @@
 """Every playbook parses (roles, variables, module names) with the real ansible-playbook, and
 the inventory plugin's documentation is valid. The playbooks' behaviour is tested where it can
-run here: tests/test_rollouts.py (rollout.yml, rollback.yml, the plugin) and
-tests/agent/test_agent_role.py (agent.yml). fios.yml needs a Debian 6.1 kernel with its headers;
-this machine's kernel is not one: tests/kernel/test_fios_dkms.py builds it for the lab's kernel."""
+run here: tests/test_rollouts.py (rollout.yml, rollback.yml, the plugin),
+tests/agent/test_agent_role.py (agent.yml) and tests/test_service_role.py (service.yml).
+fios.yml needs a Debian 6.1 kernel with its headers; this machine's kernel is not one:
+tests/kernel/test_fios_dkms.py builds it for the lab's kernel."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ BIN = Path(sys.executable).parent
 ENV = {**os.environ, "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
 
 
-@pytest.mark.parametrize("playbook", ["agent.yml", "fios.yml", "rollout.yml", "rollback.yml"])
+@pytest.mark.parametrize(
+    "playbook", ["agent.yml", "fios.yml", "rollout.yml", "rollback.yml", "service.yml"]
+)
 def test_playbook_syntax(playbook: str) -> None:
     checked = subprocess.run(
         [str(BIN / "ansible-playbook"), "-i", "localhost,", "--syntax-check", playbook],
