@@ -2,8 +2,10 @@
 schedulers on its lab loop devices and runs the nightly job (in-process: Ray is made
 unreachable, and the demo falls back); headless Chromium (Debian's, driven
 by Playwright) then signs in as an operator, goes from the fleet overview to a device, accepts
-its recommendation and sees the policy and the audit entry appear; signed in as a viewer it sees
-the actions disabled and is refused when it submits one anyway. Screenshots of each step go to
+its recommendation and sees the policy applied on the device, reverts it and finds all three on
+the fleet's audit page; signed in as a viewer it sees the actions disabled and is refused when
+it submits one anyway. Every chart on the way is checked as shown: at the size it is drawn,
+no label outside it or over another. Screenshots of each step go to
 .artifacts/dashboard/ (or BLKPILOT_ARTIFACTS_DIR)."""
 
 from __future__ import annotations
@@ -36,6 +38,54 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+# each chart as drawn (its own width) and as shown, and its text: outside the chart, or
+# overlapping other text, is a label the operator cannot read
+CHART_LAYOUT = """() => [...document.querySelectorAll('figure.chart svg')].map(svg => {
+  const box = svg.getBoundingClientRect();
+  const texts = [...svg.querySelectorAll('text')].map(t => t.getBoundingClientRect())
+    .filter(r => r.width > 0 && r.height > 0);
+  const outside = texts.filter(r => r.left < box.left - 1 || r.right > box.right + 1
+    || r.top < box.top - 1 || r.bottom > box.bottom + 1).length;
+  let overlapping = 0;
+  texts.forEach((a, i) => texts.slice(i + 1).forEach(b => {
+    const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+    const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+    if (w > 2 && h > 2) overlapping += 1;
+  }));
+  return {label: svg.closest('figure').getAttribute('aria-label'), drawn: svg.width.baseVal.value,
+          shown: box.width, outside, overlapping,
+          smallest: Math.min(...texts.map(r => r.height))};
+})"""
+
+
+def wait_until_applied(page: Any, scheduler: str) -> None:
+    """The device page, reloaded until the agent has applied the policy and reported it."""
+    from playwright.sync_api import expect
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        page.reload()
+        pill = page.get_by_test_id("policy").locator(".pill")
+        if page.get_by_test_id("current-scheduler").inner_text() == scheduler and (
+            pill.count() and pill.first.inner_text() == "applied"
+        ):
+            break
+        time.sleep(1)
+    expect(page.get_by_test_id("current-scheduler")).to_have_text(scheduler)
+    expect(page.get_by_test_id("policy").locator(".pill")).to_have_text("applied")
+
+
+def assert_charts_read_at_a_glance(page: Any) -> int:
+    """Every chart on the page shown at the size it is drawn (not shrunk: text stays about
+    12 px), with no label outside it or over another."""
+    charts = page.evaluate(CHART_LAYOUT)
+    for chart in charts:
+        assert 0.95 <= chart["shown"] / chart["drawn"] <= 1.05, chart
+        assert chart["outside"] == 0, chart
+        assert chart["overlapping"] == 0, chart
+        assert chart["smallest"] >= 9, chart  # px: the 614 px charts shrunk theirs to ~5
+    return len(charts)
 
 
 class Demo:
@@ -124,6 +174,7 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
         table = page.get_by_test_id("recommendations")
         expect(table).to_be_visible()
         assert page.locator("figure.chart").count() >= 3  # class, scheduler, completion mode
+        assert assert_charts_read_at_a_glance(page) >= 3
         page.screenshot(path=ARTIFACTS / "1-overview.png", full_page=True)
 
         # the largest predicted gain first (each row's lead objective; estimated energy's gains
@@ -152,6 +203,7 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
         expect(page.get_by_test_id("recommendation").first).to_be_visible()
         charts = page.get_by_test_id("benchmark-charts").locator("figure.chart")
         assert charts.count() >= 3  # p50, p99, IOPS per configuration, from the sweep
+        assert assert_charts_read_at_a_glance(page) >= 5  # and the telemetry's timelines
         expect(page.get_by_test_id("audit")).not_to_contain_text("policy.set")
         device_url = page.url
         device_id = device_url.rsplit("/", 1)[-1].split("?")[0]
@@ -175,17 +227,7 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
         # the node's agent applies it to the device, and the page shows it applied
         wanted = accepted["recommended_config"]["scheduler"]
         tunables = accepted["recommended_config"].get("scheduler_tunables") or {}
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            page.reload()
-            pill = page.get_by_test_id("policy").locator(".pill")
-            if page.get_by_test_id("current-scheduler").inner_text() == wanted and (
-                pill.count() and pill.first.inner_text() == "applied"
-            ):
-                break
-            time.sleep(1)
-        expect(page.get_by_test_id("current-scheduler")).to_have_text(wanted)
-        expect(page.get_by_test_id("policy").locator(".pill")).to_have_text("applied")
+        wait_until_applied(page, wanted)
         device_name = demo.api(f"/devices/{device_id}")["name"]
         sysfs = Path(f"/sys/block/{device_name}/queue/scheduler").read_text()
         assert f"[{wanted}]" in sysfs  # really on the device, not only on the page
@@ -193,6 +235,23 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
         for name, value in tunables.items():
             assert int((iosched / name).read_text()) == value, name
         page.screenshot(path=ARTIFACTS / "3-accepted.png", full_page=True)
+
+        # undo: back to what the device ran before the policy, applied by the agent again
+        page.get_by_label("reason to revert").fill("undo the lab change")
+        page.get_by_role("button", name="Revert").click()
+        expect(page.get_by_test_id("policy")).to_contain_text("v2")
+        wait_until_applied(page, "bfq")
+        assert "[bfq]" in Path(f"/sys/block/{device_name}/queue/scheduler").read_text()
+        # the fleet's audit page, filtered to this device: the accept, the agent's report of
+        # each change applied, and the revert with its reason
+        page.goto(f"{demo.base}/ui/audit")
+        page.get_by_label("target").fill(device_id)
+        page.get_by_role("button", name="Filter").click()
+        audit_log = page.get_by_test_id("audit-log")
+        for action in ("policy.set", "policy.applied", "policy.reverted", "undo the lab change"):
+            expect(audit_log).to_contain_text(action)
+        assert audit_log.locator("tr", has_text="policy.applied").count() >= 2
+        page.screenshot(path=ARTIFACTS / "3b-reverted-audit.png", full_page=True)
 
         # a viewer: the actions are disabled, and refused when submitted anyway
         page.get_by_role("button", name="Sign out").click()
@@ -224,6 +283,7 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
         "1-overview.png",
         "2-device.png",
         "3-accepted.png",
+        "3b-reverted-audit.png",
         "4-viewer.png",
         "5-viewer-refused.png",
     ]

@@ -4,6 +4,7 @@ for bars and distributions, timelines by hand (see timeline)."""
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
@@ -11,6 +12,10 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+# Every chart is drawn at the width it is shown: a dashboard card's inner width at the grid's
+# narrowest column (base.html: 380 px cards, 1 rem padding). Drawn at 614 px and shrunk into
+# the cards, their text came out at about 5 px; wider cards show them at this size, not larger.
+WIDTH_IN = 3.6  # inches at 96 dpi: 346 px
 COLOURS = ["#2f6fb0", "#d9822b", "#3a9a5b", "#b0413e", "#7a5fb5", "#8c8c8c"]
 
 
@@ -35,10 +40,46 @@ def _pyplot() -> Any:
     return plt
 
 
+def _wrap(text: str, width: int) -> list[str]:
+    """Lines of at most about `width` characters, broken after a space, a comma or a slash
+    (a configuration's label: "bfq (low_latency=1, slice_idle_us=8000)/interrupt"), a word
+    longer than a line on its own line: a chart's text stays inside the chart."""
+    lines: list[str] = []
+    line = ""
+    for token in re.findall(r"[^ ,/]+[,/]? ?|[,/] ?| ", text):
+        if line and len(line) + len(token.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        line += token
+    if line.strip() or not lines:
+        lines.append(line.rstrip())
+    return lines
+
+
+TITLE_CHARS = 46  # a title's line at 12-13 px across the chart's width
+LABEL_CHARS = 22  # a bar's label: at most about a third of the width
+
+
+def _label_lines(label: str, most: int = 3) -> list[str]:
+    """A bar's label in at most `most` lines: a configuration with many tunables made every
+    row twelve lines tall; the table beside the chart names it in full."""
+    lines = _wrap(label, LABEL_CHARS)
+    if len(lines) <= most:
+        return lines
+    hidden = "".join(lines[most - 1 :]).count("=")  # a configuration's tunables left out
+    return [*lines[: most - 1], f"… {hidden} more tunables" if hidden else "…"]
+
+
 def _max_n_locator(**options: Any) -> Any:
     from matplotlib.ticker import MaxNLocator
 
     return MaxNLocator(**options)
+
+
+def _title(figure: Any, lines: list[str]) -> None:
+    """The chart's title from the figure's left edge (an axes' title starts where its tick
+    labels end, and a long one ran off the right)."""
+    figure.suptitle("\n".join(lines), x=0.01, ha="left", fontsize=10)
 
 
 def _svg(figure: Any, title: str) -> Markup:
@@ -85,8 +126,12 @@ def _bars(
     highlight: str | None,
     counts: bool,
 ) -> Markup:
-    height = 0.9 + 0.28 * len(labels)
-    figure, axes = _pyplot().subplots(figsize=(6.4, height))
+    wrapped = ["\n".join(_label_lines(label)) for label in labels]
+    title_lines = _wrap(title, TITLE_CHARS)
+    # every row as tall as the tallest label (8 pt lines, 0.135 in each), or they overlap
+    lines = max((label.count("\n") + 1 for label in wrapped), default=1)
+    height = 0.75 + 0.2 * len(title_lines) + len(labels) * (0.08 + 0.135 * lines)
+    figure, axes = _pyplot().subplots(figsize=(WIDTH_IN, height))
     colours = [COLOURS[1] if label == highlight else COLOURS[0] for label in labels]
     xerr = None
     if errors is not None:
@@ -95,18 +140,20 @@ def _bars(
             [hi - v for v, (_, hi) in zip(values, errors, strict=True)],
         ]
     axes.barh(range(len(labels)), values, color=colours, xerr=xerr, capsize=3)
-    axes.set_yticks(range(len(labels)), labels)
+    axes.set_yticks(range(len(labels)), wrapped, fontsize=8)
     axes.invert_yaxis()
     axes.set_xlabel(unit)
     if counts:
         axes.xaxis.set_major_locator(_max_n_locator(integer=True))
-    axes.set_title(title, loc="left")
+    _title(figure, title_lines)
     return _svg(figure, title)
 
 
 def changes(title: str, rows: Sequence[tuple[str, float, float, float]]) -> Markup:
     """Predicted change per objective (better is right), with its 80 % interval."""
-    figure, axes = _pyplot().subplots(figsize=(6.4, 0.9 + 0.35 * len(rows)))
+    title_lines = _wrap(title, TITLE_CHARS)
+    height = 0.75 + 0.2 * len(title_lines) + 0.35 * len(rows)
+    figure, axes = _pyplot().subplots(figsize=(WIDTH_IN, height))
     for index, (_, change, low, high) in enumerate(rows):
         colour = COLOURS[2] if change >= 0 else COLOURS[3]
         spread = [[(change - low) * 100], [(high - change) * 100]]
@@ -114,31 +161,37 @@ def changes(title: str, rows: Sequence[tuple[str, float, float, float]]) -> Mark
     axes.axvline(0, color="#999", linewidth=0.8)
     axes.set_yticks(range(len(rows)), [row[0] for row in rows])
     axes.invert_yaxis()
-    axes.set_xlabel("predicted improvement, % (80 % interval)")
-    axes.set_title(title, loc="left")
+    axes.set_xlabel("predicted gain, % (80 % interval)")
+    _title(figure, title_lines)
     return _svg(figure, title)
 
 
 # timelines are drawn as SVG by hand, at matplotlib's size and in the same colours: matplotlib
 # took 165-220 ms a chart (360-2,160 points), most of a device page's time; this takes 4.5-18 ms
-_W, _H = 614, 230  # px, as matplotlib's 6.4 x 2.4 in at 96 dpi
+_W, _H = round(WIDTH_IN * 96), 200  # px
 _LEFT, _RIGHT, _TOP, _BOTTOM = 58, 12, 26, 44
 
 
 def _tick_label(value: float) -> str:
     if value == 0:
         return "0"
-    if abs(value) >= 10_000:
-        return f"{value:,.0f}"
+    # short, or the tick labels run into the axis's unit: 125k, 1.5M
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e4, "k")):
+        if abs(value) >= scale:
+            shown = value / (scale if scale != 1e4 else 1e3)
+            return f"{shown:.3g}{suffix}"
     return f"{value:g}"
 
 
 def _time_ticks(low: datetime, high: datetime) -> tuple[list[datetime], str]:
-    """About five ticks on round boundaries, and the strftime format that fits the span."""
+    """About four ticks on round boundaries, and the strftime format that fits the span."""
     span = (high - low).total_seconds()
     steps = [60, 300, 600, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86_400, 2 * 86_400]
     steps += [7 * 86_400, 14 * 86_400, 30 * 86_400]
+    # labels fit the plot's 276 px: six of "14:00" or "11-25", four of "11-25 14:00"
     step = next((s for s in steps if span / s <= 6), steps[-1])
+    if span > 86_400 and step < 86_400:
+        step = next((s for s in steps if span / s <= 4), steps[-1])
     first = low.timestamp() // step * step + step
     ticks = []
     at = first
@@ -155,11 +208,18 @@ def timeline(
 ) -> Markup:
     """Series over time as an inline SVG line chart; a gap where a value is None."""
     values = [v for vs in series.values() for v in vs if v is not None]
-    plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
+    title_lines = _wrap(title, TITLE_CHARS)
+    top = _TOP + 16 * (len(title_lines) - 1)  # a long title takes another line
+    height = _H + top - _TOP
+    plot_w, plot_h = _W - _LEFT - _RIGHT, _H - top - _BOTTOM
+    heading = "".join(
+        f'<tspan x="4" dy="{0 if i == 0 else 16}">{escape(line)}</tspan>'
+        for i, line in enumerate(title_lines)
+    )
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}"'
-        f' viewBox="0 0 {_W} {_H}" font-family="sans-serif" font-size="12">',
-        f'<text x="{_LEFT}" y="16" font-size="13">{escape(title)}</text>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}"'
+        f' viewBox="0 0 {_W} {height}" font-family="sans-serif" font-size="12">',
+        f'<text x="4" y="16" font-size="13">{heading}</text>',
     ]
     if times and values:
         t0, t1 = min(times), max(times)
@@ -174,7 +234,7 @@ def timeline(
             return _LEFT + plot_w * (t - t0).total_seconds() / seconds
 
         def y(v: float) -> float:
-            return _TOP + plot_h * (1 - (v - lo) / (hi - lo))
+            return top + plot_h * (1 - (v - lo) / (hi - lo))
 
         for tick in ticks:
             if lo <= tick <= hi:
@@ -186,10 +246,13 @@ def timeline(
                 )
         marks, fmt = _time_ticks(t0, t1)
         for mark in marks:
+            half = 3.5 * len(f"{mark:{fmt}}")  # px: half the label at 12 px
+            if x(mark) + half > _W - 1 or x(mark) - half < _LEFT - 20:
+                continue  # its label would leave the chart
             parts.append(
-                f'<line x1="{x(mark):.1f}" x2="{x(mark):.1f}" y1="{_TOP + plot_h}"'
-                f' y2="{_TOP + plot_h + 4}" stroke="#333"/>'
-                f'<text x="{x(mark):.1f}" y="{_TOP + plot_h + 18}" text-anchor="middle">'
+                f'<line x1="{x(mark):.1f}" x2="{x(mark):.1f}" y1="{top + plot_h}"'
+                f' y2="{top + plot_h + 4}" stroke="#333"/>'
+                f'<text x="{x(mark):.1f}" y="{top + plot_h + 18}" text-anchor="middle">'
                 f"{mark:{fmt}}</text>"
             )
         for index, values_of in enumerate(series.values()):
@@ -213,17 +276,17 @@ def timeline(
                 run = []
         if len(series) > 1:
             for index, name in enumerate(series):
-                lx = _LEFT + 8 + 110 * index
+                lx = _LEFT + 8 + 90 * index
                 parts.append(
-                    f'<line x1="{lx}" x2="{lx + 16}" y1="{_TOP + 6}" y2="{_TOP + 6}"'
+                    f'<line x1="{lx}" x2="{lx + 16}" y1="{top + 6}" y2="{top + 6}"'
                     f' stroke="{COLOURS[index % len(COLOURS)]}" stroke-width="2"/>'
-                    f'<text x="{lx + 20}" y="{_TOP + 10}" font-size="11">{escape(name)}</text>'
+                    f'<text x="{lx + 20}" y="{top + 10}" font-size="11">{escape(name)}</text>'
                 )
     parts.append(
-        f'<line x1="{_LEFT}" x2="{_LEFT}" y1="{_TOP}" y2="{_TOP + plot_h}" stroke="#333"/>'
-        f'<line x1="{_LEFT}" x2="{_LEFT + plot_w}" y1="{_TOP + plot_h}" y2="{_TOP + plot_h}"'
+        f'<line x1="{_LEFT}" x2="{_LEFT}" y1="{top}" y2="{top + plot_h}" stroke="#333"/>'
+        f'<line x1="{_LEFT}" x2="{_LEFT + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}"'
         f' stroke="#333"/>'
-        f'<text transform="translate(14 {_TOP + plot_h / 2:.0f}) rotate(-90)"'
+        f'<text transform="translate(14 {top + plot_h / 2:.0f}) rotate(-90)"'
         f' text-anchor="middle">{escape(unit)}</text></svg>'
     )
     return Markup(  # noqa: S704 - every text in it is escaped
@@ -234,7 +297,7 @@ def timeline(
 def distribution(title: str, series: Mapping[str, Sequence[tuple[float, float, int]]]) -> Markup:
     """Latency distributions as step histograms on a log axis: per series, (low µs, high µs,
     count) buckets, drawn as the share of I/Os per bucket."""
-    figure, axes = _pyplot().subplots(figsize=(6.4, 2.6))
+    figure, axes = _pyplot().subplots(figsize=(WIDTH_IN, 2.6))
     for index, (name, buckets) in enumerate(series.items()):
         total = sum(count for _, _, count in buckets) or 1
         edges = [low for low, _, _ in buckets] + [buckets[-1][1]] if buckets else []
@@ -244,7 +307,7 @@ def distribution(title: str, series: Mapping[str, Sequence[tuple[float, float, i
     axes.set_xscale("log")
     axes.set_xlabel("µs")
     axes.set_ylabel("% of I/Os")
-    axes.set_title(title, loc="left")
+    _title(figure, _wrap(title, TITLE_CHARS))
     if series:
         axes.legend(loc="upper right", fontsize=8, frameon=False)
     return _svg(figure, title)

@@ -39,7 +39,7 @@ def test_two_series_get_a_legend_and_text_is_escaped() -> None:
     assert "<script>" not in markup
     assert "&lt;script&gt;" in markup
     svg = _svg(markup)
-    texts = [t.text for t in svg.iter(f"{SVG}text")]
+    texts = ["".join(t.itertext()) for t in svg.iter(f"{SVG}text")]
     assert "p50" in texts
     assert "p99 & more" in texts
     # two days: the ticks carry the date
@@ -49,4 +49,26 @@ def test_two_series_get_a_legend_and_text_is_escaped() -> None:
 def test_no_data_still_draws_an_empty_frame() -> None:
     svg = _svg(charts.timeline("IOPS", [], {"IOPS": []}, "I/O per s"))
     assert svg.findall(f"{SVG}polyline") == []
-    assert "IOPS" in [t.text for t in svg.iter(f"{SVG}text")]
+    assert "IOPS" in ["".join(t.itertext()) for t in svg.iter(f"{SVG}text")]
+
+
+def test_long_text_is_wrapped_to_the_width_the_chart_is_shown_at() -> None:
+    """Charts are drawn at a dashboard card's width (346 px): a configuration's label breaks
+    at its spaces, commas and slashes; a long title takes a second line and the chart grows
+    to hold it; axis ticks stay short. tests/test_dashboard_browser.py measures the rendered
+    text in Chromium."""
+    label = "bfq (low_latency=1, slice_idle_us=8000)/interrupt"
+    lines = charts._wrap(label, charts.LABEL_CHARS)
+    assert lines == ["bfq (low_latency=1,", "slice_idle_us=8000)/", "interrupt"]
+    assert "".join(lines) == label.replace(", ", ",")  # nothing lost but the space at a break
+    assert charts._wrap("x" * 30, 10) == ["x" * 30]  # one word: its own line, not cut
+    short = _svg(charts.timeline("IOPS", [T0], {"IOPS": [1.0]}, "I/O per s"))
+    long = _svg(charts.timeline("Hourly history (rollups, kept past the raw windows)", [T0],
+                                {"x": [1.0]}, "µs"))  # fmt: skip
+    assert short.get("width") == long.get("width") == str(round(charts.WIDTH_IN * 96))
+    assert float(long.get("height", 0)) > float(short.get("height", 0))
+    (title,) = [t for t in long.iter(f"{SVG}text") if t.find(f"{SVG}tspan") is not None]
+    assert [len(s.text or "") <= charts.TITLE_CHARS for s in title] == [True, True]
+    assert [charts._tick_label(v) for v in (2000, 125_000, 1.5e6)] == ["2000", "125k", "1.5M"]
+    many = "bfq (back_seek_max=16384, back_seek_penalty=2, fifo_expire_async=250, low_latency=1)"
+    assert charts._label_lines(many) == ["bfq", "(back_seek_max=16384,", "… 3 more tunables"]
