@@ -51,6 +51,13 @@ def main() -> int:
     parser.add_argument("--device", action="append", help="only these grid devices")
     parser.add_argument("--no-refit", action="store_true", help="no refit after a canary")
     parser.add_argument("--ablate", action="store_true", help="also without each prior")
+    parser.add_argument(
+        "--caution",
+        type=float,
+        default=None,
+        help="calibrated half-widths a change must gain to leave the current configuration"
+        " (models.search.CAUTION by default)",
+    )
     args = parser.parse_args()
     with gzip.open(args.grid, "rt") as handle:
         grid = Grid.from_json(json.load(handle))
@@ -87,6 +94,7 @@ def run(
         mapper=ray_map,
         refit=not args.no_refit,
         priors=priors,
+        **({} if args.caution is None else {"caution": args.caution}),
     )
 
 
@@ -208,6 +216,9 @@ def record_reports(
                 100 * baselines.get(evaluate.FIXED_RULE, {}).get("mean_regret", float("nan")), 2
             ),
             "none_mean_pct": round(100 * baselines["always-none"]["mean_regret"], 2),
+            "kernel_default_mean_pct": round(100 * baselines["kernel-default"]["mean_regret"], 2),
+            "udev_rule_mean_pct": round(100 * baselines["udev-rotational-rule"]["mean_regret"], 2),
+            "caution": evaluate.CAUTION if args.caution is None else args.caution,
             "pick_beats_fixed_rules": summary["model_pick_beats_every_fixed_rule"],
             "noise_floor_pct": round(100 * summary["noise_floor_median"], 2),
             "repeat_cv_pct": round(100 * summary["repeat_cv_median"], 1),
@@ -251,6 +262,9 @@ def record_reports(
                 "fixed rule median %": "fixed_rule_median_pct",
                 "fixed rule mean %": "fixed_rule_mean_pct",
                 "always none mean %": "none_mean_pct",
+                "kernel default mean %": "kernel_default_mean_pct",
+                "udev rule mean %": "udev_rule_mean_pct",
+                "caution": "caution",
                 "pick beats every fixed rule": "pick_beats_fixed_rules",
                 "noise floor %": "noise_floor_pct",
                 "repeat CV %": "repeat_cv_pct",

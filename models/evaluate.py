@@ -57,7 +57,7 @@ from models.dataset import OBJECTIVE_METRIC, Sample, measured_facts
 from models.features import DeviceFacts, config_key, row
 from models.grid import Grid
 from models.priors import Objective, Prior
-from models.search import CAUTION, ObjectiveModel, fit, recommend
+from models.search import CAUTION, ObjectiveModel, fit, recommend, strongest_rule
 
 WITHIN = 0.02  # "within 2 % of the oracle"
 Holdout = Literal["cell", "device", "workload"]
@@ -326,22 +326,12 @@ def fixed_rule(
     with the lowest mean regret over the training cells of devices of the held-out device's
     class — of every device if none shares it."""
     _, higher = OBJECTIVE_METRIC[objective]
-    wanted = set(among)
     kind = grid.devices[device].row.get("device_class")
     cells = list(training_cells)
     same = [c for c in cells if grid.devices[c[0]].row.get("device_class") == kind]
-    scores: dict[str, list[float]] = {}
-    for cell in same or cells:
-        truth = truths.get(cell) or {}
-        if not truth:
-            continue
-        best = (max if higher else min)(truth.values())
-        for key, value in truth.items():
-            if key in wanted:
-                scores.setdefault(key, []).append(regret(value, best, higher))
-    if not scores:
-        return None
-    return min(scores, key=lambda k: (statistics.fmean(scores[k]), k))
+    return strongest_rule(
+        (truths.get(cell) or {} for cell in same or cells), higher, among, min_share=0.0
+    )
 
 
 _FITTED: dict[tuple[int, frozenset[tuple[str, str]], Objective, int], ObjectiveModel] = {}
@@ -417,6 +407,13 @@ def evaluate_cell(
     kept = {current}
     start = datetime.now(UTC)
     base = _fitted_before_canaries(grid, hidden, objective, seed)
+    # the class's rule, as the nightly job finds it (models.search.class_rule), from the
+    # training cells: where the model's evidence is weak, what it recommends instead
+    hidden_cells = set(hidden)
+    training_cells = [c for c in grid.cells() if c not in hidden_cells]
+    truths = {cell: grid.truth(*cell, objective) for cell in training_cells}
+    strongest = fixed_rule(grid, device, objective, training_cells, truth, truths)
+    by_key = {config_key(c): c for c in measured}
     for k in range(max_canaries + 1):
         samples = training + canaries
         if k == 0:
@@ -436,6 +433,7 @@ def evaluate_cell(
             among=measured,
             priors=priors,
             caution=caution,
+            fallback=by_key.get(strongest) if strongest is not None else None,
         )
         # what blkpilot keeps: the best, by the search's estimate, of what is proven on the
         # cell — the configuration the device runs and the candidates whose canary passed
@@ -472,15 +470,11 @@ def evaluate_cell(
             Sample(s.device_id, s.device, s.workload, s.config, s.metrics, at)
             for s in [*arm_b, *baseline_rounds]
         ]
-    hidden_cells = set(hidden)
-    training_cells = [c for c in grid.cells() if c not in hidden_cells]
-    truths = {cell: grid.truth(*cell, objective) for cell in training_cells}
     baselines = {
         rule_name: regret(truth[config_key(config)], truth[oracle], higher)
         for rule_name, config in grid.baselines(device).items()
         if config_key(config) in truth
     }
-    strongest = fixed_rule(grid, device, objective, training_cells, truth, truths)
     if strongest is not None:
         baselines[FIXED_RULE] = regret(truth[strongest], truth[oracle], higher)
     floor, cv = _noise(grid, device, workload, objective, truth, truth[oracle], higher)

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,7 +36,13 @@ from models.priors import Objective, Prior, priors_for
 PRIOR_EFFECT = math.log(1.05)
 CELL_PSEUDO_COUNT = 1.0  # the model's prediction counts as one measurement of the cell
 COVERAGE = 0.8  # what every interval blkpilot shows claims to hold
-CAUTION = 0.0  # calibrated half-widths a change must be expected to gain (see recommend)
+# calibrated half-widths a change must be expected to gain (see recommend): at 1, the change's
+# 80 % interval must clear zero, or the device keeps what it runs (or its class's rule)
+CAUTION = 1.0
+# a device whose measured facts lie this far outside the training devices' (as a ratio) is one
+# the model has not seen the like of: it extrapolates there, and its pick is not trusted
+RANGE_MARGIN = 1.5
+RANGE_FACTS = ("qd1_read_us", "write_over_read", "parallel_speedup")
 Z80 = 1.2816  # the normal quantile an uncalibrated interval falls back on
 
 
@@ -207,6 +214,22 @@ class ObjectiveModel:
     )  # device, workload, config
     cell_logs: dict[tuple[str, str, str], float] = field(default_factory=dict)  # sums of logs
     calibration: Calibration = field(default_factory=Calibration)
+    # each measured device fact's range over the training devices (RANGE_FACTS)
+    fact_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def outside(self, device: DeviceFacts) -> list[str]:
+        """The device's measured facts beyond the training devices' range (by RANGE_MARGIN),
+        each said with its value and the range."""
+        found = []
+        for name, (low, high) in self.fact_ranges.items():
+            value = getattr(device, name)
+            if value is None or low <= 0:
+                continue
+            if value < low / RANGE_MARGIN or value > high * RANGE_MARGIN:
+                found.append(
+                    f"{name} {value:.3g} outside the training devices' {low:.3g}-{high:.3g}"
+                )
+        return found
 
     def observed(self, key: tuple[str, str, str]) -> tuple[int, float]:
         """How often the cell was measured, and the mean of its log values (0 if never)."""
@@ -438,8 +461,13 @@ def fit(samples: list[Sample], objective: Objective, *, random_state: int = 0) -
         [k for _, _, k in keys],
         seed=random_state,
     )
+    ranges: dict[str, tuple[float, float]] = {}
+    for name in RANGE_FACTS:
+        values = [v for f in facts.values() if (v := getattr(f, name)) is not None]
+        if values:
+            ranges[name] = (min(values), max(values))
     return ObjectiveModel(
-        objective, vectorizer, regressor, higher, len(rows), cells, logs, calibration
+        objective, vectorizer, regressor, higher, len(rows), cells, logs, calibration, ranges
     )
 
 
@@ -463,10 +491,23 @@ class SearchResult:
     expected_gain: float  # of next_canary over best, as a fraction (UCB)
     ranked: list[ScoredConfig]
     confidence: float = 0.0  # share of the ensemble's members that also rank `best` first
+    # where `best` comes from: "model" (its pick), or, where the evidence for the model's pick
+    # is weak (`doubts`), "current" (keep what the device runs) or "class rule" (the
+    # configuration best on the mean over the device's class: `fallback` to recommend)
+    basis: str = "model"
+    doubts: tuple[str, ...] = ()
 
     @property
     def reason(self) -> str:
         best = self.best
+        if self.basis != "model":
+            kept = (
+                "keeps the current configuration"
+                if self.basis == "current"
+                else f"recommends {config_label(best.config)}, the class's rule (best on the"
+                " mean over devices of its class)"
+            )
+            return f"{kept}: the model's evidence is weak ({'; '.join(self.doubts)})"
         parts = [
             f"{config_label(best.config)} is predicted best for {self.objective}"
             f" ({best.predicted:.4g}, 80 % interval {best.low:.4g}-{best.high:.4g})"
@@ -515,10 +556,19 @@ def recommend(
     guard: tuple[ObjectiveModel, float] | None = None,
     among: Sequence[DeviceConfig] | None = None,
     priors: Sequence[Prior] | None = None,
+    fallback: DeviceConfig | None = None,
+    skill: float | None = None,
 ) -> SearchResult:
     """Score every candidate for this device and workload (or only those `among`), with the
     papers' priors (or only those in `priors`: the evaluation's ablation); see the module
-    docstring."""
+    docstring.
+
+    Safe before the first canary: where the model's evidence for a change is weak — no
+    change's calibrated interval clears zero (`caution`), its cross-validated `skill` is not
+    positive, or the device's measured facts lie outside the training devices' — the
+    recommendation is `fallback` (the class's rule: its strongest fixed configuration) where
+    the model does not expect that to be worse than `current`, else `current`; `basis` says
+    which and `doubts` why."""
     grid = list(among) if among is not None else candidates(device, available)
     if current is not None and config_key(current) not in {config_key(c) for c in grid}:
         grid.append(current)
@@ -580,6 +630,26 @@ def recommend(
             shrink = max(found.shrink[i], found.shrink[here])
             ranking[i] -= caution * calibration.change_half_width(float(diff.std())) * shrink
     order = sorted(allowed, key=lambda i: -ranking[i])
+    doubts = []
+    if current is not None and keys[order[0]] == config_key(current):
+        favourite = max(allowed, key=lambda i: utility[i])
+        if keys[favourite] != config_key(current):
+            doubts.append(
+                f"{config_label(grid[favourite])} is predicted better, but its 80 % interval"
+                " crosses zero"
+            )
+    if skill is not None and skill <= 0:
+        doubts.append(f"cross-validated R² {skill:.2f}: no skill on cells it had not seen")
+    doubts += model_outside(model, device)
+    basis = "model"
+    if doubts and current is not None:
+        here = keys.index(config_key(current))
+        pick, basis = here, "current"
+        if fallback is not None and config_key(fallback) in keys:
+            rule = keys.index(config_key(fallback))
+            if rule != here and rule in allowed and utility[rule] >= utility[here]:
+                pick, basis = rule, "class rule"
+        order = [pick, *(i for i in order if i != pick)]
     best = scored[order[0]]
     # each member of the ensemble, with the same priors, votes for its own best
     shifts = np.array([sign * u - m for u, m in zip(utility, mean, strict=True)])
@@ -611,7 +681,63 @@ def recommend(
         gain,
         [scored[i] for i in order],
         confidence,
+        basis,
+        tuple(doubts),
     )
+
+
+def strongest_rule(
+    cells: Iterable[Mapping[str, float]],
+    higher_is_better: bool,
+    among: Iterable[str] | None = None,
+    *,
+    min_share: float = 0.5,
+) -> str | None:
+    """The strongest fixed rule: of the configurations (keys; only those `among`, if given)
+    measured in at least `min_share` of the cells, the one with the lowest mean regret against
+    each cell's best — each cell given as its configurations' mean metric; a cell that
+    measured one configuration compares nothing and is left out."""
+    wanted = set(among) if among is not None else None
+    scores: dict[str, list[float]] = {}
+    found = [cell for cell in cells if len(cell) >= 2]
+    for cell in found:
+        best = (max if higher_is_better else min)(cell.values())
+        if best <= 0:
+            continue
+        for key, value in cell.items():
+            if wanted is None or key in wanted:
+                lost = 1 - value / best if higher_is_better else value / best - 1
+                scores.setdefault(key, []).append(max(0.0, lost))
+    enough = {k: v for k, v in scores.items() if len(v) >= min_share * len(found)}
+    if not enough:
+        return None
+    return min(enough, key=lambda k: (statistics.fmean(enough[k]), k))
+
+
+def class_rule(samples: Sequence[Sample], objective: Objective) -> DeviceConfig | None:
+    """The class's rule for the nightly job: strongest_rule over the cells (device, workload)
+    of `samples` (a class's), each configuration's mean of the objective's metric."""
+    _, higher = OBJECTIVE_METRIC[objective]
+    values: dict[tuple[str, str], dict[str, list[float]]] = {}
+    configs: dict[str, DeviceConfig] = {}
+    for sample in samples:
+        value = sample.value(objective)
+        if value is None or value <= 0 or not math.isfinite(value):
+            continue
+        key = config_key(sample.config)
+        configs[key] = sample.config
+        cell = values.setdefault((str(sample.device_id), sample.workload.name), {})
+        cell.setdefault(key, []).append(value)
+    cells = [{k: statistics.fmean(v) for k, v in cell.items()} for cell in values.values()]
+    found = strongest_rule(cells, higher)
+    return configs[found] if found is not None else None
+
+
+def model_outside(model: ObjectiveModel | MixModel, device: DeviceFacts) -> list[str]:
+    """The device's facts outside the training devices' range, for a model or a mix's parts."""
+    if isinstance(model, ObjectiveModel):
+        return model.outside(device)
+    return sorted({d for part, _ in model.parts for d in part.outside(device)})
 
 
 def _matches(prior: DeviceConfig, config: DeviceConfig) -> bool:

@@ -28,6 +28,7 @@ from models.search import (
     ObjectiveModel,
     SearchResult,
     candidates,
+    class_rule,
     compare,
     fit,
     recommend,
@@ -190,9 +191,13 @@ def score_task(
         ObjectiveModel | MixModel,
         dict[Objective, ObjectiveModel],
         list[TuningTarget],
+        float | None,
     ],
 ) -> list[ScoredDevice]:
-    samples, label, model, others, chosen = job
+    """Each chosen device's recommendation by this model. `skill` is the model's cross-
+    validated R² (the lead part's for a mix): where it is not positive, or the evidence is
+    otherwise weak, recommend() keeps the current configuration or the class's rule."""
+    samples, label, model, others, chosen, skill = job
     lead = (
         label
         if isinstance(model, ObjectiveModel)
@@ -201,6 +206,16 @@ def score_task(
     facts = facts_for(samples)
     guard_objective, limit = GUARD
     guard = others.get(guard_objective) if label != guard_objective.value else None
+    rules: dict[str, DeviceConfig | None] = {}
+
+    def rule_for(device_class: str) -> DeviceConfig | None:
+        """The class's rule for the lead objective, from its devices' cells (every device's
+        where none of its class has been measured)."""
+        if device_class not in rules:
+            same = [s for s in samples if s.device.get("device_class") == device_class]
+            rules[device_class] = class_rule(same or samples, Objective(lead))
+        return rules[device_class]
+
     scored = []
     for target in chosen:
         device = facts.get(target.device_id) or DeviceFacts.from_inventory(target.row, {})
@@ -221,6 +236,8 @@ def score_task(
             current=target.current,
             guard=(guard, limit) if guard is not None else None,
             among=among,
+            fallback=rule_for(target.device_class),
+            skill=skill,
         )
         comparisons = [
             compare(

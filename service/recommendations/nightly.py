@@ -231,12 +231,18 @@ def _train_and_score(
         if mix and all(o in models for o in mix):
             scoring.append((device_class, "mix", MixModel.of(models, mix)))
 
+    # each model's cross-validated skill (a mix: its heaviest part's): none, and the search
+    # keeps the current configuration or the class's rule (models.search.recommend)
+    skills = {(t.device_class, t.objective.value): t.scores.get("r2_log") for t in trained}
+    lead_of = {"mix": max(mix.items(), key=lambda kv: kv[1])[0].value} if mix else {}
+
     def score(
         samples: list[Sample], job: tuple[str, str, ObjectiveModel | MixModel]
     ) -> list[ScoredDevice]:
         device_class, label, model = job
         mine = [x for x in chosen if x.device_class == device_class]
-        return score_task((samples, label, model, by_class[device_class], mine))
+        skill = skills.get((device_class, lead_of.get(label, label)))
+        return score_task((samples, label, model, by_class[device_class], mine, skill))
 
     scored = [s for batch in run_all(score, scoring) for s in batch]
     return trained, scored
@@ -334,6 +340,9 @@ def _store(
                             "r2_log"
                         )
                     },
+                    # the model's pick, or, where its evidence is weak, the class's rule
+                    "basis": rec.basis,
+                    "doubts": list(rec.doubts),
                     **mixes,
                 },
                 reason="; ".join(

@@ -286,3 +286,67 @@ def test_the_text_and_the_table_of_a_recommendation_give_the_same_numbers() -> N
     assert f"{table.change:+.1%} against the current" in rec.reason
     assert table.current == pytest.approx(rec.current.predicted)
     assert table.change_low < table.change < table.change_high
+
+
+def test_weak_evidence_keeps_what_it_runs_or_the_class_rule_and_says_why() -> None:
+    """Safe before the first canary (issue 33): the model's pick stands only on evidence.
+    With no skill on held-out cells, or a device unlike any it was trained on, it recommends
+    the class's rule — the configuration best on the mean over the class's measured cells —
+    where it does not expect that to be worse than what the device runs, else what the device
+    runs; the recommendation says which and why."""
+    grid = search.candidates(ULL, ALL)
+    interrupt = [c for c in grid if c.completion in (None, CompletionMode.INTERRUPT)]
+    samples = _samples(interrupt, repeats=3)
+    model = search.fit(samples, Objective.P50)
+    bfq = DeviceConfig(scheduler=Scheduler.BFQ)
+    rule = search.class_rule(samples, Objective.P50)
+    assert rule is not None
+    assert rule.scheduler is Scheduler.NONE  # the fastest on the mean over the class's cells
+
+    def pick(**given: object) -> search.SearchResult:
+        return search.recommend(
+            model, str(DEVICE_ID), ULL, WORKLOAD, ALL, current=bfq, among=interrupt, **given
+        )
+
+    trusted = pick(fallback=rule, skill=0.4)
+    assert trusted.basis == "model"
+    assert trusted.doubts == ()
+    assert trusted.best.config.scheduler is Scheduler.NONE
+    # no skill: the class's rule, said so (here the same scheduler, for a stated reason)
+    unskilled = pick(fallback=rule, skill=-0.5)
+    assert unskilled.basis == "class rule"
+    assert unskilled.best.config == rule
+    assert "cross-validated R² -0.50" in unskilled.reason
+    assert unskilled.reason.startswith("recommends none, the class's rule")
+    # no rule to fall back to: keep what it runs
+    kept = pick(skill=-0.5)
+    assert kept.basis == "current"
+    assert kept.best.config == bfq
+    assert kept.reason.startswith("keeps the current configuration")
+    # a rule the model expects to be worse than what it runs is not recommended on doubt
+    slower = pick(fallback=bfq, skill=-0.5)
+    assert slower.basis == "current"
+    # a device far outside the training devices' measured facts: its pick is a guess
+    model.fact_ranges = {"qd1_read_us": (8.0, 12.0)}
+    far = DeviceFacts(DeviceClass.ULL, poll_queues=1, qd1_read_us=900.0)
+    remote = search.recommend(
+        model, str(DEVICE_ID), far, WORKLOAD, ALL, current=bfq, among=interrupt, fallback=rule
+    )
+    assert remote.basis == "class rule"
+    assert "qd1_read_us 900 outside the training devices' 8-12" in remote.reason
+
+
+def test_the_class_rule_needs_cells_that_compare() -> None:
+    """strongest_rule: lowest mean regret over cells, a configuration measured in too few
+    of them left out, a cell of one configuration comparing nothing."""
+    cells = [
+        {"none": 10.0, "bfq": 12.0, "kyber": 10.5},
+        {"none": 10.0, "bfq": 11.0, "kyber": 9.0},
+        {"none": 20.0, "bfq": 30.0},
+        {"kyber": 1.0},  # one configuration: compares nothing
+    ]
+    # mean regret: none 0, 11 %, 0; kyber 5 %, 0 in two of the three cells that compare
+    assert search.strongest_rule(cells, higher_is_better=False) == "kyber"
+    assert search.strongest_rule(cells, False, min_share=1.0) == "none"  # measured in all
+    assert search.strongest_rule(cells, False, among={"bfq", "none"}) == "none"
+    assert search.strongest_rule([{"none": 1.0}], higher_is_better=False) is None
