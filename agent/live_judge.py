@@ -18,12 +18,15 @@ from agent.contract.wire import CanaryVerdict, IoOperation
 from agent.contract.workloads import IOPattern, JobSpec, WorkloadSpec
 from agent.telemetry import device_deltas
 
-# Twice the synthetic canary's tolerances: the synthetic canary sets its own load; on live
-# traffic the workload and the host move between intervals (pairs of adjacent 1 s intervals on
-# this 2-core machine under a CPU hog differ by about 10 % at p50 in an A/A).
+# What counts as "no worse". A tolerance is the effect that matters, not the noise: the paired
+# intervals carry the noise (adjacent 1 s intervals on this 2-core machine under a CPU hog
+# differ by about 10 % at p50 in an A/A, yet 40 pairs put an A/A's p50 and p99 shifts within a
+# few per cent). p50 keeps twice the synthetic canary's 5 % (the live workload moves under it);
+# p99 has the synthetic's 10 %: at 20 %, bfq on CPU-bound db_bench passed its p99 of +9-13 %
+# (8 of 8 runs, and CI on 0baa693 passed bfq on it), where A/A p99 shifts stayed within ±0.6 %.
 LIVE_RULES = (
     MetricRule("lat_p50_us", higher_is_better=False, tolerance=0.10),
-    MetricRule("lat_p99_us", higher_is_better=False, tolerance=0.20),
+    MetricRule("lat_p99_us", higher_is_better=False, tolerance=0.10),
 )
 # The I/O rate each arm served. On live traffic it is the demand's as much as the
 # configuration's, so it cannot make a pass: it can only fail a candidate. The pairs' order is
