@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.record import RESULTS, provenance, record
-from models import evaluate
+from models import evaluate, search
 from models.distributed import ray_map, ray_session
 from models.features import workload_features
 from models.grid import Grid
@@ -57,6 +57,13 @@ def main() -> int:
         default=None,
         help="calibrated half-widths a change must gain to leave the current configuration"
         " (models.search.CAUTION by default)",
+    )
+    parser.add_argument(
+        "--range-margin",
+        type=float,
+        default=None,
+        help="how far (a ratio) a held-out device's facts may lie outside the training"
+        " devices' before the class's rule stands in (models.search.RANGE_MARGIN; inf: never)",
     )
     args = parser.parse_args()
     with gzip.open(args.grid, "rt") as handle:
@@ -95,6 +102,7 @@ def run(
         refit=not args.no_refit,
         priors=priors,
         **({} if args.caution is None else {"caution": args.caution}),
+        **({} if args.range_margin is None else {"range_margin": args.range_margin}),
     )
 
 
@@ -218,7 +226,10 @@ def record_reports(
             "none_mean_pct": round(100 * baselines["always-none"]["mean_regret"], 2),
             "kernel_default_mean_pct": round(100 * baselines["kernel-default"]["mean_regret"], 2),
             "udev_rule_mean_pct": round(100 * baselines["udev-rotational-rule"]["mean_regret"], 2),
-            "caution": evaluate.CAUTION if args.caution is None else args.caution,
+            "caution": search.CAUTION if args.caution is None else args.caution,
+            "range_margin": search.RANGE_MARGIN
+            if args.range_margin is None
+            else args.range_margin,
             "pick_beats_fixed_rules": summary["model_pick_beats_every_fixed_rule"],
             "noise_floor_pct": round(100 * summary["noise_floor_median"], 2),
             "repeat_cv_pct": round(100 * summary["repeat_cv_median"], 1),
@@ -265,6 +276,7 @@ def record_reports(
                 "kernel default mean %": "kernel_default_mean_pct",
                 "udev rule mean %": "udev_rule_mean_pct",
                 "caution": "caution",
+                "range margin": "range_margin",
                 "pick beats every fixed rule": "pick_beats_fixed_rules",
                 "noise floor %": "noise_floor_pct",
                 "repeat CV %": "repeat_cv_pct",

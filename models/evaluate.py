@@ -57,7 +57,14 @@ from models.dataset import OBJECTIVE_METRIC, Sample, measured_facts
 from models.features import DeviceFacts, config_key, row
 from models.grid import Grid
 from models.priors import Objective, Prior
-from models.search import CAUTION, ObjectiveModel, fit, recommend, strongest_rule
+from models.search import (
+    CAUTION,
+    RANGE_MARGIN,
+    ObjectiveModel,
+    fit,
+    recommend,
+    strongest_rule,
+)
 
 WITHIN = 0.02  # "within 2 % of the oracle"
 Holdout = Literal["cell", "device", "workload"]
@@ -375,6 +382,7 @@ def evaluate_cell(
     refit: bool = True,
     priors: Sequence[Prior] | None = None,
     caution: float = CAUTION,
+    range_margin: float = RANGE_MARGIN,
 ) -> CellResult:
     metric, higher = OBJECTIVE_METRIC[objective]
     truth = grid.truth(device, workload, objective)
@@ -434,6 +442,7 @@ def evaluate_cell(
             priors=priors,
             caution=caution,
             fallback=by_key.get(strongest) if strongest is not None else None,
+            range_margin=range_margin,
         )
         # what blkpilot keeps: the best, by the search's estimate, of what is proven on the
         # cell — the configuration the device runs and the candidates whose canary passed
@@ -599,6 +608,7 @@ def evaluate(
     refit: bool = True,
     priors: Sequence[Prior] | None = None,
     caution: float = CAUTION,
+    range_margin: float = RANGE_MARGIN,
 ) -> dict[str, Report]:
     """Every cell and objective, once per seed (the models' random state and the order of the
     replayed canaries' rounds); `mapper` runs the cells (default: one after another; the CLI
@@ -621,6 +631,7 @@ def evaluate(
             refit=refit,
             priors=priors,
             caution=caution,
+            range_margin=range_margin,
         )
 
     results = mapper(one, runs) if mapper is not None else [one(t) for t in runs]
