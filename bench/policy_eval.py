@@ -227,9 +227,7 @@ def record_reports(
             "kernel_default_mean_pct": round(100 * baselines["kernel-default"]["mean_regret"], 2),
             "udev_rule_mean_pct": round(100 * baselines["udev-rotational-rule"]["mean_regret"], 2),
             "caution": search.CAUTION if args.caution is None else args.caution,
-            "range_margin": search.RANGE_MARGIN
-            if args.range_margin is None
-            else args.range_margin,
+            "range_margin": search.RANGE_MARGIN if args.range_margin is None else args.range_margin,
             "pick_beats_fixed_rules": summary["model_pick_beats_every_fixed_rule"],
             "noise_floor_pct": round(100 * summary["noise_floor_median"], 2),
             "repeat_cv_pct": round(100 * summary["repeat_cv_median"], 1),

@@ -334,9 +334,12 @@ def test_weak_evidence_keeps_what_it_runs_or_the_class_rule_and_says_why() -> No
         model, str(DEVICE_ID), far, WORKLOAD, ALL, current=bfq, among=interrupt, fallback=rule,
         range_margin=1.5,
     )  # fmt: skip
-    assert search.recommend(  # off by default: measured worse on the grid (RANGE_MARGIN)
-        model, str(DEVICE_ID), far, WORKLOAD, ALL, current=bfq, among=interrupt, fallback=rule
-    ).basis == "model"
+    assert (
+        search.recommend(  # off by default: measured worse on the grid (RANGE_MARGIN)
+            model, str(DEVICE_ID), far, WORKLOAD, ALL, current=bfq, among=interrupt, fallback=rule
+        ).basis
+        == "model"
+    )
     assert remote.basis == "class rule"
     assert "qd1_read_us 900 outside the training devices' 8-12" in remote.reason
 
