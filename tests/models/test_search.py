@@ -303,10 +303,13 @@ def test_weak_evidence_keeps_what_it_runs_or_the_class_rule_and_says_why() -> No
     assert rule is not None
     assert rule.scheduler is Scheduler.NONE  # the fastest on the mean over the class's cells
 
-    def pick(**given: object) -> search.SearchResult:
+    def pick(
+        fallback: DeviceConfig | None = None, skill: float | None = None
+    ) -> search.SearchResult:
         return search.recommend(
-            model, str(DEVICE_ID), ULL, WORKLOAD, ALL, current=bfq, among=interrupt, **given
-        )
+            model, str(DEVICE_ID), ULL, WORKLOAD, ALL, current=bfq, among=interrupt,
+            fallback=fallback, skill=skill,
+        )  # fmt: skip
 
     trusted = pick(fallback=rule, skill=0.4)
     assert trusted.basis == "model"
