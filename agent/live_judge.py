@@ -33,9 +33,9 @@ LIVE_RULES = (
 # random and balanced, so a rate that falls under the candidate pair after pair is the
 # candidate's doing — a closed-loop application (a database's workers, db_bench's threads)
 # issues fewer I/Os when each costs it more, and block latency alone can miss that when the
-# cost lands on the submitting CPU (bfq on a CPU-bound db_bench: block p50 -7 %, p99 +12 %,
-# passed, where db_bench's own p50 was about 40 % worse — CI on 0baa693). Not adjusted for
-# load: it is the load.
+# cost lands on the submitting CPU (CI on 0baa693 passed bfq on a CPU-bound db_bench at block
+# p50 -7 %, p99 +12 %; db_bench's own p50 under bfq is +28 % at the median on this host:
+# bench/results/live_apps.md). Not adjusted for load: it is the load.
 RATE_RULE = MetricRule("iops", higher_is_better=True, tolerance=0.10)
 JUDGED = (IoOperation.READ, IoOperation.WRITE)
 
