@@ -189,3 +189,36 @@ class ServiceProcess:
         return httpx.request(
             method, f"{self.base_url}/api/v1{path}", headers=headers, verify=self.verify, **kwargs
         )
+
+
+def run_playbook(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """The real ansible-playbook from this environment, in playbooks/ with its ansible.cfg,
+    no BLKPILOT_* setting of the caller's leaking into what it runs."""
+    root = Path(__file__).resolve().parents[1]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("BLKPILOT_")},
+        "ANSIBLE_CONFIG": str(root / "playbooks" / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+    }
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1100,
+        cwd=root / "playbooks",
+    )
+
+
+def assert_unit_verifies(unit: Path) -> None:
+    """systemd-analyze accepts the unit file (syntax, directives, an ExecStart that exists)."""
+    import shutil
+
+    analyze = shutil.which("systemd-analyze")
+    assert analyze is not None, "systemd-analyze (Debian's systemd package)"
+    verified = subprocess.run(
+        [analyze, "verify", str(unit)], capture_output=True, text=True, check=False
+    )
+    assert verified.returncode == 0, verified.stderr

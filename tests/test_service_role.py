@@ -23,39 +23,18 @@ import trustme
 from sqlalchemy.engine import make_url
 
 from tests.conftest import _conninfo, drop_database
-from tests.proc import free_port, stop, wait_ready
+from tests.proc import assert_unit_verifies, free_port, run_playbook, stop, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def _playbook(variables: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("BLKPILOT_")},
-        "ANSIBLE_CONFIG": str(ROOT / "playbooks" / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-    }
-    return subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            "control-role-test,",
-            "-c",
-            "local",
-            "-e",
-            f"@{variables}",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            "service.yml",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=1100,
-        cwd=ROOT / "playbooks",
-    )
+    return run_playbook(
+        "-i", "control-role-test,", "-c", "local", "-e", f"@{variables}",
+        "-e", f"ansible_python_interpreter={sys.executable}", "service.yml",
+        tmp_path=tmp_path,
+    )  # fmt: skip
 
 
 def _changed(run: subprocess.CompletedProcess[str]) -> list[str]:
@@ -168,15 +147,7 @@ def test_service_role_deploys_serve_against_an_external_postgresql(
         unit = (units / "blkpilot-service.service").read_text()
         assert secret not in env_file + unit
         assert f"ExecStart={prefix}/bin/blkpilot serve" in unit
-        analyze = shutil.which("systemd-analyze")
-        assert analyze is not None
-        verified = subprocess.run(
-            [analyze, "verify", str(units / "blkpilot-service.service")],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert verified.returncode == 0, verified.stderr
+        assert_unit_verifies(units / "blkpilot-service.service")
 
         # started as systemd would start it: over TLS, on the migrated external database,
         # and the admin token the role wrote works

@@ -5,7 +5,6 @@ that systemd-analyze accepts, and the node enrolled with a real service."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -13,27 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.proc import ServiceProcess
+from tests.proc import ServiceProcess, assert_unit_verifies, run_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _playbook(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "playbooks" / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-    }
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-        cwd=ROOT / "playbooks",
-    )
 
 
 @pytest.mark.slow
@@ -59,7 +40,7 @@ def test_agent_role_installs_configures_and_enrolls(
     units.mkdir()
     (tmp_path / "vars.json").write_text(json.dumps(variables))
     inventory = "node-role-test,"
-    run = _playbook(
+    run = run_playbook(
         "-i",
         inventory,
         "-c",
@@ -95,22 +76,14 @@ def test_agent_role_installs_configures_and_enrolls(
     assert 'devices = ["nvme0n1", "nvme1n1"]' in config
     unit = (units / "blkpilot-agent.service").read_text()
     assert f"ExecStart={cli} agent run --state-dir {state} --config {etc}/agent.toml" in unit
-    analyze = shutil.which("systemd-analyze")
-    assert analyze is not None
-    verified = subprocess.run(
-        [analyze, "verify", str(units / "blkpilot-agent.service")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert verified.returncode == 0, verified.stderr
+    assert_unit_verifies(units / "blkpilot-agent.service")
 
     node = json.loads((state / "node.json").read_text())
     (listed,) = service.api("GET", "/nodes", params={"hostname": "node-role-test"}).json()
     assert listed["id"] == node["node_id"]
     assert listed["labels"] == {"rack": "r7", "role": "db"}
 
-    again = _playbook(
+    again = run_playbook(
         "-i",
         inventory,
         "-c",
