@@ -254,6 +254,13 @@ def agent_families(agent: Agent) -> Iterator[Family]:
     )
     ebpf.add_metric([agent.ebpf_unavailable], 0 if agent.ebpf_unavailable else 1)
     yield ebpf
+    if agent.blklat is not None and agent.blklat.available:
+        yield CounterMetricFamily(
+            "blkpilot_agent_ebpf_requests_untimed",
+            "Requests eBPF could not time: another request in flight held their slot of its"
+            " request table (about one in 131072 per other request in flight).",
+            value=agent.blklat.untimed(),
+        )
     duration = GaugeMetricFamily(
         "blkpilot_agent_collector_duration_seconds", "Collector's last run.", labels=["collector"]
     )

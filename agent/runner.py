@@ -18,7 +18,7 @@ from agent import calibrate
 from agent.applier import Applier, Drift
 from agent.bench.target import device_target
 from agent.collectors import CollectorSet, collectors_for, is_power_source
-from agent.collectors.blklat import LatencySnapshot
+from agent.collectors.blklat import BlkLatCollector, LatencySnapshot
 from agent.collectors.diskstats import DiskStats
 from agent.config import AgentConfig
 from agent.contract import __version__
@@ -99,6 +99,7 @@ class Agent:
         self.power_sources = {c.name for c in self.collectors.collectors if is_power_source(c)}
         # why there is no per-I/O latency here ("": there is), for /metrics
         blklat = next((c for c in self.collectors.collectors if c.name == "blklat"), None)
+        self.blklat = blklat if isinstance(blklat, BlkLatCollector) else None
         self.ebpf_unavailable = (
             "disabled in the configuration (ebpf = false)"
             if blklat is None

@@ -38,9 +38,8 @@ class HistKey(ctypes.Structure):
     _fields_ = [
         ("dev", ctypes.c_uint32),
         ("op", ctypes.c_uint8),
-        ("kind", ctypes.c_uint8),
         ("size", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8),
+        ("pad", ctypes.c_uint16),
     ]
 
 
@@ -50,6 +49,12 @@ class Hist(ctypes.Structure):
         ("count", ctypes.c_uint64),
         ("sum", ctypes.c_uint64),
     ]
+
+
+class Hists(ctypes.Structure):
+    """A key's histograms, one per kind (the BPF program's `struct hists`)."""
+
+    _fields_ = [("kind", Hist * len(KINDS))]
 
 
 # (device, operation, kind, request-size slot) -> cumulative latency slot counts
@@ -150,29 +155,43 @@ class BlkLatCollector:
             return LatencySnapshot(unavailable=self.unavailable)
         found: Cumulative = {}
         sums = {}
-        for key, value in self._bpf.items(self._fd, HistKey, Hist, self._wanted):
+        for key, value in self._bpf.items(self._fd, HistKey, Hists, self._wanted):
             assert isinstance(key, HistKey)
-            assert isinstance(value, Hist)
+            assert isinstance(value, Hists)
             name = self._names[key.dev]
-            where = (name, OPERATIONS[min(key.op, 4)], KINDS[key.kind], key.size)
-            count = int(value.count)
-            seen = self._decoded.get(where)
-            if seen is None or seen[0] != count:
-                # decoding 320 slots is most of the collector's cost; a histogram whose count
-                # has not moved since the last collection has not changed
-                slots = array.array("Q", bytes(value.slots))
-                seen = (count, {slot: n for slot, n in enumerate(slots) if n})
-                self._decoded[where] = seen
-            found[where] = seen[1]
-            sums[where] = int(value.sum)
+            operation = OPERATIONS[min(key.op, 4)]
+            for number, kind in KINDS.items():
+                hist = value.kind[number]
+                count = int(hist.count)
+                if not count:
+                    continue  # queue time of a device without a scheduler: never recorded
+                where = (name, operation, kind, key.size)
+                seen = self._decoded.get(where)
+                if seen is None or seen[0] != count:
+                    # decoding 320 slots is most of the collector's cost; a histogram whose
+                    # count has not moved since the last collection has not changed
+                    slots = array.array("Q", bytes(hist.slots))
+                    seen = (count, {slot: n for slot, n in enumerate(slots) if n})
+                    self._decoded[where] = seen
+                found[where] = seen[1]
+                sums[where] = int(hist.sum)
         for gone in self._decoded.keys() - found.keys():
             del self._decoded[gone]
         return LatencySnapshot(found, sums=sums)
 
+    def untimed(self) -> int:
+        """Requests the programs could not time since they were loaded: another request in
+        flight at the same time held their slot of the request table (blklat.bpf.c)."""
+        if self._bpf is None:
+            return 0
+        key, value = ctypes.c_uint32(0), ctypes.c_uint64(0)
+        fd = self._bpf.map_fd("displaced")
+        if self._bpf.lib.bpf_map_lookup_elem(fd, ctypes.byref(key), ctypes.byref(value)) != 0:
+            return 0
+        return int(value.value)
+
     def _wanted(self, key: ctypes.Structure) -> bool:
         assert isinstance(key, HistKey)
-        if key.kind not in KINDS:
-            return False
         name = self._names.get(key.dev)
         if name is None:
             self._names = device_numbers(self.paths)
