@@ -48,6 +48,7 @@ from agent.contract.verdict import (
 from agent.contract.wire import CanaryVerdict
 from agent.contract.workloads import WorkloadSpec
 from agent.errors import ChangeFailed
+from agent.progress import Every, note
 
 log = logging.getLogger(__name__)
 
@@ -167,10 +168,22 @@ def _run_canary(
             applier.rollback(device)
         state["arm"] = arm
 
+    runs = {"n": 0}
+    every = Every(15.0)
+
     def sample() -> dict[str, float]:
         result = measure(
             run, target, workdir=workdir, meter=meter, effects=applier.effects, with_fairness=False
         )
+        runs["n"] += 1
+        if every.due():
+            note(
+                "canary on %s: %d rounds run; first look after %d, at most %d",
+                device,
+                runs["n"] // 2,
+                budget.rounds,
+                budget.max_rounds,
+            )
         return {r.metric: result.metrics[r.metric] for r in rules if r.metric in result.metrics}
 
     started = time.monotonic()

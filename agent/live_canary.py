@@ -70,6 +70,7 @@ from agent.live_judge import (
     pair_order,
     strata_between,
 )
+from agent.progress import Every, note
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,7 @@ class _LiveCanary:
         self.rates: dict[str, list[float]] = {"A": [], "B": []}  # each pair's I/O rates
         self.used: list[Interval] = []
         self.budget = Budget.of(settings.pairs, settings.max_pairs)
+        self.every = Every(15.0)  # how often a look that takes minutes says where it is
         self.sli = SliReader(settings.sli) if settings.sli is not None else None
 
     # --- moving between the arms ---------------------------------------------------------
@@ -315,6 +317,17 @@ class _LiveCanary:
         if settings.sli is not None:  # no shorter than the application's metrics can tell
             self.length_s = max(self.length_s, settings.sli.min_interval_s)
         self.budget = budget_for(settings, self.length_s)
+        note(
+            "live canary on %s: %.0f I/Os per second, intervals of %.2f s; first look after"
+            " %d pairs (about %.0f s), at most %d pairs (about %.0f s)",
+            self.device,
+            rate,
+            self.length_s,
+            self.budget.rounds,
+            2 * self.length_s * self.budget.rounds,
+            self.budget.max_rounds,
+            2 * self.length_s * self.budget.max_rounds,
+        )
 
     def pair(self, order: tuple[str, str]) -> bool:
         """One pair in the order given; False if it was set aside."""
@@ -323,6 +336,13 @@ class _LiveCanary:
             self.use(arm)
             measured[arm] = self.measure(arm)
         values, why = judge_pair(measured[order[0]], measured[order[1]], self.settings)
+        if self.every.due():
+            note(
+                "live canary on %s: %d pairs judged, %d set aside",
+                self.device,
+                self.report.pairs_used + (values is not None),
+                self.report.pairs_set_aside + (values is None),
+            )
         if values is None:
             self.report.pairs_set_aside += 1
             self.report.reasons.append(why)
@@ -361,9 +381,12 @@ class _LiveCanary:
                 if verdict is not CanaryVerdict.INCONCLUSIVE:
                     break
             if look < len(planned):
-                log.info(
-                    "live canary inconclusive after %d pairs: %d more",
+                note(
+                    "live canary on %s: inconclusive after %d pairs (%s); %d more",
+                    self.device,
                     self.report.pairs_used,
+                    ", ".join(f"{m.metric} {m.relative_shift:+.1%}" for m in per_metric)
+                    or "too few to judge",
                     planned[look] - self.report.pairs_used,
                 )
         return verdict, per_metric, looks

@@ -46,12 +46,24 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
         ray.shutdown()
 
 
-def ray_map(function: Callable[[T], R], items: Sequence[T], **options: Any) -> list[R]:
+def ray_map(
+    function: Callable[[T], R],
+    items: Sequence[T],
+    *,
+    on_done: Callable[[int, int], None] | None = None,
+    **options: Any,
+) -> list[R]:
     """function(item) for every item as a Ray task; results in the items' order. A task's
-    exception is raised here (the first one, after every task has ended)."""
+    exception is raised here (the first one, after every task has ended). `on_done(done,
+    total)` is called as tasks end, for whoever waits to see the job move."""
     import ray
 
     remote = ray.remote(**options)(function) if options else ray.remote(function)
     refs = [remote.remote(item) for item in items]
+    if on_done is not None:
+        pending = list(refs)
+        while pending:
+            _, pending = ray.wait(pending, num_returns=1)
+            on_done(len(refs) - len(pending), len(refs))
     results: list[R] = ray.get(refs)
     return results

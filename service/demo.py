@@ -148,6 +148,28 @@ def _step(command: list[str], log: Path, running: list[subprocess.Popen[bytes]])
     return code
 
 
+def _what(command: list[str]) -> str:
+    """A demo step's command, as the line that says what the demo is doing."""
+    words = command[1:]
+    if words[:2] == ["bench", "sweep"]:
+        device = words[words.index("--device") + 1]
+        return (
+            f"benchmarking {device}: {words.count('--scheduler')} schedulers x"
+            f" {words.count('--workload')} workloads"
+        )
+    if words[:1] == ["nightly"]:
+        return "the nightly job: training and recommending" + (
+            " in this process" if "--local" in words else ""
+        )
+    if words[:2] == ["agent", "canaries"]:
+        return "the canaries the nightly job scheduled"
+    if words[:2] == ["agent", "canary"]:
+        return (
+            f"a live canary of {words[words.index('--scheduler') + 1]} on {words[2]}'s own traffic"
+        )
+    return " ".join(words[:2])
+
+
 def _await_inventory(
     base_url: str, admin_token: str, state_dir: Path, names: set[str], server: uvicorn.Server
 ) -> None:
@@ -242,8 +264,15 @@ def _tune(
         f" canaries (log {log})",
         flush=True,
     )
-    for command in steps:
+    for number, command in enumerate(steps, start=1):
+        began = time.monotonic()
+        print(f"blkpilot demo: [{number}/{len(steps)}] {_what(command)} …", flush=True)
         code = _step(command, log, running)
+        print(
+            f"blkpilot demo: [{number}/{len(steps)}] done in {time.monotonic() - began:.0f} s"
+            + (f" (exit status {code})" if code else ""),
+            flush=True,
+        )
         if server.should_exit:
             return
         if code != 0 and command[1] == "nightly":

@@ -159,6 +159,15 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
     proposed = demo.api("/recommendations", status="proposed")
     assert proposed, "the demo's nightly job proposed nothing"
     assert any("running it in-process" in line for line in demo.lines), demo.lines
+    # each long step says what it is and how long it took; inside them, the job and the canary
+    # say where they are (their lines in the tuning log, which the demo names)
+    steps = [line for line in demo.lines if re.match(r"blkpilot demo: \[\d+/\d+\] ", line)]
+    assert any("benchmarking" in line for line in steps), demo.lines
+    assert sum("done in" in line for line in steps) >= 4, steps
+    (named,) = [line for line in demo.lines if "(log " in line]
+    log = Path(named.rsplit("(log ", 1)[1].rstrip(")")).read_text()
+    assert re.search(r"blkpilot \[ *\d+ s\] nightly: models trained: \d+ of \d+", log), log[-3000:]
+    assert re.search(r"blkpilot \[ *\d+ s\] live canary on \w+: \d+ I/Os per second", log)
     operator, viewer = demo.token("operator"), demo.token("viewer")
 
     with sync_playwright() as playwright:

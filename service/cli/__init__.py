@@ -39,4 +39,7 @@ register_learning_commands(app)
 
 
 def main() -> None:
+    from agent.progress import show_on_stderr
+
+    show_on_stderr()  # the long steps (benchmarks, canaries, training) say where they are
     app()

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from agent.contract.tunables import DeviceConfig
 from agent.contract.wire import DeviceCapabilities
+from agent.progress import note
 from models.dataset import OBJECTIVE_METRIC, Sample, sample_from
 from models.features import DeviceFacts, config_key
 from models.grid import default_config
@@ -181,27 +182,51 @@ def run(
     if not wanted or not classes:
         report.where = "nowhere: nothing to train on" if not wanted else "nowhere: no devices"
         return report
+    note(
+        "nightly: %d observations; %d devices to tune in %s; objectives %s",
+        len(samples),
+        len(chosen),
+        ", ".join(classes),
+        ", ".join(o.value for o in wanted),
+    )
     if local:
         report.where = "this process (--local, without Ray)"
 
-        def in_process(function: Callable[..., Any], jobs: list[Any]) -> list[Any]:
-            return [function(samples, job) for job in jobs]
+        def in_process(function: Callable[..., Any], jobs: list[Any], what: str) -> list[Any]:
+            done = []
+            for job in jobs:
+                done.append(function(samples, job))
+                note("nightly: %s: %d of %d (this process)", what, len(done), len(jobs))
+            return done
 
         trained, scored = _train_and_score(classes, wanted, chosen, mix, in_process)
     else:
         from models.distributed import ray_map, ray_session
 
+        note("nightly: starting Ray (%s)", ray_address or "local")
         with ray_session(ray_address) as where:
             report.where = where
             import ray
 
             shared = ray.put(samples)
 
-            def on_ray(function: Callable[..., Any], jobs: list[Any]) -> list[Any]:
-                return ray_map(lambda job: function(ray.get(shared), job), jobs)
+            def on_ray(function: Callable[..., Any], jobs: list[Any], what: str) -> list[Any]:
+                return ray_map(
+                    lambda job: function(ray.get(shared), job),
+                    jobs,
+                    on_done=lambda n, total: note(
+                        "nightly: %s: %d of %d (%s)", what, n, total, where
+                    ),
+                )
 
             trained, scored = _train_and_score(classes, wanted, chosen, mix, on_ray)
     _store(session, report, trained, scored, max_canaries)
+    note(
+        "nightly: %d recommendations stored (%d would change something), %d canaries scheduled",
+        report.recommendations,
+        report.changes,
+        len(report.canaries),
+    )
     return report
 
 
@@ -210,17 +235,19 @@ def _train_and_score(
     wanted: Sequence[Objective],
     chosen: list[TuningTarget],
     mix: dict[Objective, float] | None,
-    run_all: Callable[[Callable[..., Any], list[Any]], list[Any]],
+    run_all: Callable[[Callable[..., Any], list[Any], str], list[Any]],
 ) -> tuple[list[TrainedModel], list[ScoredDevice]]:
     """Train a model per class and objective, then score every device: each step's jobs
-    through `run_all(function, jobs)`, which runs function(samples, job) — as Ray tasks that
+    through `run_all(function, jobs, what)`, which runs function(samples, job) — as Ray tasks that
     fetch the samples put once (nothing here captures them: a task would carry them all), or
     in this process."""
 
     def train(samples: list[Sample], job: tuple[str, Objective]) -> TrainedModel:
         return train_task((samples, job[0], job[1]))
 
-    trained: list[TrainedModel] = run_all(train, [(c, o) for c in classes for o in wanted])
+    trained: list[TrainedModel] = run_all(
+        train, [(c, o) for c in classes for o in wanted], "models trained"
+    )
     by_class: dict[str, dict[Objective, ObjectiveModel]] = defaultdict(dict)
     for t in trained:
         by_class[t.device_class][t.objective] = t.model
@@ -244,7 +271,9 @@ def _train_and_score(
         skill = skills.get((device_class, lead_of.get(label, label)))
         return score_task((samples, label, model, by_class[device_class], mine, skill))
 
-    scored = [s for batch in run_all(score, scoring) for s in batch]
+    scored = [
+        s for batch in run_all(score, scoring, "models that scored their devices") for s in batch
+    ]
     return trained, scored
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,3 +63,9 @@ def test_db_bench_a_to_a_is_not_failed_and_bfq_is_not_passed(
     assert verdict in allowed, done.stdout + done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert {r["metric"] for r in rows} >= {"lat_p50_us", "lat_p99_us"}, done.stdout
+    # while it runs, it says on stderr what it measured and when it will look
+    assert re.search(
+        rf"blkpilot \[ *\d+ s\] live canary on {device.name}: \d+ I/Os per second, intervals"
+        r" of [\d.]+ s; first look after \d+ pairs",
+        done.stderr,
+    ), done.stderr

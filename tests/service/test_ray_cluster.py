@@ -172,3 +172,8 @@ def test_nightly_on_a_two_node_ray_cluster(
     assert report["where"] == f"the Ray cluster at {ray_cluster}"
     assert report["samples"] == stored
     assert {"p50_latency", "p99_latency", "iops"} <= {m["objective"] for m in report["models"]}
+    # stdout is the report alone; stderr says how the job moved, task by task
+    trained = len(report["models"])
+    assert f"models trained: {trained} of {trained} (the Ray cluster at {ray_cluster})" in (
+        job.stderr
+    ), job.stderr[-3000:]
