@@ -36,6 +36,7 @@ from pathlib import Path
 import httpx
 
 from agent.enrollment import enroll_node
+from bench.cpu import cpu_seconds
 from bench.record import provenance, record
 from kernel.lab import devices as lab
 from tests.proc import BLKPILOT, clean_env, free_port, run, start_serve, stop, wait_ready
@@ -44,11 +45,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 TARGET_CPU_PERCENT = 1.0  # of one core
 TARGET_RSS_MB = 60.0
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(pid: int) -> float:

@@ -19,6 +19,7 @@ from service.db import get_session
 from service.errors import Forbidden, Unauthorized, UnsupportedMediaType
 from service.nodes import repository as node_repository
 from service.nodes import tokens as node_tokens
+from service.nodes.cache import NODES
 from service.security import (
     NODE_TOKEN_PREFIX,
     OPERATOR_TOKEN_PREFIX,
@@ -111,7 +112,9 @@ class AuthFirstRoute(APIRoute):
             if request.method in _BODY_METHODS:
                 if authenticated:
                     credentials = await _bearer(request)
-                    principal = await run_in_threadpool(_identify_in_session, request, credentials)
+                    principal = cached_principal(credentials) or await run_in_threadpool(
+                        _identify_in_session, request, credentials
+                    )
                     for authorize in authorizations:
                         authorize(principal)
                     request.scope[PRINCIPAL] = principal
@@ -167,14 +170,31 @@ def identify(session: Session, token: str) -> tuple[Principal | None, str]:
             token_repository.touch_api_token(session, api_token, now)
             return Principal(name=f"token:{api_token.name}", role=Role(api_token.role)), ""
     elif token.startswith(NODE_TOKEN_PREFIX):
+        now = datetime.now(UTC)
+        known = NODES.principal(digest, now)
+        if known is not None:
+            return known, ""
         node = node_repository.get_by_token_digest(session, digest)
         if node is not None:
-            refused = node_tokens.refusal(node, digest, datetime.now(UTC))
+            refused = node_tokens.refusal(node, digest, now)
             if refused is not None:
                 return None, refused
             name = f"node:{node.hostname}/{str(node.id)[:8]}"
-            return Principal(name=name, node_id=node.id, token_digest=digest), ""
+            principal = Principal(name=name, node_id=node.id, token_digest=digest)
+            NODES.remember(digest, principal, node_tokens.good_until(node, digest))
+            return principal, ""
     return None, "unknown or revoked token"
+
+
+def cached_principal(credentials: HTTPAuthorizationCredentials | None) -> Principal | None:
+    """A node token this process checked in the last few seconds (service.nodes.cache), found
+    without a database session or a thread: most requests are nodes' pushes."""
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        return None
+    token = credentials.credentials
+    if not token.startswith(NODE_TOKEN_PREFIX):
+        return None
+    return NODES.principal(token_digest(token), datetime.now(UTC))
 
 
 AnyPrincipal = Annotated[Principal, Depends(authenticate)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(*args: str) -> dict[str, object]:
+    scratch = Path(tempfile.gettempdir())
+    before = set(scratch.glob("blkpilot-*"))
     done = subprocess.run(
         [sys.executable, "-m", *args, "--no-record"],
         cwd=ROOT,
@@ -28,6 +31,8 @@ def _run(*args: str) -> dict[str, object]:
     start = done.stdout.index("{\n")
     end = done.stdout.rindex("\n}") + 2
     result: dict[str, object] = json.loads(done.stdout[start:end])
+    # its database and logs are gone (a run used to leave 283 MB behind)
+    assert set(scratch.glob("blkpilot-*")) <= before, set(scratch.glob("blkpilot-*")) - before
     return result
 
 
@@ -41,6 +46,8 @@ def test_a_small_fleet_enrolls_posts_and_reads() -> None:
     reads = result["read_p95_ms"]
     assert isinstance(reads, dict)
     assert set(reads) >= {"device list", "device list, deep page", "fleet page", "device page"}
+    # the service's cost per request in CPU time from /proc (a 10 ms tick: some, over 60)
+    assert result["serve_cpu_ms_per_request"] > 0  # type: ignore[operator]
 
 
 @pytest.mark.timeout(600)
@@ -53,6 +60,12 @@ def test_ingest_and_copy_are_measured_in_one_run() -> None:
     share = result["share_of_copy"]
     assert isinstance(share, float)
     assert 0 < share < 1  # the HTTP path stores fewer rows a second than COPY alone
+    # CPU time per unit of work, from /proc: serve's and PostgreSQL's
+    assert result["serve_cpu_us_per_window"] > 0  # type: ignore[operator]
+    assert result["postgres_cpu_us_per_window"] > 0  # type: ignore[operator]
+    stages = result["python_stages"]
+    assert isinstance(stages, dict)
+    assert all(v > 0 for v in stages.values()), stages
 
 
 @pytest.mark.timeout(600)

@@ -10,7 +10,9 @@ from agent.contract.wire import EnrollRequest, Heartbeat
 from service.audit import service as audit
 from service.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable
 from service.nodes import repository
+from service.nodes.cache import NODES
 from service.nodes.tokens import Lifetime, rotate
+from service.ops.transactions import on_commit
 from service.security import NODE_TOKEN_PREFIX, Principal, Role, new_token, token_digest
 from service.tables import Node
 from service.tokens import repository as token_repository
@@ -66,6 +68,7 @@ def renew_token(
     now = datetime.now(UTC)
     secret = new_token(NODE_TOKEN_PREFIX)
     rotate(found, token_digest(secret), node.token_digest, lifetime, now)
+    _forget(session, found.id)  # the previous token's grace now ends sooner
     repository.touch(session, found, now)
     audit.record(
         session,
@@ -87,6 +90,7 @@ def revoke(session: Session, by: Principal, node_id: uuid.UUID, reason: str) -> 
         raise Conflict(f"node {node_id} was already revoked at {found.revoked_at.isoformat()}")
     found.revoked_at = datetime.now(UTC)  # both its tokens are refused, saying why
     session.flush()
+    _forget(session, found.id)
     audit.record(
         session,
         by.name,
@@ -132,3 +136,10 @@ def heartbeat(session: Session, node: Principal, node_id: uuid.UUID, beat: Heart
         found.kernel_version = beat.kernel_version
     repository.touch(session, found, datetime.now(UTC))
     return found
+
+
+def _forget(session: Session, node_id: uuid.UUID) -> None:
+    """This process's cache of the node's tokens and devices: dropped now, and again once the
+    change has committed (a request between the two would otherwise keep the old state)."""
+    NODES.forget_node(node_id)
+    on_commit(session, lambda: NODES.forget_node(node_id))

@@ -43,6 +43,15 @@ def refusal(node: Node, digest: str, now: datetime) -> str | None:
     return "unknown token"
 
 
+def good_until(node: Node, digest: str) -> datetime:
+    """Until when this token of this node is good, if nothing else happens (revocation,
+    another renewal): its expiry, or its grace's end if it is the previous one."""
+    if digest == node.token_sha256:
+        return node.token_expires_at
+    ended = node.previous_token_expires_at
+    return ended if ended is not None else node.token_expires_at
+
+
 def rotate(
     node: Node, new_digest: str, used_digest: str, lifetime: Lifetime, now: datetime
 ) -> None:

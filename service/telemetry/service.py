@@ -13,6 +13,7 @@ from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt, Telemetry
 from service.devices import repository as device_repository
 from service.devices import service as device_service
 from service.errors import Conflict, Unprocessable
+from service.nodes.cache import NODES
 from service.ops import metrics
 from service.ops.transactions import on_commit
 from service.security import Principal
@@ -34,7 +35,7 @@ def ingest(
     """
     assert node.node_id is not None
     retention.ensure_days(session, policy or RetentionPolicy(), (w.start for w in batch.windows))
-    device_ids = device_repository.ids_by_name(session, node.node_id)
+    device_ids = _device_ids(session, node.node_id, {w.device for w in batch.windows})
     unknown = [
         {"loc": ["body", "windows", index, "device"], "msg": f"unknown device {window.device!r}"}
         for index, window in enumerate(batch.windows)
@@ -94,6 +95,17 @@ def ingest(
 
     on_commit(session, count_ingested)
     return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=True, windows=count)
+
+
+def _device_ids(session: Session, node_id: uuid.UUID, names: set[str]) -> dict[str, uuid.UUID]:
+    """The node's device ids by name, from this process's cache where it holds every name
+    asked for (service.nodes.cache), else from the database."""
+    known = NODES.devices(node_id)
+    if known is not None and names <= known.keys():
+        return known
+    found = device_repository.ids_by_name(session, node_id)
+    NODES.remember_devices(node_id, found)
+    return found
 
 
 def batch_digest(batch: TelemetryBatch) -> str:

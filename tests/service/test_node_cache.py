@@ -1,0 +1,69 @@
+"""A `serve` process keeps what a node token is and which devices its node has between pushes
+(service.nodes.cache): revoked here, refused at once; revoked through another replica,
+refused within the cache's few seconds; a device reported since is found."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from service.nodes.cache import NODES
+from service.security import token_digest
+from tests.factories import (
+    bearer,
+    create_node,
+    device_inventory,
+    report_inventory,
+    telemetry_window,
+)
+
+
+def _push(client: TestClient, token: str, *windows: dict[str, object]) -> int:
+    batch = {"batch_id": str(uuid.uuid4()), "windows": list(windows)}
+    return client.post("/api/v1/telemetry/batches", json=batch, headers=bearer(token)).status_code
+
+
+def test_a_node_revoked_through_another_replica_is_refused_within_the_ttl(
+    client: TestClient, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(NODES, "ttl_s", 1.0)
+    node, token = create_node(session)
+    report_inventory(session, node, device_inventory("loop0"))
+    assert _push(client, token, telemetry_window(index=0)) == 201
+    assert NODES.principal(token_digest(token), datetime.now(UTC)) is not None  # kept
+
+    # another replica revokes it: this process's service never hears of it
+    node.revoked_at = datetime.now(UTC)
+    session.flush()
+    kept = _push(client, token, telemetry_window(index=1))
+    time.sleep(1.2)
+    assert _push(client, token, telemetry_window(index=2)) == 401
+    assert kept == 201  # inside the TTL, the cached principal still answered (documented)
+
+
+def test_a_device_reported_after_the_map_was_kept_is_found(
+    client: TestClient, session: Session
+) -> None:
+    node, token = create_node(session)
+    report_inventory(session, node, device_inventory("loop0"))
+    assert _push(client, token, telemetry_window("loop0")) == 201
+    assert set(NODES.devices(node.id) or {}) == {"loop0"}
+    # its inventory grows (through any replica): the next push names the new device
+    report_inventory(session, node, device_inventory("loop0"), device_inventory("loop1"))
+    assert _push(client, token, telemetry_window("loop1")) == 201
+    assert set(NODES.devices(node.id) or {}) == {"loop0", "loop1"}
+    # a name the node never reported is still refused, after a look in the database
+    assert _push(client, token, telemetry_window("loop9", index=1)) == 422
+
+
+def test_a_cached_token_is_not_used_past_its_expiry() -> None:
+    from service.security import Principal
+
+    principal = Principal(name="node:x", node_id=uuid.uuid4(), token_digest="d")
+    NODES.remember("d", principal, datetime.now(UTC))  # good until now: no longer
+    assert NODES.principal("d", datetime.now(UTC)) is None
