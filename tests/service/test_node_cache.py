@@ -25,7 +25,8 @@ from tests.factories import (
 
 def _push(client: TestClient, token: str, *windows: dict[str, object]) -> int:
     batch = {"batch_id": str(uuid.uuid4()), "windows": list(windows)}
-    return client.post("/api/v1/telemetry/batches", json=batch, headers=bearer(token)).status_code
+    response = client.post("/api/v1/telemetry/batches", json=batch, headers=bearer(token))
+    return int(response.status_code)
 
 
 def test_a_node_revoked_through_another_replica_is_refused_within_the_ttl(
