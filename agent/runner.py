@@ -29,7 +29,6 @@ from agent.contract.wire import (
     AppliedStatus,
     Heartbeat,
     InventoryReport,
-    TelemetryBatch,
     TelemetryWindow,
 )
 from agent.discovery import Discovery, discover, queue_configuration
@@ -294,7 +293,7 @@ class Agent:
     def _spool_pending(self) -> None:
         while self._pending:
             chunk = self._pending[:MAX_WINDOWS_PER_BATCH]
-            self.spool.put(TelemetryBatch(batch_id=uuid.uuid4(), windows=chunk))
+            self.spool.add(chunk)
             del self._pending[:MAX_WINDOWS_PER_BATCH]
 
     def push(self) -> DrainResult | None:
