@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -134,11 +135,12 @@ def main() -> int:
     from service import db
 
     embedded = None
+    scratch = Path(tempfile.mkdtemp(prefix="blkpilot-partitions-"))
     url = args.database_url
     if url is None:
         from service.embedded import EmbeddedPostgres
 
-        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="blkpilot-partitions-")))
+        embedded = EmbeddedPostgres(scratch)
         url = embedded.start()
     devices = [uuid.uuid4() for _ in range(args.devices)]
     found: dict[str, dict[str, Any]] = {}
@@ -155,6 +157,7 @@ def main() -> int:
     finally:
         if embedded is not None:
             embedded.stop()
+        shutil.rmtree(scratch, ignore_errors=True)  # the database it measured
 
     result: dict[str, Any] = {
         "benchmark": "partitions",
