@@ -47,13 +47,25 @@ def claim_batch(
 
     A concurrent insert of the same id waits on the primary key until the other commits.
     """
-    claimed = session.scalar(
-        pg_insert(TelemetryBatchRow)
-        .values(batch_id=batch_id, node_id=node_id, windows=windows, digest=digest)
-        .on_conflict_do_nothing(index_elements=[TelemetryBatchRow.batch_id])
-        .returning(TelemetryBatchRow.batch_id)
-    )
-    return claimed is not None
+    # on the session's own connection and transaction, as the COPY after it (psycopg
+    # prepares it after its fifth use): the ORM's insert was 8 % of serve's Python time a push
+    with _driver(session).cursor() as cursor:
+        cursor.execute(_CLAIM, (batch_id, node_id, windows, digest))
+        return cursor.fetchone() is not None
+
+
+_CLAIM = (
+    "INSERT INTO telemetry_batches (batch_id, node_id, windows, digest)"
+    " VALUES (%s, %s, %s, %s) ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id"
+)
+assert TelemetryBatchRow.__tablename__ == "telemetry_batches"  # the statement's table
+
+
+def _driver(session: Session) -> psycopg.Connection[Any]:
+    """The psycopg connection under the session, in the session's transaction."""
+    raw = session.connection().connection.driver_connection
+    assert isinstance(raw, psycopg.Connection)
+    return raw
 
 
 def claimed_batch(session: Session, batch_id: uuid.UUID) -> tuple[uuid.UUID, str | None] | None:
@@ -69,10 +81,8 @@ def claimed_batch(session: Session, batch_id: uuid.UUID) -> tuple[uuid.UUID, str
 def copy_windows(session: Session, rows: Iterable[dict[str, Any]]) -> int:
     """COPY the rows into the raw table inside the session's transaction (whole or not at all:
     an error aborts the transaction). Their days' partitions must exist (ensure_days)."""
-    raw = session.connection().connection.driver_connection
-    assert isinstance(raw, psycopg.Connection)
     try:
-        return copy_rows(raw, rows)
+        return copy_rows(_driver(session), rows)
     except psycopg.errors.UniqueViolation as error:
         raise Conflict(
             "a window for the same device and interval was ingested before in another batch"
