@@ -32,7 +32,7 @@ def _push(client: TestClient, token: str, *windows: dict[str, object]) -> int:
 def test_a_node_revoked_through_another_replica_is_refused_within_the_ttl(
     client: TestClient, session: Session, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(NODES, "ttl_s", 1.0)
+    monkeypatch.setattr(NODES, "ttl_s", 60.0)  # long enough for a busy host's two pushes
     node, token = create_node(session)
     report_inventory(session, node, device_inventory("loop0"))
     assert _push(client, token, telemetry_window(index=0)) == 201
@@ -41,10 +41,11 @@ def test_a_node_revoked_through_another_replica_is_refused_within_the_ttl(
     # another replica revokes it: this process's service never hears of it
     node.revoked_at = datetime.now(UTC)
     session.flush()
-    kept = _push(client, token, telemetry_window(index=1))
-    time.sleep(1.2)
+    # inside the TTL the cached principal still answers (documented: up to 10 s)
+    assert _push(client, token, telemetry_window(index=1)) == 201
+    monkeypatch.setattr(NODES, "ttl_s", 0.0)  # the TTL passes
+    time.sleep(0.01)
     assert _push(client, token, telemetry_window(index=2)) == 401
-    assert kept == 201  # inside the TTL, the cached principal still answered (documented)
 
 
 def test_a_device_reported_after_the_map_was_kept_is_found(
