@@ -140,6 +140,7 @@ class BlkLatCollector:
         try:
             self._bpf = BpfObject(object_path)
             self._fd = self._bpf.map_fd("hists")
+            self._displaced_fd = self._bpf.map_fd("displaced")
         except BpfUnavailable as error:
             self.unavailable = str(error)
             self._bpf = None
@@ -185,8 +186,10 @@ class BlkLatCollector:
         if self._bpf is None:
             return 0
         key, value = ctypes.c_uint32(0), ctypes.c_uint64(0)
-        fd = self._bpf.map_fd("displaced")
-        if self._bpf.lib.bpf_map_lookup_elem(fd, ctypes.byref(key), ctypes.byref(value)) != 0:
+        found = self._bpf.lib.bpf_map_lookup_elem(
+            self._displaced_fd, ctypes.byref(key), ctypes.byref(value)
+        )
+        if found != 0:
             return 0
         return int(value.value)
 
