@@ -480,8 +480,10 @@ def _intervals(model: ObjectiveModel | None) -> dict[str, Any]:
 
 def _comparison(c: Comparison) -> dict[str, Any]:
     return {
-        "current": round(c.current, 4),
-        "recommended": round(c.recommended, 4),
+        # in full: the reason's and the page's figures are formatted from the same number
+        # (rounding here first made 9.7205 read "9.72" on the card and "9.721" in the reason)
+        "current": c.current,
+        "recommended": c.recommended,
         "change": round(c.change, 4),
         "change_low": round(c.change_low, 4),
         "change_high": round(c.change_high, 4),
