@@ -174,6 +174,7 @@ class Agent:
                 stop.wait(self.step())
         finally:
             self.push()  # what was collected is spooled, whatever happens next
+            self.spool.close()
             if self.client is not None:
                 self.client.close()
             self.collectors.close()
@@ -312,11 +313,10 @@ class Agent:
                 else:
                     log.warning("telemetry stays spooled: %s", result.stopped)
         self.counters.spool_dropped = self.spool.dropped
-        files = self.spool.pending()
         self.view = _replace(
             self.view,
-            spool_batches=len(files),
-            spool_bytes=sum(f.stat().st_size for f in files),
+            spool_batches=len(self.spool.pending()),
+            spool_bytes=self.spool.size_bytes(),
         )
         return result
 

@@ -50,7 +50,7 @@ def node_status(cfg: AgentConfig, directory: Path) -> list[str]:
             f"eBPF: UNAVAILABLE: {why}: no live canary, no p99" if why else "eBPF: available"
         )
     spool = Spool(directory / "spool")
-    rejected = len(list(spool.rejected_dir.glob("*.json"))) if spool.rejected_dir.exists() else 0
+    rejected = len(list(spool.rejected_dir.glob("*.reason"))) if spool.rejected_dir.exists() else 0
     lines.append(
         f"spool: {len(spool.pending())} batches ({spool.size_bytes()} bytes), {rejected} rejected"
     )

@@ -20,6 +20,7 @@ from agent.contract.tunables import DeviceConfig, Scheduler
 from agent.exporter import AgentCollector, registry_for
 from agent.host import HostPaths
 from agent.runner import Agent
+from agent.spool import Spool
 from agent.state import NodeState
 from tests.agent.conftest import NO_POWER, LoopFactory, enroll_lab_node
 from tests.proc import ServiceProcess, clean_env, free_port, stop
@@ -357,7 +358,7 @@ def test_agent_run_command_serves_metrics_and_spools_offline(
         }
     finally:
         assert stop(process) == 0
-    assert list((tmp_path / "agent" / "spool").glob("*.json")), "offline: everything stays spooled"
+    assert Spool(tmp_path / "agent" / "spool").pending(), "offline: everything stays spooled"
 
 
 def test_a_rollback_by_hand_pauses_the_policy_until_it_changes_or_is_resumed(

@@ -170,7 +170,7 @@ def test_collections_between_two_pushes_make_one_batch(tmp_path: Path) -> None:
     for index in range(3):
         spool.add(_windows(16, index))
         (path,) = spool.pending()  # durable at once, in the one open batch
-        on_disk = TelemetryBatch.model_validate_json(path.read_bytes())
+        on_disk = Spool.load(path)
         assert len(on_disk.windows) == 16 * (index + 1)
     service = Service()
     assert spool.drain(service.send).sent == 1
@@ -179,7 +179,7 @@ def test_collections_between_two_pushes_make_one_batch(tmp_path: Path) -> None:
     spool.add(_windows(16, 3))
     spool.add(_windows(16, 4))
     (path,) = spool.pending()
-    reopened = TelemetryBatch.model_validate_json(path.read_bytes())
+    reopened = Spool.load(path)
     assert reopened.batch_id not in service.stored
     assert [w.start for w in reopened.windows[::16]] == [
         w.start for w in _windows(1, 3) + _windows(1, 4)
@@ -190,16 +190,12 @@ def test_an_open_batch_is_sealed_when_full_and_by_a_restart(tmp_path: Path) -> N
     spool = Spool(tmp_path)
     for index in range(5):  # 5 x 16 windows: the open batch holds 64 at most
         spool.add(_windows(16, index))
-    assert [
-        len(TelemetryBatch.model_validate_json(p.read_bytes()).windows) for p in spool.pending()
-    ] == [64, 16]
+    assert [len(Spool.load(p).windows) for p in spool.pending()] == [64, 16]
     # an agent that starts again never appends to what an earlier one spooled (it may have
     # been sent, and a batch id names one content)
     again = Spool(tmp_path)
     again.add(_windows(16, 5))
-    assert [
-        len(TelemetryBatch.model_validate_json(p.read_bytes()).windows) for p in again.pending()
-    ] == [64, 16, 16]
+    assert [len(Spool.load(p).windows) for p in again.pending()] == [64, 16, 16]
     # what is sent from memory is what is on disk
     sent: list[TelemetryBatch] = []
 
@@ -209,6 +205,47 @@ def test_an_open_batch_is_sealed_when_full_and_by_a_restart(tmp_path: Path) -> N
             batch_id=batch.batch_id, accepted=True, windows=len(batch.windows)
         )
 
-    on_disk = [TelemetryBatch.model_validate_json(p.read_bytes()) for p in again.pending()]
+    on_disk = [Spool.load(p) for p in again.pending()]
     again.drain(send)
     assert [b.model_dump() for b in sent] == [b.model_dump() for b in on_disk]
+
+
+def test_a_collection_is_appended_not_the_batch_rewritten(tmp_path: Path) -> None:
+    """The open batch's file grows by one line a window (the same file, not a new one renamed
+    over it each collection), and a crash in the middle of an append — a torn last line — costs
+    only the collection whose `add` never returned."""
+    spool = Spool(tmp_path)
+    spool.add(_windows(16, 0))
+    (path,) = spool.pending()
+    assert path.suffix == ".jsonl"
+    inode, size = path.stat().st_ino, path.stat().st_size
+    spool.add(_windows(16, 1))
+    assert path.stat().st_ino == inode
+    assert path.stat().st_size > size
+    assert len(path.read_bytes().splitlines()) == 1 + 32  # the header, a line a window
+    assert spool.size_bytes() == path.stat().st_size
+    with path.open("ab") as handle:  # a crash in the middle of the next collection's write
+        handle.write(_windows(1, 2)[0].model_dump_json().encode()[:100])
+    restarted = Spool(tmp_path)
+    service = Service()
+    sent: list[TelemetryBatch] = []
+
+    def send(batch: TelemetryBatch) -> TelemetryBatchReceipt:
+        sent.append(batch)
+        return service.send(batch)
+
+    result = restarted.drain(send)
+    assert (result.sent, result.rejected) == (1, 0)
+    assert len(sent[0].windows) == 32
+    assert restarted.pending() == []
+    assert not path.exists()
+
+
+def test_an_open_batch_without_its_header_is_set_aside(tmp_path: Path) -> None:
+    (tmp_path / "0000000000000001.jsonl").write_bytes(b'{"batch_')  # torn at its creation
+    spool = Spool(tmp_path)
+    spool.put(_batch(0))
+    result = spool.drain(Service().send)
+    assert (result.sent, result.rejected) == (1, 1)
+    (reason,) = spool.rejected_dir.glob("*.reason")
+    assert "header" in reason.read_text()
