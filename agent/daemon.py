@@ -7,11 +7,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from prometheus_client import start_http_server
-
 from agent.config import AgentConfig
 from agent.contract.logs import configure as configure_logs
-from agent.exporter import registry_for
+from agent.exporter import registry_for, serve_metrics
 from agent.runner import Agent
 from agent.state import NodeState
 
@@ -24,7 +22,7 @@ def run_until_signalled(
     agent = Agent(cfg, state, directory)
     server = None
     if cfg.metrics_port:
-        server, _ = start_http_server(cfg.metrics_port, cfg.metrics_address, registry_for(agent))
+        server = serve_metrics(cfg.metrics_address, cfg.metrics_port, registry_for(agent))
         echo(f"metrics on http://{cfg.metrics_address}:{cfg.metrics_port}/metrics")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

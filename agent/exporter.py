@@ -3,16 +3,21 @@ labels, the scheduler as an info metric, watts as gauges and joules as counters.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+import gzip
+import socket
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     InfoMetricFamily,
 )
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from agent.collectors.diskstats import DiskStats
@@ -21,6 +26,8 @@ from agent.contract.histograms import latency_bounds
 from agent.contract.wire import TelemetryWindow
 
 if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
     from agent.runner import Agent, AgentView
 
 Family = GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily | HistogramMetricFamily
@@ -292,3 +299,49 @@ def registry_for(agent: Agent) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(agent))
     return registry
+
+
+# gzip at level 1 for a scrape that asks for it: prometheus_client compresses at level 9, which
+# took 0.8 ms a scrape of the agent's ~80 KB (a twelfth of its CPU at a 1 s scrape) for a body
+# 20 % smaller than level 1's, which takes 0.15 ms
+GZIP_LEVEL = 1
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # a scrape a second is not news
+
+
+def metrics_app(registry: CollectorRegistry) -> WSGIApplication:
+    """prometheus_client's /metrics application, its body compressed at GZIP_LEVEL."""
+    inner = make_wsgi_app(registry, disable_compression=True)
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        answer: list[Any] = []
+
+        def capture(status: str, headers: list[tuple[str, str]], *_: Any) -> Callable[..., Any]:
+            answer[:] = [status, headers]
+            return lambda _data: None
+
+        body = b"".join(inner(environ, capture))
+        status, headers = answer
+        if status.startswith("200") and "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
+            body = gzip.compress(body, compresslevel=GZIP_LEVEL)
+            headers = [*headers, ("Content-Encoding", "gzip")]
+        start_response(status, [*headers, ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
+
+
+def serve_metrics(address: str, port: int, registry: CollectorRegistry) -> WSGIServer:
+    """/metrics on address:port, from a daemon thread (as prometheus_client's
+    start_http_server, with the application above)."""
+    family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
+
+    class Server(ThreadingWSGIServer):
+        address_family = family
+
+    server = make_server(address, port, metrics_app(registry), Server, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server

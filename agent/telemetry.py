@@ -43,10 +43,25 @@ def histogram_delta(before: dict[int, int], after: dict[int, int]) -> histograms
     return [(s, c - before.get(s, 0)) for s, c in sorted(after.items()) if c > before.get(s, 0)]
 
 
-def device_deltas(
-    device: str, before: LatencySnapshot, after: LatencySnapshot
-) -> dict[tuple[IoOperation, str, int], histograms.Sparse]:
-    """(operation, kind, request-size slot) -> the latency histogram added in between."""
+Deltas = dict[tuple[IoOperation, str, int], histograms.Sparse]
+
+
+def deltas_by_device(before: LatencySnapshot, after: LatencySnapshot) -> dict[str, Deltas]:
+    """Each device's (operation, kind, request-size slot) -> the latency histogram added in
+    between, in one pass over the snapshot (a pass per device made a collection's cost grow
+    with the square of the devices)."""
+    found: dict[str, Deltas] = {}
+    for key, counts in after.histograms.items():
+        name, op, kind, size = key
+        delta = histogram_delta(before.histograms.get(key, {}), counts)
+        if delta:
+            found.setdefault(name, {})[(op, kind, size)] = delta
+    return found
+
+
+def device_deltas(device: str, before: LatencySnapshot, after: LatencySnapshot) -> Deltas:
+    """One device's (operation, kind, request-size slot) -> the latency histogram added in
+    between."""
     found = {}
     for key, counts in after.histograms.items():
         name, op, kind, size = key
@@ -62,7 +77,11 @@ def operations_between(
     device: str, before: LatencySnapshot, after: LatencySnapshot
 ) -> list[OperationLatency]:
     """Each operation's distributions over the window, for operations with completions."""
-    deltas = device_deltas(device, before, after)
+    return operations_of(device_deltas(device, before, after))
+
+
+def operations_of(deltas: Deltas) -> list[OperationLatency]:
+    """Each operation's distributions from a device's deltas, for operations with completions."""
     found = []
     for op in IoOperation:
         by_size = {
@@ -127,6 +146,7 @@ def device_window(
     seconds: float,
     node: NodeWindow,
     latency: tuple[LatencySnapshot, LatencySnapshot] | None = None,
+    deltas: Deltas | None = None,
 ) -> TelemetryWindow | None:
     """None when the counters went backwards (the device was re-created in between)."""
     reads, writes = after.reads - before.reads, after.writes - before.writes
@@ -141,7 +161,9 @@ def device_window(
     power = node.primary
     if latency is not None and not latency[0].unavailable and not latency[1].unavailable:
         source, note = LatencySource.EBPF, ""
-        operations = operations_between(device, *latency)
+        operations = (
+            operations_of(deltas) if deltas is not None else operations_between(device, *latency)
+        )
     else:
         source, operations = LatencySource.DISKSTATS, []
         note = (
@@ -195,11 +217,16 @@ def windows(
         return node, []
     found = []
     latency = (before.latency, after.latency) if before.latency and after.latency else None
+    by_device = (
+        deltas_by_device(*latency)
+        if latency is not None and not (latency[0].unavailable or latency[1].unavailable)
+        else {}
+    )
     for device in sorted(devices):
         if device in before.disks and device in after.disks:
             args = (device, before.disks[device], after.disks[device], start, end, seconds, node)
             try:
-                window = device_window(*args, latency)
+                window = device_window(*args, latency, by_device.get(device, {}))
             except ValidationError as error:
                 if latency is None:
                     raise
