@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -18,6 +18,7 @@ from prometheus_client.core import (
     InfoMetricFamily,
 )
 from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from agent.collectors.diskstats import DiskStats
@@ -302,9 +303,70 @@ def registry_for(agent: Agent) -> CollectorRegistry:
 
 
 # gzip at level 1 for a scrape that asks for it: prometheus_client compresses at level 9, which
-# took 0.8 ms a scrape of the agent's ~80 KB (a twelfth of its CPU at a 1 s scrape) for a body
-# 20 % smaller than level 1's, which takes 0.15 ms
+# took 0.8 ms a scrape of the agent's ~80 KB for a body 20 % smaller than level 1's (0.15 ms)
 GZIP_LEVEL = 1
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# the exposition's type of each kind of family, and the suffix of its name
+_TYPES = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram", "unknown": "untyped"}
+_SUFFIXES = {"counter": "_total", "info": "_info"}
+_OPENMETRICS_ONLY = ("_created", "_gsum", "_gcount")  # written as gauges of their own
+_INF, _MINUS_INF = float("inf"), float("-inf")
+
+
+def _value(value: float) -> str:
+    """A sample's value as Go writes it (prometheus_client's floatToGoString, inlined for the
+    common case: most values are small numbers, written as repr writes them)."""
+    d = float(value)
+    if d == _INF:
+        return "+Inf"
+    if d == _MINUS_INF:
+        return "-Inf"
+    if d != d:
+        return "NaN"
+    s = repr(d)
+    dot = s.find(".")
+    if d > 0 and dot > 6:  # Go switches to exponents sooner than Python
+        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return s
+
+
+def _label(value: str) -> str:
+    if "\\" in value or "\n" in value or '"' in value:
+        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return value
+
+
+def exposition(families: Iterable[Metric]) -> bytes:
+    """Prometheus' text format 0.0.4, byte for byte as prometheus_client's generate_latest
+    writes it (a test compares them on a real agent's families), in 40 % of its time (1.0
+    against 2.5 ms for the 715 samples of 16 devices; a scrape cost the agent 5.8 ms in all):
+    it does not check each sample's label names again (ours are fixed in this module)."""
+    out: list[str] = []
+    add = out.append
+    for family in families:
+        name = family.name + _SUFFIXES.get(family.type, "")
+        help_text = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        add(f"# HELP {name} {help_text}\n# TYPE {name} {_TYPES.get(family.type, family.type)}\n")
+        later: dict[str, list[str]] = {}  # OpenMetrics' own samples: gauges of their own, after
+        for sample in family.samples:
+            if sample.timestamp is not None:
+                raise ValueError(f"{sample.name}: the agent's samples carry no timestamp")
+            if sample.labels:
+                labels = ",".join(f'{k}="{_label(v)}"' for k, v in sorted(sample.labels.items()))
+                line = f"{sample.name}{{{labels}}} {_value(sample.value)}\n"
+            else:
+                line = f"{sample.name} {_value(sample.value)}\n"
+            suffix = sample.name[len(family.name) :]
+            if suffix in _OPENMETRICS_ONLY and sample.name == family.name + suffix:
+                later.setdefault(suffix, []).append(line)
+            else:
+                add(line)
+        for suffix, lines in sorted(later.items()):
+            add(f"# HELP {family.name}{suffix} {help_text}\n")
+            add(f"# TYPE {family.name}{suffix} gauge\n")
+            out.extend(lines)
+    return "".join(out).encode()
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -313,23 +375,21 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def metrics_app(registry: CollectorRegistry) -> WSGIApplication:
-    """prometheus_client's /metrics application, its body compressed at GZIP_LEVEL."""
-    inner = make_wsgi_app(registry, disable_compression=True)
+    """/metrics in the text format 0.0.4 (as node_exporter serves it; Prometheus takes it
+    whatever it asks for first), gzip'd at GZIP_LEVEL when the scraper accepts gzip."""
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        answer: list[Any] = []
-
-        def capture(status: str, headers: list[tuple[str, str]], *_: Any) -> Callable[..., Any]:
-            answer[:] = [status, headers]
-            return lambda _data: None
-
-        body = b"".join(inner(environ, capture))
-        status, headers = answer
-        if status.startswith("200") and "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
+        if environ.get("PATH_INFO") == "/favicon.ico":
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b""]
+        body = exposition(registry.collect())
+        headers = [("Content-Type", CONTENT_TYPE)]
+        if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
             body = gzip.compress(body, compresslevel=GZIP_LEVEL)
-            headers = [*headers, ("Content-Encoding", "gzip")]
-        start_response(status, [*headers, ("Content-Length", str(len(body)))])
-        return [body]
+            headers.append(("Content-Encoding", "gzip"))
+        headers.append(("Content-Length", str(len(body))))
+        start_response("200 OK", headers)
+        return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
 
     return app
 

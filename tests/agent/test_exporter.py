@@ -6,10 +6,10 @@ import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
 from agent.contract.histograms import LATENCY_SLOTS, latency_bounds
-from agent.exporter import BUCKET_NS, cumulative_buckets, serve_metrics
+from agent.exporter import BUCKET_NS, cumulative_buckets, exposition, serve_metrics
 
 
 @given(st.dictionaries(st.integers(0, LATENCY_SLOTS - 1), st.integers(1, 10**12), max_size=60))
@@ -47,3 +47,33 @@ def test_the_metrics_server_answers_plain_and_gzip_alike() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+LABEL_VALUES = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
+    ['a"b', "a\\b", "a\nb", "\\n", "loop0", ""]
+)
+VALUES = st.floats(allow_nan=True, allow_infinity=True) | st.integers(-(10**15), 10**15)
+
+
+@given(st.lists(st.tuples(LABEL_VALUES, VALUES), min_size=1, max_size=8, unique_by=lambda t: t[0]))
+def test_the_exposition_is_prometheus_clients_byte_for_byte(
+    samples: list[tuple[str, float]],
+) -> None:
+    """The agent writes the text format itself (a third of prometheus_client's time): the
+    same bytes for any label value (quotes, backslashes, newlines, any UTF-8) and any value
+    (infinities, NaN, Go's earlier switch to exponents), for every kind of family it exports —
+    and for a Counter's `_created` sample, written as a gauge of its own."""
+    registry = CollectorRegistry(auto_describe=False)
+    gauge = Gauge(
+        "blkpilot_test_gauge", 'Help with a \\ and\na "line".', ["device"], registry=registry
+    )
+    counter = Counter("blkpilot_test", "A counter.", ["device"], registry=registry)
+    histogram = Histogram("blkpilot_test_seconds", "A histogram.", ["device"], registry=registry)
+    info = Info("blkpilot_test_build", "An info.", registry=registry)
+    info.info({"version": samples[0][0]})
+    for label, value in samples:
+        gauge.labels(label).set(value)
+        if value == value and value >= 0:
+            counter.labels(label).inc(value)
+            histogram.labels(label).observe(value)
+    assert exposition(registry.collect()) == generate_latest(registry)

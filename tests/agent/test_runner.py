@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.applier import Applier
 from agent.config import AgentConfig, PowerConfig
 from agent.contract.tunables import DeviceConfig, Scheduler
-from agent.exporter import AgentCollector, registry_for
+from agent.exporter import AgentCollector, exposition, registry_for
 from agent.host import HostPaths
 from agent.runner import Agent
 from agent.spool import Spool
@@ -191,6 +191,8 @@ def test_policies_are_applied_reported_and_drift_is_noticed(
     assert drifted == {"scheduler": "mq-deadline", "iosched/slice_idle_us": None}
 
     text = generate_latest(registry_for(agent)).decode()
+    # what the agent's own server writes is what prometheus_client would have written
+    assert exposition(AgentCollector(agent).collect()).decode() == text
     samples = {
         (s.name, s.labels.get("device"), s.labels.get("scheduler")): s.value
         for family in text_string_to_metric_families(text)
