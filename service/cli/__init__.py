@@ -10,6 +10,9 @@ run, so a node with only the agent extra installed gets the whole `--help` and a
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import typer
 
 from agent.bench.cli import app as bench_app
@@ -38,8 +41,34 @@ register_server_commands(app)
 register_learning_commands(app)
 
 
+def unwrapped(text: str) -> str:
+    """A docstring's paragraphs each on one line, for the help to reflow to the terminal: rich
+    help keeps a docstring's own line breaks ("three lab loop devices" / "(two scratch, …" read
+    as ragged lines at any width). A paragraph holding a list or an indented block is kept as
+    written."""
+    paragraphs = text.split("\n\n")
+    for index, paragraph in enumerate(paragraphs):
+        lines = paragraph.strip("\n").split("\n")
+        if any(
+            line[:1].isspace() or line.lstrip().startswith(("- ", "* ", "\b")) for line in lines
+        ):
+            continue
+        paragraphs[index] = " ".join(line.strip() for line in lines)
+    return "\n\n".join(paragraphs)
+
+
+def unwrap_help(command: Any) -> None:  # Typer's own (vendored) click.Command
+    """Every command's help, and its subcommands', unwrapped (see `unwrapped`)."""
+    if command.help:
+        command.help = unwrapped(inspect.cleandoc(command.help))
+    for sub in getattr(command, "commands", {}).values():
+        unwrap_help(sub)
+
+
 def main() -> None:
     from agent.progress import show_on_stderr
 
     show_on_stderr()  # the long steps (benchmarks, canaries, training) say where they are
-    app()
+    command = typer.main.get_command(app)
+    unwrap_help(command)
+    command()

@@ -112,6 +112,20 @@ def test_help(command: str, tmp_path: Path) -> None:
     assert "Usage" in result.stdout
 
 
+def test_help_reflows_docstrings_to_the_terminal(tmp_path: Path) -> None:
+    """A docstring's own line breaks do not reach the help (they read as ragged lines at any
+    width); its lists still do."""
+    env = {**clean_env(tmp_path), "COLUMNS": "200"}
+    for args, phrase in (
+        (["--help"], "three lab loop devices (two scratch, one holding ext4"),
+        (["agent", "canary", "--help"], "4 could not run (no eBPF, too little traffic"),
+    ):
+        shown = subprocess.run(
+            [BLKPILOT, *args], env=env, capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+        assert phrase in shown, shown
+
+
 def test_a_canary_budget_below_its_first_look_is_refused(
     loop_device: LoopFactory, tmp_path: Path
 ) -> None:
