@@ -23,7 +23,8 @@
  *    between two requests then, and that gap is the deceptive idleness to bridge.
  *
  * Cost of a request: with all four calibrated costs set (read and write, 4 KiB and 128 KiB,
- * in ns), a linear model in the request size, charged at issue; otherwise the elapsed time
+ * in ns) and rising with size, a linear model in the request size, charged at issue; otherwise
+ * (fios_cost_problem says why in the stats) the elapsed time
  * from issue to completion divided by the number of requests on the device at issue
  * (the paper's equation 1), charged at completion.
  *
@@ -237,9 +238,31 @@ static void fios_task_init(struct fios_task *task)
 	INIT_LIST_HEAD(&task->busy_node);
 }
 
+/*
+ * The calibrated model is used only when its points make one: all four set, and each
+ * direction's 128 KiB cost at least its 4 KiB cost (a line falling with size charged a 1 MiB
+ * write 1 us). The agent checks its calibration before writing it (agent/calibrate.py); the
+ * module checks again, since the tunables are written one at a time, by anyone. NULL: usable.
+ */
+static const char fios_costs_not_set[] = "not set";
+
+static const char *fios_cost_problem(struct fios_data *fd)
+{
+	int dir;
+
+	for (dir = 0; dir < 2; dir++)
+		if (!fd->cost_ns[dir][0] || !fd->cost_ns[dir][1])
+			return fios_costs_not_set;
+	for (dir = 0; dir < 2; dir++)
+		if (fd->cost_ns[dir][1] < fd->cost_ns[dir][0])
+			return dir == FIOS_READ ? "read costs fall with size" :
+						  "write costs fall with size";
+	return NULL;
+}
+
 static bool fios_calibrated(struct fios_data *fd)
 {
-	return fd->cost_ns[0][0] && fd->cost_ns[0][1] && fd->cost_ns[1][0] && fd->cost_ns[1][1];
+	return !fios_cost_problem(fd);
 }
 
 /* Linear in size through the 4 KiB and 128 KiB calibration points; never below 1 us. */
@@ -1356,14 +1379,22 @@ static ssize_t fios_stats_show(struct elevator_queue *e, char *page)
 	struct fios_data *fd = e->elevator_data;
 	struct fios_stats s;
 	unsigned long flags;
-	bool calibrated;
+	const char *problem;
+	char model[80];
 	u64 epoch;
 
 	spin_lock_irqsave(&fd->lock, flags);
 	s = fd->stats;
 	epoch = fd->epoch;
-	calibrated = fios_calibrated(fd);
+	problem = fios_cost_problem(fd);
 	spin_unlock_irqrestore(&fd->lock, flags);
+	if (!problem)
+		strscpy(model, "calibrated", sizeof(model));
+	else if (problem == fios_costs_not_set)
+		strscpy(model, "elapsed/parallelism", sizeof(model));
+	else
+		scnprintf(model, sizeof(model), "elapsed/parallelism (calibration refused: %s)",
+			  problem);
 	return sysfs_emit(page,
 			  "epoch %llu\nepochs %llu\nreads %llu\nwrites %llu\nanticipations %llu\n"
 			  "anticipation_hits %llu\nanticipation_idle_ns %llu\nwrites_held %llu\n"
@@ -1372,7 +1403,7 @@ static ssize_t fios_stats_show(struct elevator_queue *e, char *page)
 			  epoch, s.epochs, s.dispatched[FIOS_READ], s.dispatched[FIOS_WRITE],
 			  s.anticipations, s.anticipation_hits, s.anticipation_idle_ns,
 			  s.writes_held, s.refunds, s.timer_early, s.kicks, s.debt_epochs, s.rescues,
-			  calibrated ? "calibrated" : "elapsed/parallelism");
+			  model);
 }
 
 #define FIOS_RW(name) __ATTR(name, 0644, fios_##name##_show, fios_##name##_store)

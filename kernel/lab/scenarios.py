@@ -592,10 +592,31 @@ def _smp(cpus: int) -> Callable[[int, float, Tunables], tuple[str, dict[str, str
     return make
 
 
+# fios' own check of a calibration (fios_cost_problem): costs written one at a time, falling
+# with size for writes, then rising; its stats say which model it charges by
+COST_CHECKS = {
+    "costs/falling": {"cost_read_4k_ns": 300_000, "cost_read_128k_ns": 400_000,
+                      "cost_write_4k_ns": 4_000_000, "cost_write_128k_ns": 1_000_000},
+    "costs/rising": {"cost_write_128k_ns": 5_000_000},
+}  # fmt: skip
+
+
+def cost_check_script() -> str:
+    queue = "/sys/block/flashsim0/queue"
+    script = f"echo none > {queue}/scheduler\necho fios > {queue}/scheduler\n"
+    for label, costs in COST_CHECKS.items():
+        script += "".join(f"echo {v} > {queue}/iosched/{k}\n" for k, v in costs.items())
+        script += (
+            f"echo BLKPILOT-STATS-BEGIN {label}\ngrep ^cost_model {queue}/iosched/stats\n"
+            "echo BLKPILOT-STATS-END\n"
+        )
+    return script
+
+
 def _depth(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
     queue = "/sys/block/flashsim0/queue"
     script = FLASHSIM.format(params=FLASH_LIKE) + "insmod /lib/modules/fios.ko\n"
-    script += depth_script(seconds)
+    script += depth_script(seconds) + cost_check_script()
     script += f"echo none > {queue}/scheduler\nrmmod fios\nrmmod flashsim\n"
     script += "test -e /sys/module/fios && echo BLKPILOT-UNLOAD-FAILED\n"
     return script, {}

@@ -10,10 +10,12 @@ import pytest
 
 from agent import calibrate
 from agent.applier import plan
+from agent.bench import fio
 from agent.bench.target import device_target
 from agent.contract.tunables import DeviceConfig, Scheduler
 from agent.contract.workloads import IOPattern
 from agent.discovery import KernelFacts
+from agent.errors import BenchmarkFailed
 from agent.host import HostPaths
 from tests.agent.conftest import LoopFactory
 
@@ -109,3 +111,37 @@ def test_an_uncalibrated_device_keeps_the_policy_as_it_is() -> None:
     policy = DeviceConfig(scheduler=Scheduler.FIOS)
     assert calibrate.with_costs(policy, empty).scheduler_tunables == {"alpha_permille": 500}
     assert not empty.calibrated
+
+
+def _fio(mean_us: float) -> fio.FioResult:
+    task = fio.TaskResult("calibrate", 0, 1000, 4096 * 1000, 1000.0, mean_us, mean_us, mean_us)
+    return fio.FioResult([task], {})
+
+
+@pytest.mark.parametrize(
+    ("points_us", "outcome"),
+    [
+        # read 4k, read 128k, write 4k, write 128k (µs)
+        ((50, 200, 80, 900), "as measured"),
+        ((50, 45, 80, 900), "read flat"),  # 10 % below: noise, charged flat
+        ((50, 200, 900, 80), "refused"),  # the review's case: a 1 MiB write at 1 µs
+    ],
+)
+def test_calibrated_costs_grow_with_size(points_us: tuple[int, ...], outcome: str) -> None:
+    """fios charges a request by the line through its direction's two points: a 128 KiB point
+    below the 4 KiB one is repaired (within SIZE_NOISE) or the calibration refused — never
+    written to the device."""
+    results = {name: _fio(us) for name, us in zip(calibrate.POINTS, points_us, strict=True)}
+    if outcome == "refused":
+        with pytest.raises(BenchmarkFailed, match="do not grow with size: a 128 KiB write"):
+            calibrate.costs_from(results)
+        return
+    costs, source = calibrate.costs_from(results)
+    assert costs["cost_read_128k_ns"] >= costs["cost_read_4k_ns"]
+    assert costs["cost_write_128k_ns"] >= costs["cost_write_4k_ns"]
+    if outcome == "read flat":
+        assert costs["cost_read_128k_ns"] == costs["cost_read_4k_ns"] == 50_000
+        assert "read charged flat" in source
+    else:
+        assert costs == {n: us * 1000 for n, us in zip(calibrate.POINTS, points_us, strict=True)}
+        assert source == "fio latency"

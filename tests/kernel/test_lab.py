@@ -488,6 +488,17 @@ def test_the_depth_runs_complete_on_smp(smp: LabResult) -> None:
     _depth_runs_complete(smp)
 
 
+def test_fios_refuses_costs_that_fall_with_size(depth: LabResult) -> None:
+    """A calibration whose 128 KiB write costs less than its 4 KiB write is not charged by
+    (it would make a 1 MiB write cost 1 µs): fios says so and charges elapsed time, until
+    the costs rise with size again."""
+    runs = depth.summary["runs"]
+    assert runs["costs/falling"]["cost_model"] == (
+        "elapsed/parallelism (calibration refused: write costs fall with size)"
+    )
+    assert runs["costs/rising"]["cost_model"] == "calibrated"
+
+
 def test_a_debt_beyond_a_slice_does_not_stall_the_queue(depth: LabResult) -> None:
     _debt_is_paid_in_two_epochs(depth)
 
