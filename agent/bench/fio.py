@@ -49,6 +49,8 @@ def job_section(job: JobSpec) -> dict[str, str]:
         options["rate_process"] = "poisson"
     elif job.thinktime_us:
         options["thinktime"] = f"{job.thinktime_us}us"
+        if job.thinktime_every_us:
+            options["thinktime_iotime"] = f"{job.thinktime_every_us}us"
     return options
 
 

@@ -135,6 +135,16 @@ def fios() -> list[WorkloadSpec]:
                 writer.model_copy(update={"tasks": 4}),
             ],
         ),
+        # deceptive idleness' hard case: a reader that stops for 50 ms after every 200 ms of
+        # I/O (fio's thinktime_iotime) against four writers — its pauses are not think time
+        WorkloadSpec(
+            name="fios-1r-pause50ms-4w",
+            engine=IOEngine.PSYNC,
+            jobs=[
+                reader.model_copy(update={"thinktime_us": 50_000, "thinktime_every_us": 200_000}),
+                writer.model_copy(update={"tasks": 4}),
+            ],
+        ),
         # one reader against seven writers: its p99 and maximum latency
         WorkloadSpec(
             name="fios-1r7w",

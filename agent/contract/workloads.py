@@ -48,6 +48,9 @@ class JobSpec(WireModel):
     queue_depth: Annotated[int, Field(ge=1, le=4_096)] = 1
     tasks: Annotated[int, Field(ge=1, le=256)] = 1
     thinktime_us: Annotated[int, Field(ge=0, le=10_000_000)] = 0
+    # with thinktime_us, a pause after this much time issuing I/O instead of a think after
+    # every I/O (fio's thinktime_iotime): a reader that stops now and then, say
+    thinktime_every_us: Annotated[int, Field(ge=0, le=100_000_000)] = 0
     arrival: Arrival = Arrival.CLOSED
 
     @model_validator(mode="after")
@@ -61,6 +64,8 @@ class JobSpec(WireModel):
             raise ValueError("block_sizes percentages must be positive and add up to 100")
         if self.arrival is Arrival.POISSON and self.thinktime_us == 0:
             raise ValueError("poisson arrivals need a mean thinktime_us")
+        if self.thinktime_every_us and (not self.thinktime_us or self.arrival is Arrival.POISSON):
+            raise ValueError("thinktime_every_us is a closed-loop job's pause of thinktime_us")
         reads_only = self.pattern in (IOPattern.RANDREAD, IOPattern.READ)
         writes_only = self.pattern in (IOPattern.RANDWRITE, IOPattern.WRITE)
         if (reads_only and self.read_share != 1.0) or (writes_only and self.read_share != 0.0):

@@ -132,7 +132,9 @@ struct fios_task {
 	unsigned int cg_weight;		/* its cgroup's io.fios.weight (default 100): its slice
 					 * is timeslice * weight/4 * cg_weight/100 */
 	u64 last_done_ns;		/* when its last request on the device completed */
-	u64 think_ns;			/* EWMA of the gap from there to its next request */
+	u64 think_ns;			/* EWMA of the gap from there to its next request,
+					 * pauses left out (fios_think) */
+	unsigned int long_gaps;		/* pauses in a row, for fios_think */
 	pid_t pid;			/* its process id (debugfs, traces) */
 	bool exited;			/* io_cq exited: never anticipate for it again */
 	atomic_t refs;			/* its requests from prepare to finish, and one for the
@@ -599,6 +601,34 @@ static void fios_issue(struct fios_data *fd, struct request *rq, u64 now)
 	rq->elv.priv[1] = (void *)flags;
 }
 
+/* pauses in a row that make a task a slow thinker rather than a reader that stops now and then */
+#define FIOS_LONG_GAPS 4
+
+/*
+ * A task's think time: the mean gap from its last completion to its next request. A pause is
+ * not think time: a gap longer than idling could ever pay for — a write's cost, beyond which
+ * fios_idle_pays says no whatever the epoch (the slice before a write is measured) — is left
+ * out of the mean. A reader that stops for 50 ms now and then is still a reader that comes
+ * back within microseconds between its reads; averaged in, each pause (clamped at the slice,
+ * as this was) raised its mean past what idling pays for, and in some boots it was never
+ * waited for again (62 anticipations against 1,326 in another, issue 36). A task whose gaps
+ * are that long FIOS_LONG_GAPS times running thinks too long to be waited for: its mean is
+ * set to the bound. Under fd->lock.
+ */
+static void fios_think(struct fios_data *fd, struct fios_task *task, u64 gap)
+{
+	u64 bound = fd->write_cost_ns ? min(fd->write_cost_ns, fd->timeslice_ns) :
+					fd->timeslice_ns;
+
+	if (gap > bound) {
+		if (++task->long_gaps >= FIOS_LONG_GAPS)
+			task->think_ns = bound;
+		return;
+	}
+	task->long_gaps = 0;
+	task->think_ns = task->think_ns ? task->think_ns - (task->think_ns >> 3) + (gap >> 3) : gap;
+}
+
 /*
  * weigh_idle (beyond the paper): is idling for the task's next read worth what it costs the
  * task? FIOS' fairness is the paper's: a task's mean I/O latency against alone. An
@@ -850,12 +880,8 @@ static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *l
 		}
 		task = rq_task(fd, rq);
 		if (!task->inflight && !task->queued[FIOS_READ] && !task->queued[FIOS_WRITE] &&
-		    task->last_done_ns && rq->start_time_ns > task->last_done_ns) {
-			u64 think = min(rq->start_time_ns - task->last_done_ns, fd->timeslice_ns);
-
-			task->think_ns = task->think_ns ?
-				task->think_ns - (task->think_ns >> 3) + (think >> 3) : think;
-		}
+		    task->last_done_ns && rq->start_time_ns > task->last_done_ns)
+			fios_think(fd, task, rq->start_time_ns - task->last_done_ns);
 		list_add_tail(&rq->queuelist, &task->fifo[dir]);
 		task->queued[dir]++;
 		fd->queued[dir]++;

@@ -866,6 +866,23 @@ def _review(
     return make
 
 
+PAUSE_WORKLOAD = "fios-1r-pause50ms-4w"
+PAUSE_SCHEDULERS = ("none", "fios")
+
+
+def _pause(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
+    """Deceptive idleness' hard case (issue 36): a reader pausing 50 ms after every 200 ms of
+    I/O against four writers, under none and fios (calibrated, the review's 20 ms slices)."""
+    chosen = [w for w in fios() if w.name == PAUSE_WORKLOAD]
+    review = {**tunables.get("fios", {}), "timeslice_us": REVIEW_TIMESLICE_US}
+    script, files = fairness_files(chosen, PAUSE_SCHEDULERS, seconds, {**tunables, "fios": review})
+    script += (
+        "echo none > /sys/block/flashsim0/queue/scheduler\nrmmod fios\nrmmod flashsim\n"
+        "test -e /sys/module/fios && echo BLKPILOT-UNLOAD-FAILED\n"
+    )
+    return FLASHSIM.format(params=FLASH_STRIPED) + script, files
+
+
 def _heavy_light(heavy_iops: float, light_iops: float) -> dict[str, Any]:
     """Two weighed writers' throughputs and their ratio (device time, as a write takes every
     unit)."""
@@ -984,6 +1001,16 @@ SCENARIOS = {
         ["bfq"],
         ["flashsim", "fios"],
         _review(("fios-4r4w-think", "fios-1r-think1ms-4w", "fios-1r7w"), ("mq-deadline", "fios")),
+        lambda parsed: summarize_review(parsed, {}),
+        calibrate=True,
+        flash_params=FLASH_STRIPED,
+        summarize_stats=summarize_review,
+    ),
+    # deceptive idleness: a reader that pauses (bench/lab_fios_pause.py boots it again and again)
+    "flash-pause": Scenario(
+        [],
+        ["flashsim", "fios"],
+        _pause,
         lambda parsed: summarize_review(parsed, {}),
         calibrate=True,
         flash_params=FLASH_STRIPED,

@@ -65,6 +65,9 @@ class TestLibrary:
         assert "thinktime=258us" in think
         assert "rate_iops" not in think
         assert "ioengine=psync" in think
+        # a reader that pauses now and then: the pause after a stretch of I/O, not each I/O
+        pausing = fio.job_file(WORKLOADS["fios-1r-pause50ms-4w"], target)
+        assert "thinktime=50000us\nthinktime_iotime=200000us" in pausing
         polled = fio.job_file(WORKLOADS["hs22-syncread-4k-t1-poll"], target)
         assert "hipri=1" in polled
         assert "lat_percentiles=1" in polled
@@ -86,6 +89,7 @@ class TestLibrary:
             ({"name": "x", "block_sizes": {4096: 60}}, "add up to 100"),
             ({"name": "x", "block_sizes": {1000: 100}}, "multiple of 512"),
             ({"name": "x", "arrival": "poisson"}, "mean thinktime_us"),
+            ({"name": "x", "thinktime_every_us": 200_000}, "pause of thinktime_us"),
             ({"name": "x", "pattern": "randread", "read_share": 0.5}, "read_share must be 1.0"),
             ({"name": "Bad Name"}, "pattern"),
         ):
