@@ -159,7 +159,7 @@ struct fios_stats {
 	u64 timer_early;	/* the anticipation timer ran before the deadline it was set for */
 	u64 debt_epochs;	/* second epochs started at once: every queued task owed more than
 				 * a slice */
-	u64 rescues;		/* waits nothing could have ended (a bug): re-run by the timer */
+	u64 rescues;		/* waits nothing could have ended (a bug): the oldest went */
 };
 
 struct fios_data {
@@ -755,6 +755,24 @@ static struct request *fios_choose(struct fios_data *fd, u64 now)
 	return list_first_entry(&task->fifo[FIOS_WRITE], struct request, queuelist);
 }
 
+/* The queued request that came first, of any task (a scan: only for a wait nothing ends). */
+static struct request *fios_oldest(struct fios_data *fd)
+{
+	struct request *oldest = NULL;
+	struct fios_task *task;
+	int dir;
+
+	list_for_each_entry(task, &fd->active, active_node)
+		for (dir = 0; dir < 2; dir++) {
+			struct request *rq = list_first_entry_or_null(&task->fifo[dir],
+								      struct request, queuelist);
+
+			if (rq && (!oldest || rq->start_time_ns < oldest->start_time_ns))
+				oldest = rq;
+		}
+	return oldest;
+}
+
 static void fios_stop_waiting(struct fios_data *fd)
 {
 	WRITE_ONCE(fd->waiting, false);
@@ -833,18 +851,25 @@ wait:
 	 * the anticipation changes that, has_work says there is nothing to do: blk-mq then
 	 * neither spins on dispatch nor re-runs the queue on a timer.
 	 */
-	WRITE_ONCE(fd->waiting, true);
 	if (unlikely(!fd->inflight[FIOS_READ] && !fd->inflight[FIOS_WRITE] && !fd->antic_task)) {
 		/*
-		 * Nothing can end this wait: no completion will come and no anticipation ends,
-		 * only an insert — none comes if what is queued holds every tag. Cannot happen
-		 * by the rules above; if it does, say so once and let the timer re-run the queue
-		 * rather than hang the device.
+		 * Nothing could end this wait: no completion will come and no anticipation ends,
+		 * only an insert — none comes if what is queued holds every tag. So it is not
+		 * one: the oldest queued request goes now, whatever the slices say, and the device
+		 * cannot stall by construction. The rules above never get here (the debt epoch
+		 * covers the case once seen); if they do, it is counted and said once.
 		 */
-		WARN_ON_ONCE(1);
-		fd->stats.rescues++;
-		hrtimer_start(&fd->timer, ns_to_ktime(now + NSEC_PER_MSEC), HRTIMER_MODE_ABS);
+		rq = fios_oldest(fd);
+		if (rq) {
+			WARN_ON_ONCE(1);
+			fd->stats.rescues++;
+			fios_stop_waiting(fd);
+			fios_remove_request(fd, rq);
+			fios_issue(fd, rq, now);
+			goto out;
+		}
 	}
+	WRITE_ONCE(fd->waiting, true);
 out:
 	spin_unlock_irqrestore(&fd->lock, flags);
 	return rq;
