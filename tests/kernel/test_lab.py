@@ -446,7 +446,7 @@ def _depth_runs_complete(result: LabResult) -> None:
     """The depth runs (a reader against writers that would hold every scheduler tag, with
     async_depth at 3/4 of nr_requests and at nr_requests; idle-class writers in debt) complete:
     reader and writers served, nothing left in flight, no wait that nothing could end (fios
-    would re-run the queue on a timer, count a rescue and warn)."""
+    would send the oldest queued request at once, count a rescue and warn)."""
     runs, found = result.summary["runs"], result.summary["depth"]
     nr_requests = int(runs["depth/default"]["nr_requests"])
     assert int(runs["depth/default"]["async_depth"]) == 3 * nr_requests // 4
