@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import json
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -227,6 +228,15 @@ def summarise(runs: list[Run]) -> list[dict[str, Any]]:
     return rows
 
 
+@contextlib.contextmanager
+def _removed(directory: Path) -> Iterator[None]:
+    """The working directory removed however the run ends (a stopped run left it behind)."""
+    try:
+        yield
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--aa", type=int, default=20, help="A/A canaries per application")
@@ -245,7 +255,7 @@ def main() -> None:
     runs: list[Run] = []
     base = Path(tempfile.mkdtemp(prefix="blkpilot-live-apps-"))
     makers = {"pgbench": postgres_app, "db_bench": rocksdb_app}
-    with cpu_hog(args.hog):
+    with cpu_hog(args.hog), _removed(base):
         for name in args.apps.split(","):
             (base / name).mkdir()
             with makers[name](base / name) as app:
