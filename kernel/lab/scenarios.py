@@ -1000,7 +1000,10 @@ SCENARIOS = {
     "flash-review-short": Scenario(
         ["bfq"],
         ["flashsim", "fios"],
-        _review(("fios-4r4w-think", "fios-1r-think1ms-4w", "fios-1r7w"), ("mq-deadline", "fios")),
+        _review(
+            ("fios-4r4w-think", "fios-1r-think1ms-4w", "fios-1r7w", PAUSE_WORKLOAD),
+            ("mq-deadline", "fios"),
+        ),
         lambda parsed: summarize_review(parsed, {}),
         calibrate=True,
         flash_params=FLASH_STRIPED,
