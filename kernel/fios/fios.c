@@ -609,11 +609,12 @@ static void fios_issue(struct fios_data *fd, struct request *rq, u64 now)
  * not think time: a gap longer than idling could ever pay for — a write's cost, beyond which
  * fios_idle_pays says no whatever the epoch (the slice before a write is measured) — is left
  * out of the mean. A reader that stops for 50 ms now and then is still a reader that comes
- * back within microseconds between its reads; averaged in, each pause (clamped at the slice,
- * as this was) raised its mean past what idling pays for, and in some boots it was never
- * waited for again (62 anticipations against 1,326 in another, issue 36). A task whose gaps
- * are that long FIOS_LONG_GAPS times running thinks too long to be waited for: its mean is
- * set to the bound. Under fd->lock.
+ * back within microseconds between its reads; averaged in (clamped at the slice, as this
+ * was), each pause lifts its mean past what idling pays for until a dozen reads bring it back
+ * (issue 36 saw a boot where such a reader was hardly waited for: 62 anticipations against
+ * 1,326 in another; not reproduced in five boots under either rule, lab_fios_pause.md). A
+ * task whose gaps are that long FIOS_LONG_GAPS times running thinks too long to be waited
+ * for: its mean is set to the bound. Under fd->lock.
  */
 static void fios_think(struct fios_data *fd, struct fios_task *task, u64 gap)
 {
@@ -934,12 +935,18 @@ static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *l
  *
  * blk-ioc keeps in ioc->icq_hint the io_cq the task last looked up; when that is this
  * queue's, it is taken without ioc_find_get_icq's queue_lock round trip (mq-deadline, which
- * tracks no tasks, has none). That is safe: the hint is read under rcu_read_lock and an io_cq
- * is freed only after an RCU grace period; it is used only if it is this queue's and has
- * neither exited nor been destroyed; and an io_cq of a live task's io_context is destroyed
- * only with the queue's elevator (the queue frozen: no request is being prepared) or with the
- * io_context (not while its task submits). A hint per task, unlike one per queue, holds when
- * tasks take turns at submitting.
+ * tracks no tasks, has none). That is safe without the queue_lock that ioc_lookup_icq asserts
+ * on 6.1, which only keeps an io_cq from being destroyed during the lookup. Memory: the hint is
+ * read under rcu_read_lock, and an io_cq is freed by call_rcu (icq_free_icq_rcu). Validity: it
+ * is used only if it is this queue's and has neither exited nor been destroyed, and none of
+ * the three paths that destroy or exit it can run meanwhile: ioc_clear_queue runs when the
+ * elevator goes, with the queue frozen — blk_mq_freeze_queue waits for q_usage_counter, which
+ * this submitter holds while its request is prepared; ioc_release_fn runs when the io_context's
+ * last reference goes — the submitter holds current->io_context's; ioc_exit_icqs runs when its
+ * last active user exits — the submitter is one, and is not exiting while it submits. The
+ * flags are still checked (READ_ONCE): a hint left from before a switch of elevators or a
+ * CLONE_IO sharer's exit is refused, never used. A hint per task, unlike one per queue, holds
+ * when tasks take turns at submitting.
  */
 static void fios_prepare_request(struct request *rq)
 {
