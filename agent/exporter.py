@@ -239,6 +239,16 @@ def agent_families(agent: Agent) -> Iterator[Family]:
         "Batches the service refused as invalid.",
         value=counts.spool_rejected,
     )
+    yield CounterMetricFamily(
+        "blkpilot_agent_spool_write_failures",
+        "Collections the spool could not write (a full or read-only disk): kept in memory.",
+        value=counts.spool_write_failures,
+    )
+    yield CounterMetricFamily(
+        "blkpilot_agent_windows_unspooled_dropped",
+        "Windows dropped from memory while the spool could not be written.",
+        value=counts.windows_unspooled_dropped,
+    )
     if view.last_push_ok is not None:
         yield GaugeMetricFamily(
             "blkpilot_agent_last_push_success_timestamp_seconds",

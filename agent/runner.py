@@ -41,6 +41,8 @@ from agent.state import NodeState, PausedPolicies
 from agent.telemetry import Collection, NodeWindow, windows
 
 log = logging.getLogger(__name__)
+# windows kept in memory while the spool cannot be written (16 devices at 10 s windows: 2 h)
+MAX_UNSPOOLED = 12_000
 RENEW_RETRY_S = 60.0
 
 
@@ -71,6 +73,8 @@ class Counters:
     token_renewals: int = 0
     applies: dict[str, int] = field(default_factory=lambda: {"applied": 0, "failed": 0})
     drift_reports: int = 0
+    spool_write_failures: int = 0
+    windows_unspooled_dropped: int = 0
 
 
 class Agent:
@@ -292,9 +296,22 @@ class Agent:
         )
 
     def _spool_pending(self) -> None:
+        """Collected windows to the spool. A write that fails (a full or read-only disk) does
+        not stop the agent: the windows wait in memory for the next collection's try — at most
+        MAX_UNSPOOLED of them, the oldest dropped beyond that and counted — and the failures
+        are counted (blkpilot_agent_spool_write_failures_total)."""
         while self._pending:
             chunk = self._pending[:MAX_WINDOWS_PER_BATCH]
-            self.spool.add(chunk)
+            try:
+                self.spool.add(chunk)
+            except OSError as error:
+                self.counters.spool_write_failures += 1
+                log.error("windows not spooled (kept in memory, tried again): %s", error)
+                excess = len(self._pending) - MAX_UNSPOOLED
+                if excess > 0:
+                    del self._pending[:excess]
+                    self.counters.windows_unspooled_dropped += excess
+                return
             del self._pending[:MAX_WINDOWS_PER_BATCH]
 
     def push(self) -> DrainResult | None:

@@ -8,14 +8,17 @@ the bounds are reached the oldest batches are dropped, and counted.
 
 Two kinds of file, named by a number that orders them: `N.json`, a sealed batch written whole
 (atomically), and `N.jsonl`, the batch collections append to — a header line with its batch
-id, then one window per line, each collection appended and fdatasync'd before `add` returns.
+id, then a line per collection (a JSON array of its windows), appended and fdatasync'd before
+`add` returns.
 Appending costs the agent one small write and one flush a collection, where rewriting the
 batch whole cost a temporary file, two fsyncs and a rename (14 % of the agent's CPU at 1 s
 windows, bench/results/agent_footprint.md). A crash while appending leaves at most a torn last
-line, which `load` leaves out: that collection's `add` never returned."""
+line, which `load` leaves out — the whole collection, whose `add` never returned; a failed
+write is cut back off and the batch sealed (`_append`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -104,8 +107,8 @@ class Spool:
         (OPEN_BATCH_WINDOWS), else in a new open batch. A push then sends one request per
         push interval where it sent one per collection: 16 devices, 10 s windows and 30 s
         pushes make one request of 48 windows, not three of 16 (issue 35). Each window is
-        serialised once, as one line of the batch's file."""
-        lines = b"".join(w.model_dump_json().encode() + b"\n" for w in windows)
+        serialised once; the collection is one line of the batch's file, all or nothing."""
+        lines = b"[" + b",".join(w.model_dump_json().encode() for w in windows) + b"]\n"
         opened = self._open
         if opened is None or len(opened.windows) + len(windows) > OPEN_BATCH_WINDOWS:
             self._seal()
@@ -113,6 +116,7 @@ class Spool:
             path = self._new_path(".jsonl")
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
             opened = self._open = _OpenBatch(path, batch_id, fd, [])
+            self._files[path] = 0  # pending from now on, whatever happens to the writes
             # the header and the first windows in one write: no file holds a header alone
             lines = json.dumps({"batch_id": str(batch_id)}).encode() + b"\n" + lines
             self._append(opened, lines)
@@ -127,10 +131,21 @@ class Spool:
         return self._written(opened.path, self._files.get(opened.path, 0) + len(lines), batch)
 
     def _append(self, opened: _OpenBatch, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(opened.fd, view) :]
-        os.fdatasync(opened.fd)
+        """Appended and flushed. If that fails (a full disk, say), what was written of it is
+        cut off again where that can be done, and the batch is sealed either way: the next
+        collection never follows a torn line (`load` leaves one out at the end of a file, but
+        would refuse the whole batch for one in its middle)."""
+        size = os.fstat(opened.fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(opened.fd, view) :]
+            os.fdatasync(opened.fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(opened.fd, size)
+            self._seal()
+            raise
 
     def close(self) -> None:
         """Done with: the open batch is sealed (its file stays, to be sent)."""
@@ -222,9 +237,12 @@ class Spool:
             raise ValueError(f"an open batch's header is not JSON: {error}") from error
         if not isinstance(header, dict) or not isinstance(header.get("batch_id"), str):
             raise ValueError("an open batch's header has no batch_id")
+        collections = [line for line in lines[1:] if line]
+        if any(not (line.startswith(b"[") and line.endswith(b"]")) for line in collections):
+            raise ValueError("an open batch's line is not a collection (a JSON array)")
         body = b'{"batch_id":%s,"windows":[%s]}' % (
             json.dumps(header["batch_id"]).encode(),
-            b",".join(line for line in lines[1:] if line),
+            b",".join(line[1:-1] for line in collections if line != b"[]"),
         )
         return TelemetryBatch.model_validate_json(body)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import time
 from collections.abc import Callable
@@ -425,3 +426,33 @@ def test_a_rollback_by_hand_pauses_the_policy_until_it_changes_or_is_resumed(
     agent.sync_policies()
     assert "[bfq]" in scheduler.read_text()
     scheduler.write_text("none")
+
+
+def test_a_spool_that_cannot_be_written_does_not_stop_the_agent(
+    loop_device: LoopFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk under the spool: collection goes on, the windows wait in memory and are
+    spooled once it can be written again — none lost, the failures counted and exported."""
+    device = loop_device()
+    config = AgentConfig(
+        devices=[device], interval_s=0.1, push_interval_s=100, metrics_port=0, power=NO_POWER
+    )
+    agent = Agent(config, None, tmp_path / "agent")  # offline: it collects and spools
+    agent.start()
+    writes = agent.spool.add
+
+    def full(windows: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(agent.spool, "add", full)
+    _drive(agent, 0.8)
+    assert agent.counters.windows_collected > 0
+    assert agent.counters.spool_write_failures > 0
+    assert agent.spool.pending() == []
+    exported = {s.name: s.value for f in AgentCollector(agent).collect() for s in f.samples}
+    assert exported["blkpilot_agent_spool_write_failures_total"] > 0
+    monkeypatch.setattr(agent.spool, "add", writes)
+    _drive(agent, 0.3)
+    spooled = sum(len(Spool.load(path).windows) for path in agent.spool.pending())
+    assert spooled == agent.counters.windows_collected  # none lost
+    assert agent.counters.windows_unspooled_dropped == 0

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt, TelemetryWindow
 from agent.errors import ServiceRejected, ServiceUnreachable
@@ -211,9 +215,9 @@ def test_an_open_batch_is_sealed_when_full_and_by_a_restart(tmp_path: Path) -> N
 
 
 def test_a_collection_is_appended_not_the_batch_rewritten(tmp_path: Path) -> None:
-    """The open batch's file grows by one line a window (the same file, not a new one renamed
-    over it each collection), and a crash in the middle of an append — a torn last line — costs
-    only the collection whose `add` never returned."""
+    """The open batch's file grows by one line a collection (the same file, not a new one
+    renamed over it each collection), and a crash in the middle of an append — a torn last
+    line — costs only the collection whose `add` never returned, whole."""
     spool = Spool(tmp_path)
     spool.add(_windows(16, 0))
     (path,) = spool.pending()
@@ -222,10 +226,11 @@ def test_a_collection_is_appended_not_the_batch_rewritten(tmp_path: Path) -> Non
     spool.add(_windows(16, 1))
     assert path.stat().st_ino == inode
     assert path.stat().st_size > size
-    assert len(path.read_bytes().splitlines()) == 1 + 32  # the header, a line a window
+    assert len(path.read_bytes().splitlines()) == 1 + 2  # the header, a line a collection
     assert spool.size_bytes() == path.stat().st_size
     with path.open("ab") as handle:  # a crash in the middle of the next collection's write
-        handle.write(_windows(1, 2)[0].model_dump_json().encode()[:100])
+        whole = b"[" + b",".join(w.model_dump_json().encode() for w in _windows(16, 2)) + b"]"
+        handle.write(whole[: len(whole) * 2 // 3])  # ten windows' worth, and a torn one
     restarted = Spool(tmp_path)
     service = Service()
     sent: list[TelemetryBatch] = []
@@ -249,3 +254,32 @@ def test_an_open_batch_without_its_header_is_set_aside(tmp_path: Path) -> None:
     assert (result.sent, result.rejected) == (1, 1)
     (reason,) = spool.rejected_dir.glob("*.reason")
     assert "header" in reason.read_text()
+
+
+def test_a_failed_append_seals_the_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that fails half-way (a full disk): what it wrote is cut off again and the batch
+    sealed, so the next collection goes to a batch of its own, and both are sent — the
+    collection whose `add` raised left out whole (the runner spools it again)."""
+    spool = Spool(tmp_path)
+    spool.add(_windows(16, 0))
+    real_write = os.write
+
+    def half_then_full(fd: int, data: bytes | memoryview) -> int:
+        real_write(fd, bytes(data)[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(OSError, match="No space"):
+        spool.add(_windows(16, 1))
+    monkeypatch.setattr(os, "write", real_write)
+    spool.add(_windows(16, 2))
+    assert len(spool.pending()) == 2
+    sent: list[TelemetryBatch] = []
+
+    def send(batch: TelemetryBatch) -> TelemetryBatchReceipt:
+        sent.append(batch)
+        return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=True, windows=1)
+
+    result = Spool(tmp_path).drain(send)  # as a restarted agent reads them
+    assert (result.sent, result.rejected) == (2, 0)
+    assert [len(b.windows) for b in sent] == [16, 16]
