@@ -245,7 +245,7 @@ def agent_families(agent: Agent) -> Iterator[Family]:
         value=counts.spool_write_failures,
     )
     yield CounterMetricFamily(
-        "blkpilot_agent_windows_unspooled_dropped",
+        "blkpilot_agent_spool_unwritten_windows_dropped",
         "Windows dropped from memory while the spool could not be written.",
         value=counts.windows_unspooled_dropped,
     )
