@@ -101,6 +101,10 @@ class ServiceClient:
     ) -> None:
         self.close()
 
+    def held_for(self) -> float:
+        """Seconds left of the hold-off the service last asked for (0: none)."""
+        return max(0.0, self._not_before - time.monotonic())
+
     def _request(self, method: str, path: str, body: BaseModel | None = None) -> Any:
         """One call. Over the rate limit (429) or while the service's database is away (503),
         the client waits out Retry-After and tries again
