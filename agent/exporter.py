@@ -7,7 +7,7 @@ import gzip
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry
@@ -20,6 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from agent.collectors.diskstats import DiskStats
 from agent.contract import __version__
@@ -320,25 +321,10 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _TYPES = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram", "unknown": "untyped"}
 _SUFFIXES = {"counter": "_total", "info": "_info"}
 _OPENMETRICS_ONLY = ("_created", "_gsum", "_gcount")  # written as gauges of their own
-_INF, _MINUS_INF = float("inf"), float("-inf")
 
 
-def _value(value: float) -> str:
-    """A sample's value as Go writes it (prometheus_client's floatToGoString, inlined for the
-    common case: most values are small numbers, written as repr writes them)."""
-    d = float(value)
-    if d == _INF:
-        return "+Inf"
-    if d == _MINUS_INF:
-        return "-Inf"
-    if d != d:
-        return "NaN"
-    s = repr(d)
-    dot = s.find(".")
-    if d > 0 and dot > 6:  # Go switches to exponents sooner than Python
-        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1 :]}".rstrip("0.")
-        return f"{mantissa}e+{dot - 1:02d}"
-    return s
+# a sample's value as Go writes it (prometheus_client's own function, which it leaves untyped)
+_value = cast(Callable[[float], str], floatToGoString)
 
 
 def _label(value: str) -> str:
