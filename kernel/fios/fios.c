@@ -610,9 +610,10 @@ static void fios_issue(struct fios_data *fd, struct request *rq, u64 now)
  * fios_idle_pays says no whatever the epoch (the slice before a write is measured) — is left
  * out of the mean. A reader that stops for 50 ms now and then is still a reader that comes
  * back within microseconds between its reads; averaged in (clamped at the slice, as this
- * was), each pause lifts its mean past what idling pays for until a dozen reads bring it back
- * (issue 36 saw a boot where such a reader was hardly waited for: 62 anticipations against
- * 1,326 in another; not reproduced in five boots under either rule, lab_fios_pause.md). A
+ * was), each pause lifts its mean past what idling pays for until, by the average's 1/8
+ * weight, about ten reads bring it back (issue 36 saw a boot where such a reader was hardly
+ * waited for: 62 anticipations against 1,326 in another; not reproduced in five boots under
+ * either rule, lab_fios_pause.md). A
  * task whose gaps are that long FIOS_LONG_GAPS times running thinks too long to be waited
  * for: its mean is set to the bound. Under fd->lock.
  */
