@@ -210,9 +210,16 @@ class LatencySource(StrEnum):
     DISKSTATS = "diskstats"  # /proc/diskstats: means only, never a percentile
 
 
-# (slot, count) pairs of a histogram in agent.contract.histograms' slot schemes
+# (slot, count) pairs of a histogram in agent.contract.histograms' slot schemes; strict, so
+# that no text can stand for a number in them ("12" was read as 12): the NUL walk passes
+# them by (OperationLatency._text_free_fields)
 Histogram = Annotated[
-    list[tuple[NonNegativeInt, Annotated[int, Field(gt=0, le=MAX_IOS_PER_WINDOW)]]],
+    list[
+        tuple[
+            Annotated[int, Field(ge=0, strict=True)],
+            Annotated[int, Field(gt=0, le=MAX_IOS_PER_WINDOW, strict=True)],
+        ]
+    ],
     Field(max_length=histograms.LATENCY_SLOTS),
 ]
 # how far an operation's eBPF count may be from diskstats' for the same window: the two are
@@ -235,6 +242,8 @@ class OperationLatency(WireModel):
     p95_us: Micros
     p99_us: Micros
     p999_us: Micros
+
+    _text_free_fields = frozenset({"device_ns", "queue_ns", "size_bytes"})
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

@@ -3,11 +3,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from agent.contract import histograms
 from agent.contract.tunables import QUEUE_LIMITS, SCHEDULER_TUNABLES, DeviceConfig, Scheduler
-from agent.contract.wire import TelemetryWindow, parse_kernel_version
-from tests.factories import telemetry_window
+from agent.contract.wire import OperationLatency, TelemetryWindow, parse_kernel_version
+from tests.factories import ebpf_window, telemetry_window
 
 
 class TestDeviceConfig:
@@ -62,6 +65,49 @@ class TestTelemetryWindow:
         end = (start + timedelta(hours=1, seconds=1)).isoformat()
         with pytest.raises(ValidationError, match="at most"):
             TelemetryWindow.model_validate(telemetry_window(end=end))
+
+    @pytest.mark.parametrize("text", ["12", "\x00", "1\x00"])
+    @pytest.mark.parametrize("histogram", ["device_ns", "size_bytes", "queue_ns"])
+    def test_a_histogram_holds_numbers_only(self, histogram: str, text: str) -> None:
+        """The NUL walk passes histograms by (their share of a window's values made it most
+        of the agent's CPU validating its own windows): safe only because no text, NUL or
+        not, is taken for a number in them."""
+        window = ebpf_window()
+        operation = window["operations"][0]
+        pairs = operation.get(histogram) or [(12, operation["count"])]
+        valid = dict(operation)
+        for pair in ((text, pairs[0][1]), (pairs[0][0], text)):
+            operation[histogram] = [pair, *pairs[1:]]
+            # alone (as the agent makes them): validation itself refuses the text
+            with pytest.raises(ValidationError, match="valid integer"):
+                OperationLatency.model_validate(operation)
+            # inside a window given as data, the window's own walk may see the NUL first
+            with pytest.raises(ValidationError, match=r"valid integer|NUL"):
+                TelemetryWindow.model_validate(window)
+        assert OperationLatency.model_validate(valid)
+
+    def test_nul_in_text_beside_the_histograms_is_still_refused(self) -> None:
+        window = ebpf_window(latency_note="read\x00")
+        with pytest.raises(ValidationError, match="NUL"):
+            TelemetryWindow.model_validate(window)
+
+
+@given(
+    st.dictionaries(
+        st.integers(0, histograms.LATENCY_SLOTS - 1),
+        st.integers(1, 10**12) | st.integers(1, 3),
+        max_size=60,
+    )
+)
+def test_percentiles_in_one_walk_are_each_quantile(counts: dict[int, int]) -> None:
+    """percentiles_us walks the slots once for all four; each must be exactly `quantile`'s."""
+    histogram = sorted(counts.items())
+    expected = {
+        name: value / 1000
+        for name, q in histograms.PERCENTILES.items()
+        if (value := histograms.quantile(histogram, q)) is not None
+    }
+    assert histograms.percentiles_us(histogram) == expected
 
 
 @pytest.mark.parametrize(
