@@ -9,7 +9,7 @@ from pathlib import Path
 
 from agent.config import AgentConfig
 from agent.contract.logs import configure as configure_logs
-from agent.exporter import registry_for, serve_metrics
+from agent.exporter import AgentCollector, serve_metrics
 from agent.runner import Agent
 from agent.state import NodeState
 
@@ -22,7 +22,7 @@ def run_until_signalled(
     agent = Agent(cfg, state, directory)
     server = None
     if cfg.metrics_port:
-        server = serve_metrics(cfg.metrics_address, cfg.metrics_port, registry_for(agent))
+        server = serve_metrics(cfg.metrics_address, cfg.metrics_port, AgentCollector(agent).parts)
         echo(f"metrics on http://{cfg.metrics_address}:{cfg.metrics_port}/metrics")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

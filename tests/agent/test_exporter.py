@@ -7,9 +7,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from agent.contract.histograms import LATENCY_SLOTS, latency_bounds
-from agent.exporter import BUCKET_NS, cumulative_buckets, exposition, serve_metrics
+from agent.exporter import (
+    BUCKET_NS,
+    LatencyHistogram,
+    cumulative_buckets,
+    exposition,
+    serve_metrics,
+)
 
 
 @given(st.dictionaries(st.integers(0, LATENCY_SLOTS - 1), st.integers(1, 10**12), max_size=60))
@@ -33,7 +40,7 @@ def test_the_metrics_server_answers_plain_and_gzip_alike() -> None:
     as before."""
     registry = CollectorRegistry(auto_describe=False)
     Gauge("blkpilot_test_value", "A value.", ["device"], registry=registry).labels("loop0").set(2)
-    server = serve_metrics("127.0.0.1", 0, registry)
+    server = serve_metrics("127.0.0.1", 0, registry.collect)
     try:
         url = f"http://127.0.0.1:{server.server_port}/metrics"
         plain = httpx.get(url, headers={"Accept-Encoding": "identity"}, timeout=5)
@@ -77,3 +84,33 @@ def test_the_exposition_is_prometheus_clients_byte_for_byte(
             counter.labels(label).inc(value)
             histogram.labels(label).observe(value)
     assert exposition(registry.collect()) == generate_latest(registry)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.tuples(LABEL_VALUES, LABEL_VALUES, st.sampled_from(["read", "write", 'o"p\\'])),
+            st.dictionaries(st.integers(0, LATENCY_SLOTS - 1), st.integers(1, 10**15), max_size=40),
+            st.floats(min_value=0, max_value=1e9) | st.integers(0, 10**12),
+        ),
+        max_size=6,
+        unique_by=lambda series: series[0],
+    )
+)
+def test_latency_histograms_written_directly_are_prometheus_clients_text(
+    series: list[tuple[tuple[str, str, str], dict[int, int], float]],
+) -> None:
+    """The scrape writes the latency histograms straight from their buckets: the same bytes
+    as prometheus_client writes for the same family (any label value, counts past Go's switch
+    to exponents, any sum)."""
+    direct = LatencyHistogram("blkpilot_test_latency_seconds", "Time per I/O.\nA \\ in it.")
+    for labels, counts, total in series:
+        direct.series.append((labels, cumulative_buckets(counts), total))
+    registry = CollectorRegistry(auto_describe=False)
+
+    class Family:
+        def collect(self) -> list[Metric]:
+            return [direct.family()]
+
+    registry.register(Family())
+    assert exposition([direct]) == generate_latest(registry)

@@ -193,7 +193,7 @@ def test_policies_are_applied_reported_and_drift_is_noticed(
 
     text = generate_latest(registry_for(agent)).decode()
     # what the agent's own server writes is what prometheus_client would have written
-    assert exposition(AgentCollector(agent).collect()).decode() == text
+    assert exposition(AgentCollector(agent).parts()).decode() == text
     samples = {
         (s.name, s.labels.get("device"), s.labels.get("scheduler")): s.value
         for family in text_string_to_metric_families(text)
