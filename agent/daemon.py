@@ -32,3 +32,4 @@ def run_until_signalled(
     finally:
         if server is not None:
             server.shutdown()
+            server.server_close()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import httpx
 import pytest
 from hypothesis import given
@@ -12,6 +16,8 @@ from prometheus_client.metrics_core import Metric
 from agent.contract.histograms import LATENCY_SLOTS, latency_bounds
 from agent.exporter import (
     BUCKET_NS,
+    METRICS_WORKERS,
+    REQUEST_TIMEOUT_S,
     LatencyHistogram,
     cumulative_buckets,
     exposition,
@@ -54,6 +60,34 @@ def test_the_metrics_server_answers_plain_and_gzip_alike() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_scrapes_are_answered_beside_clients_that_say_nothing() -> None:
+    """The server's few long-lived workers: connections that send nothing hold at most one
+    worker each (for REQUEST_TIMEOUT_S), scrapes at once beside them are all answered, and the
+    workers end with the server."""
+    registry = CollectorRegistry(auto_describe=False)
+    Gauge("blkpilot_test_value", "A value.", registry=registry).set(1)
+    server = serve_metrics("127.0.0.1", 0, registry.collect)
+    silent = [
+        socket.create_connection(("127.0.0.1", server.server_port))
+        for _ in range(METRICS_WORKERS - 1)
+    ]
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda _: httpx.get(url, timeout=30), range(16)))
+        assert [a.status_code for a in answers] == [200] * 16
+        assert all("blkpilot_test_value 1.0" in a.text for a in answers)
+    finally:
+        for connection in silent:
+            connection.close()
+        server.shutdown()
+        server.server_close()
+    workers = [t for t in threading.enumerate() if t.name.startswith("metrics-")]
+    for worker in workers:
+        worker.join(timeout=REQUEST_TIMEOUT_S + 5)
+    assert not any(w.is_alive() for w in workers)
 
 
 LABEL_VALUES = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
