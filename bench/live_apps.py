@@ -247,6 +247,11 @@ def main() -> None:
     )
     parser.add_argument("--hog", action="store_true", help="a CPU hog on core 0 throughout")
     parser.add_argument("--apps", default="pgbench,db_bench")
+    parser.add_argument(
+        "--candidate",
+        action="append",
+        help="only this candidate, by name (repeatable; default: each app's all)",
+    )
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     # stopped with SIGTERM (or from the background, where SIGINT is ignored): unwind, so that
@@ -260,6 +265,8 @@ def main() -> None:
             (base / name).mkdir()
             with makers[name](base / name) as app:
                 for candidate in app.candidates:
+                    if args.candidate and candidate.name not in args.candidate:
+                        continue
                     repeats = args.aa if candidate is NONE else args.regressions
                     for index in range(repeats):
                         effect = true_effect(
