@@ -300,6 +300,15 @@ def agent_families(agent: Agent) -> Iterator[Family]:
             "When the spool last drained completely.",
             value=view.last_push_ok,
         )
+    failures = CounterMetricFamily(
+        "blkpilot_agent_action_failures",
+        "Turns of the agent's loop (collect, push, policy, inventory) that raised: logged, and"
+        " tried again at the next turn while the others go on.",
+        labels=["action"],
+    )
+    for action, count in sorted(counts.action_failures.items()):
+        failures.add_metric([action], count)
+    yield failures
     applies = CounterMetricFamily(
         "blkpilot_agent_policy_applies", "Policy applications.", labels=["outcome"]
     )

@@ -9,6 +9,7 @@ import platform
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,6 +76,9 @@ class Counters:
     drift_reports: int = 0
     spool_write_failures: int = 0
     windows_unspooled_dropped: int = 0
+    # the loop's actions (collect, push, policy, inventory) that raised: each is tried again
+    # at its next turn, the others go on
+    action_failures: dict[str, int] = field(default_factory=dict)
 
 
 class Agent:
@@ -131,6 +135,7 @@ class Agent:
         self._wanted_schedulers: dict[str, tuple[int, str | None]] = {}
         self._paused: set[str] = set()  # devices whose policy is paused on this node
         self._paused_reported: dict[str, int] = {}  # and the version said to be paused
+        self._failing: dict[str, str] = {}  # action -> the error of its streak of failures
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -168,8 +173,29 @@ class Agent:
             if now >= self._due[name]:
                 # keep the cadence, but never try to catch up on missed ticks
                 self._due[name] = max(self._due[name] + intervals[name], now + intervals[name] / 2)
-                action()
+                self._isolated(name, action, intervals[name])
         return max(0.0, min(self._due.values()) - time.monotonic())
+
+    def _isolated(self, name: str, action: Callable[[], object], interval: float) -> None:
+        """One action of the loop: what it raises is counted and logged, and the others go on
+        (a policy that cannot be applied, a sysfs file that cannot be read, a bug) — the agent
+        dying for it would stop the telemetry of every device, and a supervisor restarting it
+        would meet the same error at the same step. The traceback is logged once per streak of
+        the same error, and the recovery said."""
+        try:
+            action()
+        except Exception as error:
+            count = self.counters.action_failures
+            count[name] = count.get(name, 0) + 1
+            said = f"{type(error).__name__}: {error}"
+            if self._failing.get(name) != said:
+                log.exception(
+                    "%s failed (tried again in %.0f s; the agent goes on)", name, interval
+                )
+                self._failing[name] = said
+            return
+        if self._failing.pop(name, None) is not None:
+            log.warning("%s works again", name)
 
     def run(self, stop: threading.Event) -> None:
         self.start()

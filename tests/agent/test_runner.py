@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import subprocess
 import time
 from collections.abc import Callable
@@ -456,3 +457,50 @@ def test_a_spool_that_cannot_be_written_does_not_stop_the_agent(
     spooled = sum(len(Spool.load(path).windows) for path in agent.spool.pending())
     assert spooled == agent.counters.windows_collected  # none lost
     assert agent.counters.windows_unspooled_dropped == 0
+
+
+def test_an_action_that_raises_does_not_stop_the_others(
+    loop_device: LoopFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A loop action that raises (here the inventory, as a sysfs file that cannot be read or a
+    bug would) is counted, exported and logged once per streak; collection goes on, and the
+    action is tried again at its next turn."""
+    device = loop_device()
+    config = AgentConfig(
+        devices=[device],
+        interval_s=0.1,
+        push_interval_s=100,
+        inventory_interval_s=0.1,
+        metrics_port=0,
+        power=NO_POWER,
+    )
+    agent = Agent(config, None, tmp_path / "agent")
+    agent.start()
+    works = agent.discover_and_report
+
+    def unreadable() -> None:
+        raise OSError(errno.EIO, "Input/output error", f"/sys/block/{device}/queue/scheduler")
+
+    monkeypatch.setattr(agent, "discover_and_report", unreadable)
+    collected = agent.counters.windows_collected
+    with caplog.at_level(logging.WARNING, logger="agent.runner"):
+        _drive(agent, 0.8)
+        failures = agent.counters.action_failures["inventory"]
+        assert failures >= 2
+        assert agent.counters.windows_collected > collected  # collection went on
+        logged = [r for r in caplog.records if "inventory failed" in r.getMessage()]
+        assert len(logged) == 1  # once for the streak, with its traceback
+        assert logged[0].exc_info is not None
+        exported = {
+            (s.name, s.labels.get("action")): s.value
+            for f in AgentCollector(agent).collect()
+            for s in f.samples
+        }
+        assert exported[("blkpilot_agent_action_failures_total", "inventory")] == failures
+        monkeypatch.setattr(agent, "discover_and_report", works)
+        _drive(agent, 0.3)
+    assert agent.counters.action_failures["inventory"] == failures  # it works again
+    assert any("inventory works again" in r.getMessage() for r in caplog.records)
