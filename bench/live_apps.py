@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import re
 import shutil
 import signal
@@ -94,18 +95,32 @@ def set_queue(device: str, values: dict[str, str]) -> None:
         (queue / attribute).write_text(value)
 
 
+class AppFailed(Exception):
+    """The application's own run ended in error (pgbench exit 2: a client aborted)."""
+
+
 def true_effect(app: App, candidate: Candidate, seconds: float, rounds: int) -> float:
     """The candidate's effect on the application's own metric: baseline and candidate in
     turn, `rounds` times each in A B B A order (a steady trend cancels), the median of each —
     this host's speed drifts by a third within a minute (db_bench: 36k and 76k I/Os per
-    second), and one A B A turn read an unchanged configuration as 35 % better."""
+    second), and one A B A turn read an unchanged configuration as 35 % better. An application
+    that fails under the candidate is infinitely worse (+inf; pgbench's clients aborted under
+    bfq with 100 ms idling, 2026-11-26); one that fails under the baseline measured nothing
+    (NaN): both said in the log, neither stops the run."""
     measured: dict[str, list[float]] = {"A": [], "B": []}
-    for turn in range(rounds):
-        order = (("A", NONE.sysfs), ("B", candidate.sysfs))
-        for arm, values in order if turn % 2 == 0 else order[::-1]:
-            set_queue(app.device.name, values)
-            measured[arm].append(app.measure(seconds))
-    set_queue(app.device.name, NONE.sysfs)
+    try:
+        for turn in range(rounds):
+            order = (("A", NONE.sysfs), ("B", candidate.sysfs))
+            for arm, values in order if turn % 2 == 0 else order[::-1]:
+                set_queue(app.device.name, values)
+                try:
+                    measured[arm].append(app.measure(seconds))
+                except AppFailed as error:
+                    under = "the candidate" if arm == "B" else "the baseline"
+                    log(f"{app.name} failed under {under}: {error}")
+                    return math.inf if arm == "B" else math.nan
+    finally:
+        set_queue(app.device.name, NONE.sysfs)
     return statistics.median(measured["B"]) / statistics.median(measured["A"]) - 1
 
 
@@ -145,13 +160,15 @@ def postgres_app(base: Path) -> Iterator[App]:
                            capture_output=True, check=True, timeout=600)  # fmt: skip
 
             def measure(seconds: float) -> float:
-                out = subprocess.run(
+                done = subprocess.run(
                     [_pg_bin("pgbench"), "-n", "-c", "4", "-j", "2", "-T", f"{seconds:.0f}",
                      database.uri],
-                    capture_output=True, text=True, timeout=seconds + 120, check=True,
-                ).stdout  # fmt: skip
-                found = re.search(r"latency average = ([\d.]+) ms", out)
-                assert found, out
+                    capture_output=True, text=True, timeout=seconds + 120, check=False,
+                )  # fmt: skip
+                if done.returncode != 0:
+                    raise AppFailed(f"pgbench exit {done.returncode}: {done.stderr[-300:]!r}")
+                found = re.search(r"latency average = ([\d.]+) ms", done.stdout)
+                assert found, done.stdout
                 return float(found.group(1))
 
             @contextlib.contextmanager
@@ -205,6 +222,8 @@ def summarise(runs: list[Run]) -> list[dict[str, Any]]:
     for key in sorted({(r.app, r.candidate) for r in runs}):
         chosen = [r for r in runs if (r.app, r.candidate) == key]
         verdicts = [r.verdict for r in chosen]
+        effects = [r.effect for r in chosen if not math.isnan(r.effect)]  # inf: the app failed
+        finite = [e for e in effects if math.isfinite(e)]
         rows.append(
             {
                 "app": key[0],
@@ -214,13 +233,14 @@ def summarise(runs: list[Run]) -> list[dict[str, Any]]:
                 "fail": verdicts.count("fail"),
                 "inconclusive": verdicts.count("inconclusive"),
                 "could_not_run": verdicts.count("could not run"),
-                "median_effect_%": round(100 * statistics.median(r.effect for r in chosen), 1),
+                "median_effect_%": round(100 * statistics.median(effects), 1) if effects else None,
                 # an A/A's true effect is zero by construction: what it measures is the
                 # noise of the application's own metric on this host, not a regression
                 "wrong_passes": None
                 if key[1] == NONE.name
                 else sum(r.verdict == "pass" and r.effect > TOLERANCE for r in chosen),
-                "effect_spread_%": round(100 * statistics.pstdev(r.effect for r in chosen), 1),
+                "effect_spread_%": round(100 * statistics.pstdev(finite), 1) if finite else None,
+                "application_failed": sum(r.effect == math.inf for r in chosen),
                 "median_seconds": round(statistics.median(r.seconds for r in chosen), 1),
                 "max_seconds": round(max(r.seconds for r in chosen), 1),
             }
