@@ -143,8 +143,8 @@ class InputModel(BaseModel):
 
     # fields whose type admits no text at all — strict numbers, and lists and tuples of them,
     # so a string there is refused by validation itself: the NUL walk passes them by. Named
-    # by the message that has them (a telemetry window's histograms are ~90 % of its values:
-    # walking them was 60 % of the agent's time validating its own windows)
+    # by the message that has them (a telemetry window's histograms are most of its values:
+    # passing them by took the agent's validation of its own window from 190 to 136 µs)
     _text_free_fields: ClassVar[frozenset[str]] = frozenset()
 
     @model_validator(mode="before")
