@@ -10,7 +10,7 @@ VENV := $(CURDIR)/.venv
 # prometheus: for promtool (its daemon is not started); chromium: the dashboard's browser tests;
 # clang and libbpf-dev build the agent's eBPF object, libbpf1 loads it; prometheus-postgres-exporter:
 # the live canary's application SLI, read from a real exporter in front of pgbench's database
-DEBIAN_PACKAGES := python3 python3-venv ca-certificates git util-linux e2fsprogs fio rocksdb-tools systemd qemu-system-x86 busybox-static cpio prometheus chromium clang libbpf-dev libbpf1 prometheus-postgres-exporter
+DEBIAN_PACKAGES := python3 python3-venv ca-certificates git util-linux e2fsprogs fio rocksdb-tools systemd qemu-system-x86 busybox-static cpio prometheus chromium clang libbpf-dev libbpf1 prometheus-postgres-exporter sparse perl
 
 export PATH := $(TOOLS)/bin:$(VENV)/bin:$(PATH)
 # Use the machine's Python; never download one.

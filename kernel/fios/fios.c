@@ -109,9 +109,11 @@
 enum { FIOS_READ = 0, FIOS_WRITE = 1 };
 
 /* why queued work waits (fd->wait_why), so that a completion re-runs the queue only if it
- * can let something go */
+ * can let something go
+ */
 #define FIOS_WAIT_ANY 0x1    /* any completion (the device was full, or a task with slice
-			      * left has requests on it and keeps the epoch) */
+			      * left has requests on it and keeps the epoch)
+			      */
 #define FIOS_WAIT_READS 0x2  /* writes held while reads are on the device: the last read's */
 #define FIOS_WAIT_WRITES 0x4 /* writes held at write_depth: a write's */
 #define FIOS_WAIT_ANTIC 0x8  /* an anticipation: its end runs the queue, not a completion */
@@ -121,25 +123,30 @@ struct fios_task {
 	struct list_head active_node;	/* on fd->active while it has queued requests */
 	struct list_head busy_node;	/* on fd->busy from its first request on the device until
 					 * fios_slice_holder_busy finds it with none (or it exits):
-					 * not taken off and put back on at every request */
+					 * not taken off and put back on at every request
+					 */
 	unsigned int queued[2];
 	unsigned int inflight;
 	u64 epoch;			/* the epoch `remaining_ns` belongs to */
 	s64 remaining_ns;
 	u64 service_ns;			/* the anticipation's T_service: EWMA of issue-to-completion
-					 * time */
+					 * time
+					 */
 	unsigned int weight;		/* from the I/O priority (default 4) */
 	unsigned int cg_weight;		/* its cgroup's io.fios.weight (default 100): its slice
-					 * is timeslice * weight/4 * cg_weight/100 */
+					 * is timeslice * weight/4 * cg_weight/100
+					 */
 	u64 last_done_ns;		/* when its last request on the device completed */
 	u64 think_ns;			/* EWMA of the gap from there to its next request,
-					 * pauses left out (fios_think) */
+					 * pauses left out (fios_think)
+					 */
 	unsigned int long_gaps;		/* pauses in a row, for fios_think */
 	pid_t pid;			/* its process id (debugfs, traces) */
 	bool exited;			/* io_cq exited: never anticipate for it again */
 	atomic_t refs;			/* its requests from prepare to finish, and one for the
 					 * reference on its io_context it holds from its first
-					 * request until its io_cq exits (see fios_prepare_request) */
+					 * request until its io_cq exits (see fios_prepare_request)
+					 */
 };
 
 struct fios_icq {
@@ -158,17 +165,19 @@ struct fios_stats {
 	u64 kicks;		/* queue re-runs by a completion or a requeue (kblockd work) */
 	u64 timer_early;	/* the anticipation timer ran before the deadline it was set for */
 	u64 debt_epochs;	/* second epochs started at once: every queued task owed more than
-				 * a slice */
+				 * a slice
+				 */
 	u64 rescues;		/* waits nothing could have ended (a bug): the oldest went */
 };
 
 struct fios_data {
-	spinlock_t lock;
+	spinlock_t lock;		/* everything below but the tunables; irqs off */
 	struct request_queue *q;
 	struct list_head dispatch;	/* requeued / at-head requests: issued first */
 	struct list_head active;	/* tasks with queued requests */
 	struct list_head busy;		/* tasks with requests on the device (and some without:
-					 * see fios_task.busy_node) */
+					 * see fios_task.busy_node)
+					 */
 	struct fios_task unowned;	/* requests without an io_context */
 	unsigned int queued[2];
 	unsigned int inflight[2];
@@ -176,11 +185,13 @@ struct fios_data {
 	u64 epoch_start_ns;
 	u64 epoch_ns;			/* EWMA of an epoch's length (weigh_idle) */
 	u64 write_cost_ns;		/* EWMA of a write's cost (weigh_idle) */
-	u64 epoch_floor_ns;		/* least slice left (>= 0) of a task charged this epoch, in a
-					 * default-weight task's ns: what a newcomer gets, scaled by
-					 * its weight */
+	u64 epoch_floor_ns;		/* least slice left (>= 0) of a task charged this epoch,
+					 * in a default-weight task's ns: what a newcomer gets,
+					 * scaled by its weight
+					 */
 	bool waiting;			/* queued work may not go yet: has_work says no until an
-					 * insert, a completion or the anticipation's end */
+					 * insert, a completion or the anticipation's end
+					 */
 	unsigned int wait_why;		/* FIOS_WAIT_*: which completions can end the wait */
 
 	/* anticipation */
@@ -203,9 +214,12 @@ struct fios_data {
 	unsigned int alpha_permille;
 	bool read_preference;
 	unsigned int max_depth;
-	unsigned int write_depth;	/* writes on the device while a reader is due back (0: off) */
-	bool weigh_idle;		/* anticipate a read only when idling costs its task less than
-					 * waiting behind a write would (see fios_idle_pays) */
+	unsigned int write_depth;	/* writes on the device while a reader is due back
+					 * (0: off)
+					 */
+	bool weigh_idle;		/* anticipate a read only when idling costs its task less
+					 * than waiting behind a write would (see fios_idle_pays)
+					 */
 	unsigned int async_depth;	/* tags async requests and writes may take */
 	bool async_depth_set;		/* written by hand: kept when nr_requests changes */
 	unsigned int word_shift;	/* the sched tags' bitmap word: 1 << word_shift tags */
@@ -321,7 +335,8 @@ static struct blkcg_policy fios_blkcg_policy;
 
 /* cgroups whose io.fios.weight is not the default: while there are none, a request does not
  * look its cgroup up (every weight is the default) — the fast path pays nothing for cgroups
- * nobody weighed */
+ * nobody weighed
+ */
 static atomic_t fios_cg_weighted = ATOMIC_INIT(0);
 
 static struct fios_cgd *cpd_to_fios(struct blkcg_policy_data *cpd)
@@ -483,7 +498,8 @@ static void fios_new_epoch(struct fios_data *fd, u64 now)
 }
 
 /* No charge is more than a timeslice: one huge request (a discard) costs its task one epoch.
- * Returns the slice the task has left. */
+ * Returns the slice the task has left.
+ */
 static s64 fios_charge(struct fios_data *fd, struct fios_task *task, u64 cost)
 {
 	s64 slice = fios_slice(fd, task);
@@ -520,7 +536,8 @@ static inline bool fios_owns_fields(struct request *rq)
 }
 
 /* The eligible task with the most slice left that has a queued request of `dir`
- * (-1: either). */
+ * (-1: either).
+ */
 static struct fios_task *fios_pick_task(struct fios_data *fd, int dir)
 {
 	struct fios_task *task, *best = NULL;
@@ -684,7 +701,8 @@ static bool fios_anticipate(struct fios_data *fd, int which, u64 now)
 }
 
 /* Does a task with slice left have a request on the device? It will likely issue again
- * (and be anticipated at its completion if the epoch would otherwise end). */
+ * (and be anticipated at its completion if the epoch would otherwise end).
+ */
 static bool fios_slice_holder_busy(struct fios_data *fd)
 {
 	struct fios_task *task, *next;
@@ -977,7 +995,8 @@ static void fios_prepare_request(struct request *rq)
 		return;
 	}
 	/* the task's first request keeps the reference as the task's (refs: it and this
-	 * request); a later one drops it — never the last, the submitter holds its own */
+	 * request); a later one drops it — never the last, the submitter holds its own
+	 */
 	task = icq_to_task(icq);
 	if (atomic_cmpxchg(&task->refs, 0, 2) != 0) {
 		atomic_inc(&task->refs);
@@ -986,13 +1005,15 @@ static void fios_prepare_request(struct request *rq)
 	/* the process id, for debugfs and traces: set here, where the io_cq is found the slow
 	 * way (its first request, or after the submitter used another queue), not on every
 	 * request — an io_context is one process's (CLONE_IO sharers show as the one that
-	 * found it) */
+	 * found it)
+	 */
 	WRITE_ONCE(task->pid, task_tgid_nr(current));
 found:
 	rq->elv.icq = icq;
 	/* the submitter's I/O priority and cgroup weight now (ioprio_set or a move to another
 	 * cgroup may change them at any time); written only when they change, so that the
-	 * task's line is not dirtied on every request */
+	 * task's line is not dirtied on every request
+	 */
 	weight = fios_weight(get_current_ioprio());
 	cg_weight = fios_cgroup_weight();
 	if (unlikely(READ_ONCE(task->weight) != weight))
@@ -1086,7 +1107,8 @@ static void fios_completed(struct request *rq)
 }
 
 /* The request left the device without completing: it is no longer in flight, and what it
- * was charged at issue is refunded (it will be charged when issued again). */
+ * was charged at issue is refunded (it will be charged when issued again).
+ */
 static void fios_requeue_request(struct request *rq)
 {
 	struct fios_data *fd = rq->q->elevator->elevator_data;
@@ -1112,7 +1134,8 @@ static void fios_requeue_request(struct request *rq)
 	}
 	rq->elv.priv[1] = (void *)(rqflags & ~(FIOS_RQ_INFLIGHT | FIOS_RQ_CHARGED));
 	/* what waited for it (the last read out, say) would otherwise wait for a completion
-	 * that never comes */
+	 * that never comes
+	 */
 	kick = fd->waiting;
 	if (kick) {
 		fios_stop_waiting(fd);
@@ -1155,7 +1178,8 @@ static enum hrtimer_restart fios_anticipation_timer(struct hrtimer *timer)
 		fios_end_anticipation(fd, now, false);
 	if (fd->antic_task && hrtimer_is_queued(timer)) {
 		/* re-armed for a newer anticipation while this ran (hrtimer_start is only called
-		 * under fd->lock): that one's expiry stands */
+		 * under fd->lock): that one's expiry stands
+		 */
 	} else if (fd->antic_task) {
 		/*
 		 * Not due by this CPU's clock (another CPU set the deadline; under SMP the clocks
@@ -1189,7 +1213,8 @@ static void fios_limit_depth(blk_opf_t opf, struct blk_mq_alloc_data *data)
 }
 
 /* sbitmap applies a shallow depth to each word of the tag bitmap, not to the whole: scale
- * async_depth (of nr_requests tags) to a word, as bfq does. Under fd->lock. */
+ * async_depth (of nr_requests tags) to a word, as bfq does. Under fd->lock.
+ */
 static void fios_update_shallow(struct fios_data *fd)
 {
 	unsigned long word = 1UL << fd->word_shift;
@@ -1202,7 +1227,8 @@ static void fios_update_shallow(struct fios_data *fd)
 
 /* nr_requests changed (and at init): a default async depth follows it, a set one is clamped.
  * The tags' wake batch is sized for the smallest shallow depth there can be (1), so that no
- * async_depth written later can leave a waiter without a wake-up. */
+ * async_depth written later can leave a waiter without a wake-up.
+ */
 static void fios_depth_updated(struct blk_mq_hw_ctx *hctx)
 {
 	struct request_queue *q = hctx->queue;
@@ -1461,8 +1487,8 @@ static ssize_t fios_stats_show(struct elevator_queue *e, char *page)
 			  "rescues %llu\ncost_model %s\n",
 			  epoch, s.epochs, s.dispatched[FIOS_READ], s.dispatched[FIOS_WRITE],
 			  s.anticipations, s.anticipation_hits, s.anticipation_idle_ns,
-			  s.writes_held, s.refunds, s.timer_early, s.kicks, s.debt_epochs, s.rescues,
-			  model);
+			  s.writes_held, s.refunds, s.timer_early, s.kicks, s.debt_epochs,
+			  s.rescues, model);
 }
 
 #define FIOS_RW(name) __ATTR(name, 0644, fios_##name##_show, fios_##name##_store)
@@ -1493,7 +1519,8 @@ static s64 fios_ns_until(u64 deadline, u64 now)
 
 /* The queue's io_cqs (one per io_context that submitted here and has not been released)
  * and how many of them hold a reference on their io_context (see fios_prepare_request): once
- * the tasks that used the device have exited, both fall to zero, or a reference leaked. */
+ * the tasks that used the device have exited, both fall to zero, or a reference leaked.
+ */
 static void fios_show_icqs(struct request_queue *q, struct seq_file *m)
 {
 	unsigned int icqs = 0, pinned = 0;
@@ -1543,8 +1570,7 @@ static void fios_task_show(struct fios_data *fd, struct seq_file *m, struct fios
 			   const char *who)
 {
 	seq_printf(m,
-		   "%s %d weight %u cg_weight %u left_ns %lld queued %u %u inflight %u service_ns %llu"
-		   " think_ns %llu%s\n",
+		   "%s %d weight %u cg_weight %u left_ns %lld queued %u %u inflight %u service_ns %llu think_ns %llu%s\n",
 		   who, task->pid, task->weight, task->cg_weight, fios_remaining(fd, task),
 		   task->queued[FIOS_READ], task->queued[FIOS_WRITE], task->inflight,
 		   task->service_ns, task->think_ns, task->exited ? " exited" : "");

@@ -83,14 +83,14 @@ struct flashsim_cmd {
 };
 
 struct flashsim_pollq {
-	spinlock_t lock;
+	spinlock_t lock;	/* pending */
 	struct list_head pending;
 };
 
 struct flashsim {
 	u8 *data;
 	sector_t sectors;
-	spinlock_t units_lock;
+	spinlock_t units_lock;	/* busy_until */
 	u64 busy_until[FLASHSIM_MAX_UNITS];
 	struct flashsim_pollq *pollqs;
 	struct blk_mq_tag_set tag_set;

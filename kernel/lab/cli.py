@@ -61,3 +61,32 @@ def run_scenario(
             fg=typer.colors.RED,
         )
         raise typer.Exit(code=1)
+
+
+@app.command("check")
+def check_modules(
+    build_dir: Annotated[
+        Path, typer.Option(help="Where the modules are built (a scratch directory).")
+    ] = DEFAULT_STATE / "check",
+) -> None:
+    """Our kernel modules as a reviewer reads them: each built against the lab kernel's
+    headers with sparse checking every source (a warning fails), then `checkpatch.pl --strict`
+    over every source. Exits 1 with the findings, 0 when both are clean."""
+    from kernel.lab import build, packages
+
+    trio = packages.select_trio()
+    root = packages.fetch(trio, with_build=True)
+    problems = []
+    for name in build.MODULES:
+        try:
+            build.build_module(name, root, trio, build_dir)
+        except build.BuildError as error:
+            problems.append(str(error))
+    problems += build.checkpatch_findings(
+        build.checkpatch_script(root), [p for m in build.MODULES for p in build.module_sources(m)]
+    )
+    for problem in problems:
+        typer.echo(problem)
+    if problems:
+        raise typer.Exit(code=1)
+    typer.echo(f"{', '.join(build.MODULES)}: sparse and checkpatch --strict clean")
