@@ -18,7 +18,7 @@ from agent.applier import Applier
 from agent.bench.energy import EnergyMeter
 from agent.bench.report import canary_observations
 from agent.bench.target import device_target
-from agent.canary import CanaryResult, run_canary
+from agent.canary import CanaryResult, describe, run_canary
 from agent.collectors.blklat import DEFAULT_OBJECT, BlkLatCollector
 from agent.config import AgentConfig
 from agent.contract.tunables import DeviceConfig
@@ -44,6 +44,34 @@ class CanaryRun:
         found = self.result.statistics()
         if self.live is not None:
             found.update(live_statistics(self.live))
+        return found
+
+    def evidence(self, device: str, candidate: DeviceConfig) -> dict[str, Any]:
+        """What the judge saw, to audit the verdict or judge it again: each metric's samples
+        per arm in the order taken (one a pair, or a round), the looks planned (after how
+        many) and taken, and live each pair's I/O rates and the pairs set aside."""
+        result = self.result
+        found: dict[str, Any] = {
+            "device": device,
+            "candidate": candidate.model_dump(mode="json", exclude_none=True),
+            "mode": "synthetic" if self.live is None else "live",
+            "verdict": result.verdict.value,
+            "alpha": result.alpha,
+            "looks_planned": result.budget.looks() if result.budget else [result.rounds],
+            "looks_taken": result.looks,
+            "samples": result.samples,
+            "per_metric": describe(result),
+            "notes": result.notes,
+        }
+        if self.live is not None:
+            found |= {
+                "rates": self.live.rates,
+                "rules": self.live.rules,
+                "fail_only": self.live.fail_only,
+                "pairs_set_aside": self.live.pairs_set_aside,
+                "set_aside_because": self.live.reasons,
+                "guard_tripped": self.live.guard_tripped,
+            }
         return found
 
 

@@ -49,7 +49,8 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from agent.app_sli import SliReader, SliSnapshot, SliUnavailable
 from agent.applier import Applier
@@ -92,6 +93,12 @@ class LiveReport:
     traffic_seconds: float = 0.0
     ios: dict[str, int] = field(default_factory=lambda: {"A": 0, "B": 0})
     mix: dict[str, float] = field(default_factory=dict)  # pooled, "read/4096" -> share
+    # each judged pair's I/O rate per arm (I/Os per second): the load the judge adjusts for
+    rates: dict[str, list[float]] = field(default_factory=lambda: {"A": [], "B": []})
+    # what it was judged by: each rule (metric, direction, tolerance), and those that can
+    # only fail it
+    rules: list[dict[str, Any]] = field(default_factory=list)
+    fail_only: list[str] = field(default_factory=list)
 
 
 def run_live_canary(
@@ -132,7 +139,9 @@ class _LiveCanary:
         self.rng = random.Random(settings.seed)  # noqa: S311 (an experiment's order)
         self.baseline_scheduler = applier.read(device, "scheduler")
         self.baseline = applier.current(device) if applier.read(device, "io_poll") != "1" else None
-        self.report = LiveReport()
+        self.report = LiveReport(
+            rules=[asdict(r) for r in settings.judged()], fail_only=sorted(settings.fail_only())
+        )
         self.arm = "A"  # "?" while switching: a signal then leaves it unknown
         self.baseline_txid: str | None = None  # the applied change the canary began from
         self.length_s = settings.interval_s
@@ -147,7 +156,7 @@ class _LiveCanary:
         # baseline that saw the same traffic (4 KiB reads may have become 64 KiB ones)
         self.since_strike: list[histograms.Sparse] = []
         self.samples: dict[str, dict[str, list[float]]] = {"A": {}, "B": {}}
-        self.rates: dict[str, list[float]] = {"A": [], "B": []}  # each pair's I/O rates
+        self.rates = self.report.rates  # each pair's I/O rates
         self.used: list[Interval] = []
         self.budget = Budget.of(settings.pairs, settings.max_pairs)
         self.every = Every(15.0)  # how often a look that takes minutes says where it is

@@ -9,6 +9,7 @@ import random
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from agent.collectors.blklat import LatencySnapshot
 from agent.contract import histograms
@@ -238,6 +239,26 @@ def judge(
     if any(s.verdict is CanaryVerdict.FAIL for s in found if s.metric in fail_only):
         return CanaryVerdict.FAIL, found
     return overall([s for s in found if s.metric not in fail_only]), found
+
+
+def judge_evidence(
+    evidence: Mapping[str, Any], pairs: int | None = None
+) -> tuple[CanaryVerdict, list[MetricStatistics]]:
+    """The verdict this judge gives on a live canary's evidence (`agent canary --evidence`:
+    its samples, each pair's I/O rates, the rules and the looks planned) on its first `pairs`
+    pairs — all of them by default, which is the look the canary stopped at: an audit of the
+    verdict, or what a look at fewer pairs would have said."""
+    n = len(evidence["rates"]["A"]) if pairs is None else pairs
+    samples = {arm: {m: v[:n] for m, v in evidence["samples"][arm].items()} for arm in "AB"}
+    rates = {arm: list(evidence["rates"][arm][:n]) for arm in "AB"}
+    rules = tuple(MetricRule(**r) for r in evidence["rules"])
+    return judge(
+        samples,
+        rules,
+        evidence["alpha"] / len(evidence["looks_planned"]),
+        load=rates,
+        fail_only=frozenset(evidence["fail_only"]),
+    )
 
 
 # fewer pairs than this, or a spread of load smaller than this (log of the rates' ratio, at the

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import json
 import math
 import re
@@ -38,6 +39,7 @@ from kernel.lab.devices import TMPFS, DataDevice, data_device
 from tests.apps import _pg_bin, pgbench, postgres_exporter, postgres_on, rocksdb_on
 
 BLKPILOT = str(Path(sys.executable).parent / "blkpilot")
+EVIDENCE = Path(__file__).resolve().parent / "results" / "live_apps_evidence"
 TOLERANCE = 0.10  # the application metric this much worse is a regression a pass must not hide
 VERDICTS = {0: "pass", 1: "fail", 3: "inconclusive", 4: "could not run"}
 
@@ -76,6 +78,7 @@ class Run:
     seconds: float
     effect: float  # relative change of the application's metric (positive: worse)
     notes: str = ""
+    evidence: Any = field(default=None, repr=False)  # the canary's --evidence
 
 
 @dataclass
@@ -124,12 +127,17 @@ def true_effect(app: App, candidate: Candidate, seconds: float, rounds: int) -> 
     return statistics.median(measured["B"]) / statistics.median(measured["A"]) - 1
 
 
-def canary(app: App, candidate: Candidate, state: Path) -> tuple[str, float, str]:
+def canary(app: App, candidate: Candidate, state: Path) -> tuple[str, float, str, Any]:
+    """The verdict, the seconds to it, what it said, and its evidence (`--evidence`: what
+    the judge saw, to judge again) where it wrote one."""
     started = time.monotonic()
+    evidence = state / "evidence.json"
+    evidence.unlink(missing_ok=True)
     with app.traffic():
         done = subprocess.run(
             [BLKPILOT, "agent", "canary", app.device.name, "--mode", "live", *candidate.args,
-             *app.canary_args, "--no-report", "--state-dir", str(state)],
+             *app.canary_args, "--no-report", "--state-dir", str(state),
+             "--evidence", str(evidence)],
             capture_output=True, text=True, timeout=1800, check=False,
         )  # fmt: skip
     seconds = time.monotonic() - started
@@ -145,7 +153,17 @@ def canary(app: App, candidate: Candidate, state: Path) -> tuple[str, float, str
     notes = "; ".join(shifts) + ("; " if shifts and notes else "") + notes
     if verdict.startswith("exit") or verdict == "could not run":
         notes += done.stderr[-300:]
-    return verdict, seconds, notes
+    return verdict, seconds, notes, json.loads(evidence.read_text()) if evidence.exists() else None
+
+
+def save_evidence(path: Path, runs: list[Run]) -> None:
+    """Every run's verdict with its canary's evidence, gzipped: a judge can be tried again on
+    exactly these canaries (bench.rejudge)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [{k: v for k, v in r.__dict__.items()} for r in runs]
+    with gzip.open(path.with_suffix(".tmp"), "wt") as out:
+        json.dump(rows, out)
+    path.with_suffix(".tmp").replace(path)
 
 
 # --- the applications -----------------------------------------------------------------------
@@ -280,6 +298,10 @@ def main() -> None:
     runs: list[Run] = []
     base = Path(tempfile.mkdtemp(prefix="blkpilot-live-apps-"))
     makers = {"pgbench": postgres_app, "db_bench": rocksdb_app}
+    stamp = time.strftime("%Y%m%dT%H%MZ", time.gmtime())
+    evidence_file = (
+        EVIDENCE / f"{stamp}-{args.apps.replace(',', '+')}-{'hog' if args.hog else 'quiet'}.json.gz"
+    )
     with cpu_hog(args.hog), _removed(base):
         for name in args.apps.split(","):
             (base / name).mkdir()
@@ -292,8 +314,14 @@ def main() -> None:
                         effect = true_effect(
                             app, candidate, args.effect_seconds, args.effect_rounds
                         )
-                        verdict, seconds, notes = canary(app, candidate, base / name / "agent")
-                        runs.append(Run(app.name, candidate.name, verdict, seconds, effect, notes))
+                        verdict, seconds, notes, evidence = canary(
+                            app, candidate, base / name / "agent"
+                        )
+                        runs.append(
+                            Run(app.name, candidate.name, verdict, seconds, effect, notes, evidence)
+                        )
+                        if not args.no_record:
+                            save_evidence(evidence_file, runs)
                         log(
                             f"{app.name} {candidate.name} #{index + 1}: {verdict} in"
                             f" {seconds:.0f} s; true effect {100 * effect:+.1f} % ({app.metric})"
@@ -304,7 +332,8 @@ def main() -> None:
         **provenance(__file__),
         "hog": args.hog,
         "summary": rows,
-        "runs": [r.__dict__ for r in runs],
+        "runs": [{k: v for k, v in r.__dict__.items() if k != "evidence"} for r in runs],
+        "evidence": str(evidence_file.relative_to(EVIDENCE.parent.parent.parent)),
     }
     print(json.dumps(rows, indent=2))
     if not args.no_record:

@@ -348,6 +348,14 @@ def canary(
         Path | None, typer.Option(help="Live: the SLI as JSON (agent.contract.sli.AppSli).")
     ] = None,
     report: Annotated[bool, typer.Option(help="Send the verdict to the service.")] = True,
+    evidence: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write what was judged to this file (JSON): each metric's samples per arm in"
+            " order (a pair's or a round's), live each pair's I/O rates, and the looks — to"
+            " audit a verdict or judge it again."
+        ),
+    ] = None,
     config: ConfigFile = None,
 ) -> None:
     """Candidate against the current configuration, interleaved; keep it only on pass.
@@ -401,6 +409,8 @@ def canary(
         typer.secho(f"could not run: {error}", err=True, fg=typer.colors.RED)
         raise typer.Exit(code=CANARY_COULD_NOT_RUN) from error
     result = run.result
+    if evidence is not None:
+        write_json_atomic(evidence, run.evidence(device, candidate))
     for row in describe(result):
         typer.echo(json.dumps(row))
     for note in result.notes:

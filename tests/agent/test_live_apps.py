@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.live_judge import judge_evidence
 from kernel.lab.devices import TMPFS, DataDevice, data_device
 from tests.apps import RocksDb, rocksdb_on
 from tests.proc import BLKPILOT
@@ -60,7 +61,8 @@ def test_db_bench_a_to_a_is_not_failed_and_bfq_is_not_passed(
         with database.traffic():
             done = subprocess.run(
                 [BLKPILOT, "agent", "canary", device.name, "--mode", "live", "--scheduler",
-                 candidate, "--no-report", "--state-dir", str(tmp_path / f"agent-{attempt}")],
+                 candidate, "--no-report", "--state-dir", str(tmp_path / f"agent-{attempt}"),
+                 "--evidence", str(tmp_path / "evidence.json")],
                 capture_output=True, text=True, timeout=600, check=False,
             )  # fmt: skip
         if VERDICTS.get(done.returncode) != "fail":
@@ -72,7 +74,20 @@ def test_db_bench_a_to_a_is_not_failed_and_bfq_is_not_passed(
     assert f"[{candidate if verdict == 'pass' else 'none'}]" in kept, (verdict, kept)
     assert verdict in allowed, done.stdout + done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert {r["metric"] for r in rows} >= {"lat_p50_us", "lat_p99_us"}, done.stdout
+    evidence = json.loads((tmp_path / "evidence.json").read_text())
+    assert evidence["verdict"] == verdict
+    assert evidence["per_metric"] == rows
+    if not evidence["guard_tripped"]:
+        assert {r["metric"] for r in rows} >= {"lat_p50_us", "lat_p99_us"}, done.stdout
+        # what it wrote is all the verdict rested on: judged again from the file, the same
+        pairs = len(evidence["rates"]["A"])
+        assert pairs == len(evidence["samples"]["B"]["lat_p99_us"]) >= 3
+        assert pairs in evidence["looks_planned"]
+        again, statistics = judge_evidence(evidence)
+        assert again.value == verdict
+        assert [round(100 * s.relative_shift, 2) for s in statistics] == [
+            r["shift_%"] for r in rows
+        ]
     # while it runs, it says on stderr what it measured and when it will look
     assert re.search(
         rf"blkpilot \[ *\d+ s\] live canary on {device.name}: \d+ I/Os per second, intervals"
