@@ -20,9 +20,11 @@ The canary passes only if every metric passes, fails if any fails.
 
 Sequential, with a bounded budget: the first look comes after `rounds` rounds; while the
 verdict is inconclusive more rounds run, and the canary looks again, until `max_rounds` —
-inconclusive only when the budget is spent. Interval levels are Bonferroni-adjusted for the
-number of metrics and of planned looks, so a candidate equal to the baseline fails (or a worse
-one passes) no more often than the chosen alpha overall however many looks it takes.
+inconclusive only when the budget is spent. Each look gets alpha / the planned looks; within a
+look a pass is judged at that level per metric (it needs every metric, an intersection-union
+test) and a fail Bonferroni-adjusted over the metrics (it needs any one) — agent.contract.
+verdict.levels — so a candidate equal to the baseline fails, or one worse than a tolerance
+passes, no more often than the chosen alpha overall however many looks it takes.
 """
 
 from __future__ import annotations

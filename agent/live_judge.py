@@ -14,7 +14,14 @@ from typing import Any
 from agent.collectors.blklat import LatencySnapshot
 from agent.contract import histograms
 from agent.contract.sli import SLI_METRIC, AppSli
-from agent.contract.verdict import MetricRule, MetricStatistics, non_inferiority, overall
+from agent.contract.verdict import (
+    MetricRule,
+    MetricStatistics,
+    levels,
+    non_inferiority,
+    overall,
+    significantly_worse,
+)
 from agent.contract.wire import CanaryVerdict, IoOperation
 from agent.contract.workloads import IOPattern, JobSpec, WorkloadSpec
 from agent.telemetry import device_deltas
@@ -224,17 +231,19 @@ def judge(
     arms are reported beside it. With `load` (each pair's I/O rate per arm), each pair's
     log-ratio is adjusted for the load its two halves saw (`load_slope`). A metric in
     `fail_only` fails the verdict when it fails and is otherwise left out of it (the I/O
-    rate: RATE_RULE). The Bonferroni correction counts the metrics a pass needs: counting the
-    rate too widened every latency interval and doubled an A/A's time to a verdict on db_bench
-    (median 75 s against 28), while a fail-only metric adds little to the false fails, since
-    failing also takes a shift past its tolerance."""
+    rate: RATE_RULE). The levels are `levels`': a pass on each binding metric's one-sided test
+    at alpha, a fail Bonferroni-corrected over the metrics a pass needs: counting the rate too
+    widened every latency interval and doubled an A/A's time to a verdict on db_bench (median
+    75 s against 28), while a fail-only metric adds little to the false fails, since failing
+    also takes a shift past its tolerance."""
     usable = [r for r in rules if samples["A"].get(r.metric) and samples["B"].get(r.metric)]
     binding = [r for r in usable if r.metric not in fail_only]
     if not binding:
         raise ValueError("no metric measured in both arms")
-    confidence = 1 - alpha / len(binding)  # Bonferroni
+    to_pass, to_fail = levels(alpha, len(binding))
     found = [
-        paired(samples, r, confidence, None if r.metric in fail_only else load) for r in usable
+        paired(samples, r, to_pass, None if r.metric in fail_only else load, to_fail)
+        for r in usable
     ]
     if any(s.verdict is CanaryVerdict.FAIL for s in found if s.metric in fail_only):
         return CanaryVerdict.FAIL, found
@@ -292,7 +301,10 @@ def paired(
     rule: MetricRule,
     confidence: float,
     load: Mapping[str, list[float]] | None = None,
+    fail_confidence: float | None = None,
 ) -> MetricStatistics:
+    """One metric's paired statistics: the interval at `confidence` (shown) decides a pass,
+    and a fail too unless `fail_confidence` names the wider one that does (`levels`)."""
     from scipy.stats import mannwhitneyu, norm
 
     a, b = samples["A"][rule.metric], samples["B"][rule.metric]
@@ -310,15 +322,21 @@ def paired(
             ]
     walsh = sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
     m = len(walsh)
-    z = float(norm.ppf(1 - (1 - confidence) / 2))
-    k = math.floor(n * (n + 1) / 4 - z * math.sqrt(n * (n + 1) * (2 * n + 1) / 24))
-    k = max(0, min(k, m // 2 - 1))
-    shift_log, low_log, high_log = statistics.median(walsh), walsh[k], walsh[m - 1 - k]
+
+    def interval(level: float) -> tuple[float, float]:  # Wilcoxon signed-rank, relative
+        z = float(norm.ppf(1 - (1 - level) / 2))
+        k = math.floor(n * (n + 1) / 4 - z * math.sqrt(n * (n + 1) * (2 * n + 1) / 24))
+        k = max(0, min(k, m // 2 - 1))
+        return math.expm1(walsh[k]), math.expm1(walsh[m - 1 - k])
+
     base = statistics.median(a)
     test = mannwhitneyu(b, a, alternative="two-sided")
-    relative_shift = math.expm1(shift_log)
-    low, high = math.expm1(low_log), math.expm1(high_log)  # relative
-    verdict, relative_worst = non_inferiority(rule, relative_shift, low, high)
+    relative_shift = math.expm1(statistics.median(walsh))
+    low, high = interval(confidence)
+    worse = (
+        None if fail_confidence is None else significantly_worse(rule, *interval(fail_confidence))
+    )
+    verdict, relative_worst = non_inferiority(rule, relative_shift, low, high, worse)
     return MetricStatistics(
         rule.metric,
         base,
@@ -333,4 +351,5 @@ def paired(
         relative_worst,
         verdict,
         rule.higher_is_better,
+        fail_confidence,
     )

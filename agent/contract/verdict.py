@@ -48,6 +48,9 @@ class MetricStatistics:
     relative_worst: float  # the interval's worse end, relative; > 0 means worse
     verdict: CanaryVerdict
     higher_is_better: bool  # the metric's direction, so that a reader can state the gain
+    # the level of the wider interval a fail was judged on (see `levels`), where it differs
+    # from `confidence`'s (whose interval, shown, decides a pass)
+    fail_confidence: float | None = None
 
     def as_statistics(self) -> dict[str, float]:
         prefix = self.metric
@@ -66,7 +69,27 @@ class MetricStatistics:
                 self.verdict.value
             ],
             f"{prefix}.higher_is_better": float(self.higher_is_better),
-        }
+        } | (
+            {f"{prefix}.fail_confidence": self.fail_confidence}
+            if self.fail_confidence is not None
+            else {}
+        )
+
+
+def levels(alpha: float, metrics: int) -> tuple[float, float]:
+    """The two interval levels of one look at `alpha` (the look's share of the canary's):
+    (pass, fail), as two-sided confidences.
+
+    A pass needs every metric's worse end within its tolerance: an intersection-union test,
+    each metric's a one-sided test at alpha and none corrected for the others (a candidate
+    worse than tolerance on any one metric passes only if that metric's own test errs, with
+    chance <= alpha) — the two-sided interval at 1 - 2 alpha, whose worse end is that
+    one-sided bound. A fail needs one metric significantly worse: a union, so Bonferroni over
+    the metrics, 1 - alpha / metrics (the interval's better end a one-sided bound at alpha / 2
+    metrics). Until 2026-11-26 one interval at 1 - alpha / metrics decided both: a pass was
+    held to four to six times the error it is allowed, and pgbench's A/As needed 40-60 pairs
+    where 20-40 now decide (bench/results/live_apps.md)."""
+    return 1 - 2 * alpha, 1 - alpha / metrics
 
 
 def hodges_lehmann(
@@ -86,8 +109,14 @@ def hodges_lehmann(
 
 
 def compare(
-    baseline: list[float], candidate: list[float], rule: MetricRule, confidence: float
+    baseline: list[float],
+    candidate: list[float],
+    rule: MetricRule,
+    confidence: float,
+    fail_confidence: float | None = None,
 ) -> MetricStatistics:
+    """One metric's statistics and verdict: the interval at `confidence` (shown) decides a
+    pass, and a fail too unless `fail_confidence` names the wider one that does (`levels`)."""
     from scipy.stats import mannwhitneyu
 
     if len(baseline) < 3 or len(candidate) < 3:
@@ -97,7 +126,13 @@ def compare(
     base = statistics.median(baseline)
     scale = abs(base) or 1.0
     relative_shift = shift / scale
-    verdict, relative_worst = non_inferiority(rule, relative_shift, low / scale, high / scale)
+    worse = None
+    if fail_confidence is not None:
+        _, fail_low, fail_high = hodges_lehmann(baseline, candidate, fail_confidence)
+        worse = significantly_worse(rule, fail_low / scale, fail_high / scale)
+    verdict, relative_worst = non_inferiority(
+        rule, relative_shift, low / scale, high / scale, worse
+    )
     return MetricStatistics(
         rule.metric,
         base,
@@ -112,20 +147,31 @@ def compare(
         relative_worst,
         verdict,
         rule.higher_is_better,
+        fail_confidence,
     )
 
 
+def significantly_worse(rule: MetricRule, relative_low: float, relative_high: float) -> bool:
+    """The whole interval on the worse side of zero."""
+    return (-relative_high if rule.higher_is_better else relative_low) > 0
+
+
 def non_inferiority(
-    rule: MetricRule, relative_shift: float, relative_low: float, relative_high: float
+    rule: MetricRule,
+    relative_shift: float,
+    relative_low: float,
+    relative_high: float,
+    worse: bool | None = None,
 ) -> tuple[CanaryVerdict, float]:
     """The verdict on a shift and its interval (relative to the baseline), and how much worse
-    the interval's worse end is (> 0: worse)."""
+    the interval's worse end is (> 0: worse). `worse`: whether a wider interval found the
+    candidate significantly worse (`levels`); by default this interval decides that too."""
     sign = -1.0 if rule.higher_is_better else 1.0  # worse is down for iops, up for latency
     worst_end = relative_low if rule.higher_is_better else relative_high
-    best_end = relative_high if rule.higher_is_better else relative_low
     relative_worst = sign * worst_end
-    significantly_worse = sign * best_end > 0  # the whole interval is on the worse side
-    if significantly_worse and sign * relative_shift > rule.tolerance:
+    if worse is None:
+        worse = significantly_worse(rule, relative_low, relative_high)
+    if worse and sign * relative_shift > rule.tolerance:
         return CanaryVerdict.FAIL, relative_worst
     if relative_worst <= rule.tolerance:
         return CanaryVerdict.PASS, relative_worst
@@ -154,14 +200,14 @@ def evaluate(
     rules: tuple[MetricRule, ...],
     alpha: float,
 ) -> tuple[CanaryVerdict, list[MetricStatistics]]:
-    """Statistics for every rule whose metric both arms measured, at a family-wise alpha over
-    those metrics (Bonferroni)."""
+    """Statistics for every rule whose metric both arms measured: a pass at alpha (each
+    metric's one-sided test), a fail at a family-wise alpha over those metrics (`levels`)."""
     usable = [r for r in rules if samples["A"].get(r.metric) and samples["B"].get(r.metric)]
     if not usable:
         raise ValueError("no metric measured in both arms")
-    confidence = 1 - alpha / len(usable)
+    to_pass, to_fail = levels(alpha, len(usable))
     per_metric = [
-        compare(samples["A"][r.metric], samples["B"][r.metric], r, confidence) for r in usable
+        compare(samples["A"][r.metric], samples["B"][r.metric], r, to_pass, to_fail) for r in usable
     ]
     return overall(per_metric), per_metric
 

@@ -75,7 +75,10 @@ class TestStatistics:
             "iops": CanaryVerdict.PASS,
             "lat_p99_us": CanaryVerdict.FAIL,
         }
-        assert all(s.confidence == pytest.approx(0.975) for s in per_metric)
+        # a pass on each metric's own one-sided test (the interval at 1 - 2 alpha), a fail
+        # Bonferroni-corrected over the two (1 - alpha / 2)
+        assert all(s.confidence == pytest.approx(0.90) for s in per_metric)
+        assert all(s.fail_confidence == pytest.approx(0.975) for s in per_metric)
 
     @staticmethod
     def simulate(
@@ -108,6 +111,32 @@ class TestStatistics:
         verdicts = [self.simulate(rng, Budget.of(6), 1.0, bursty, alpha)[0] for _ in range(runs)]
         fails = verdicts.count(CanaryVerdict.FAIL)
         assert fails / runs <= alpha / 2, fails  # a fail is one-sided: at most alpha / 2
+
+    def test_a_candidate_worse_by_its_tolerance_on_one_metric_passes_no_more_than_alpha(
+        self,
+    ) -> None:
+        """The other error the design bounds: a candidate whose p99 is exactly its tolerance
+        (10 %) worse and whose IOPS are unchanged, 2000 simulated canaries of three looks
+        each. A pass needs both metrics, so each is tested at alpha without a correction for
+        the other (an intersection-union test: `levels`) — and the p99's test alone must keep
+        such a candidate's passes within alpha, however many looks."""
+        rng = random.Random(5)
+        alpha, runs = 0.05, 2000
+        passes = 0
+        for _ in range(runs):
+            arm = {"now": "A"}
+
+            def sample(arm: dict[str, str] = arm) -> dict[str, float]:
+                iops = 50_000 * (1 + rng.gauss(0, 0.08))
+                p99 = 2e6 / 50_000 * (1 + rng.gauss(0, 0.08))
+                return {"iops": iops, "lat_p99_us": p99 * (1.10 if arm["now"] == "B" else 1)}
+
+            def use(now: str, arm: dict[str, str] = arm) -> None:
+                arm["now"] = now
+
+            found = run_sequential(Budget.of(6), use, sample, (IOPS, P99), alpha)
+            passes += found.verdict is CanaryVerdict.PASS
+        assert passes / runs <= alpha, passes
 
     @pytest.mark.parametrize("bursty", [False, True])
     def test_more_looks_turn_inconclusive_into_verdicts(self, bursty: bool) -> None:
