@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,6 +222,7 @@ def judge(
     *,
     load: Mapping[str, list[float]] | None = None,
     fail_only: frozenset[str] = frozenset(),
+    levels_of: Callable[[float, int], tuple[float, float]] = levels,
 ) -> tuple[CanaryVerdict, list[MetricStatistics]]:
     """The synthetic canary's judge, on pairs: the i-th A and B samples are one pair's. Each
     pair gives a ratio B/A; the Hodges-Lehmann estimate of the shift is the median of the Walsh
@@ -240,7 +241,7 @@ def judge(
     binding = [r for r in usable if r.metric not in fail_only]
     if not binding:
         raise ValueError("no metric measured in both arms")
-    to_pass, to_fail = levels(alpha, len(binding))
+    to_pass, to_fail = levels_of(alpha, len(binding))
     found = [
         paired(samples, r, to_pass, None if r.metric in fail_only else load, to_fail)
         for r in usable
@@ -251,7 +252,9 @@ def judge(
 
 
 def judge_evidence(
-    evidence: Mapping[str, Any], pairs: int | None = None
+    evidence: Mapping[str, Any],
+    pairs: int | None = None,
+    levels_of: Callable[[float, int], tuple[float, float]] = levels,
 ) -> tuple[CanaryVerdict, list[MetricStatistics]]:
     """The verdict this judge gives on a live canary's evidence (`agent canary --evidence`:
     its samples, each pair's I/O rates, the rules and the looks planned) on its first `pairs`
@@ -267,6 +270,7 @@ def judge_evidence(
         evidence["alpha"] / len(evidence["looks_planned"]),
         load=rates,
         fail_only=frozenset(evidence["fail_only"]),
+        levels_of=levels_of,
     )
 
 
