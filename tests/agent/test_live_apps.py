@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from agent.live_judge import judge_evidence
+from bench.rejudge import sequential
 from kernel.lab.devices import TMPFS, DataDevice, data_device
 from tests.apps import RocksDb, rocksdb_on
 from tests.proc import BLKPILOT
@@ -85,6 +86,9 @@ def test_db_bench_a_to_a_is_not_failed_and_bfq_is_not_passed(
         assert pairs in evidence["looks_planned"]
         again, statistics = judge_evidence(evidence)
         assert again.value == verdict
+        # and look by look, as bench.rejudge tries a judge again: the same verdict at the
+        # same look (the looks before it undecided, as they were)
+        assert sequential(evidence, "now") == (verdict, pairs)
         assert [round(100 * s.relative_shift, 2) for s in statistics] == [
             r["shift_%"] for r in rows
         ]
