@@ -353,6 +353,7 @@ def main() -> None:
                     "true effect (median %)": "median_effect_%",
                     "true effect (sd %)": "effect_spread_%",
                     "passes of a >10 % regression": "wrong_passes",
+                    "application failed": "application_failed",
                     "seconds (median / max)": "median_seconds",
                 },
             )
