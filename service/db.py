@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from functools import lru_cache
 from importlib import resources
@@ -14,7 +15,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from fastapi import Request
-from sqlalchemy import Engine, create_engine, make_url
+from sqlalchemy import Engine, create_engine, event, exc, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 
@@ -26,13 +27,37 @@ def sqlalchemy_url(url: str) -> str:
     return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
 
+# a pooled connection unused this long is checked (SELECT 1) before it is handed out: one
+# that PostgreSQL closed meanwhile (a restart, an idle timeout) is replaced, not given to a
+# request to fail on. One in steady use is not: a ping on every checkout (pool_pre_ping) was a
+# round trip per request — a telemetry push is three — and a connection that breaks while in
+# use fails the requests on it at that moment; the pool then renews every connection.
+IDLE_PING_S = 5.0
+
+
 def create_db_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> Engine:
-    return create_engine(
-        sqlalchemy_url(url),
-        pool_size=pool_size,
-        max_overflow=max_overflow,
-        pool_pre_ping=True,
-    )
+    engine = create_engine(sqlalchemy_url(url), pool_size=pool_size, max_overflow=max_overflow)
+    event.listen(engine, "checkin", _returned)
+    event.listen(engine, "checkout", _ping_if_idle)
+    return engine
+
+
+def _returned(_dbapi_connection: Any, record: Any) -> None:
+    record.info["returned_at"] = time.monotonic()
+
+
+def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    """SQLAlchemy's pessimistic disconnect handling, only where it pays: DisconnectionError
+    makes the pool drop this connection and check out another (up to three times)."""
+    returned = record.info.get("returned_at")
+    if returned is None or time.monotonic() - returned < IDLE_PING_S:
+        return  # just made, or in use a moment ago
+    try:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        dbapi_connection.rollback()  # the transaction the SELECT began: handed out idle
+    except Exception as error:  # psycopg's OperationalError, whatever closed it
+        raise exc.DisconnectionError(f"pooled connection unusable: {error}") from error
 
 
 class Database:

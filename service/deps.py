@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable, Coroutine
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request, Response
 from fastapi.dependencies.models import Dependant
@@ -30,6 +30,8 @@ from service.security import (
 from service.settings import Settings
 from service.tokens import repository as token_repository
 
+T = TypeVar("T")
+
 API_PREFIX = "/api/v1"
 # Deeper pages are a sign of a missing filter, and offsets must fit PostgreSQL's BIGINT.
 MAX_OFFSET = 1_000_000
@@ -39,7 +41,10 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 _bearer = HTTPBearer(auto_error=False, description="An operator API token or a node token")
 
 
-def get_settings_dep(request: Request) -> Settings:
+async def get_settings_dep(request: Request) -> Settings:
+    """async, as every dependency here that does no I/O: FastAPI runs a plain `def`
+    dependency in its thread pool, a hop (futex wake-ups, context switches) that cost more
+    than the work — six of them on a telemetry push (bench/results/ingest.md)."""
     settings: Settings = request.app.state.settings
     return settings
 
@@ -51,15 +56,19 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 PRINCIPAL = "blkpilot.principal"
 
 
-def authenticate(
+async def authenticate(
     request: Request,
-    session: SessionDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
+    """Who calls: found before the body by AuthFirstRoute, or a node token checked in the last
+    few seconds (no session, no thread), else looked up in a unit of work of its own."""
     known: Principal | None = request.scope.get(PRINCIPAL)
     if known is not None:
         return known
-    return _principal(session, credentials)
+    cached = cached_principal(credentials)
+    if cached is not None:
+        return cached
+    return await in_session(request, _principal, credentials)
 
 
 def _principal(session: Session, credentials: HTTPAuthorizationCredentials | None) -> Principal:
@@ -116,7 +125,7 @@ class AuthFirstRoute(APIRoute):
                         _identify_in_session, request, credentials
                     )
                     for authorize in authorizations:
-                        authorize(principal)
+                        await authorize(principal)
                     request.scope[PRINCIPAL] = principal
                 if (
                     takes_json
@@ -142,11 +151,24 @@ def _identify_in_session(
     request: Request, credentials: HTTPAuthorizationCredentials | None
 ) -> Principal:
     """The token checked in a unit of work of its own (the one the endpoint gets comes later,
-    with the dependencies); a test's session override is used here too."""
+    with the dependencies)."""
+    return _in_session(request, _principal, credentials)
+
+
+def _in_session(request: Request, work: Callable[..., T], *args: Any) -> T:
+    """work(session, *args) in a unit of work of its own (get_session's: committed if it
+    returns, rolled back if it raises); a test's session override is used here too."""
     provider = request.app.dependency_overrides.get(get_session, get_session)
     arguments = (request,) if inspect.signature(provider).parameters else ()
     with contextmanager(provider)(*arguments) as session:
-        return _principal(session, credentials)
+        return work(session, *args)
+
+
+async def in_session(request: Request, work: Callable[..., T], *args: Any) -> T:
+    """work(session, *args) in its own unit of work, in one hop to the thread pool — where a
+    `def` endpoint with SessionDep takes three (the session opened, the endpoint, the commit):
+    for the hottest endpoints (telemetry)."""
+    return await run_in_threadpool(_in_session, request, work, *args)
 
 
 def principal_for_token(session: Session, token: str) -> Principal | None:
@@ -200,8 +222,8 @@ def cached_principal(credentials: HTTPAuthorizationCredentials | None) -> Princi
 AnyPrincipal = Annotated[Principal, Depends(authenticate)]
 
 
-def _require(role: Role) -> Callable[[Principal], Principal]:
-    def check(principal: AnyPrincipal) -> Principal:
+def _require(role: Role) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:
+    async def check(principal: AnyPrincipal) -> Principal:
         if principal.is_node:
             raise Forbidden(f"node tokens cannot do this; it needs an operator token ({role})")
         if not principal.can(role):
@@ -212,7 +234,7 @@ def _require(role: Role) -> Callable[[Principal], Principal]:
     return check
 
 
-def _require_node(principal: AnyPrincipal) -> Principal:
+async def _require_node(principal: AnyPrincipal) -> Principal:
     if not principal.is_node:
         raise Forbidden("only a node's agent may do this, with its node token")
     return principal

@@ -17,6 +17,7 @@ from service.deps import (
     CurrentNode,
     SessionDep,
     SettingsDep,
+    in_session,
 )
 from service.errors import (
     BlkpilotError,
@@ -77,16 +78,16 @@ _BATCH_SCHEMA = {
     },
     openapi_extra=_BATCH_SCHEMA,
 )
-def ingest_batch(
+async def ingest_batch(
     body: Annotated[TelemetryBatch, Depends(_batch_body)],
-    session: SessionDep,
+    request: Request,
     node: CurrentNode,
     response: Response,
     settings: SettingsDep,
 ) -> TelemetryBatchReceipt:
     """Windows from the calling node's devices, stored whole or not at all."""
     try:
-        receipt = service.ingest(session, node, body, settings.retention)
+        receipt = await in_session(request, service.ingest, node, body, settings.retention)
     except BlkpilotError:
         metrics.TELEMETRY_BATCHES.labels(outcome="rejected").inc()
         raise
