@@ -155,20 +155,20 @@ def _identify_in_session(
     return _in_session(request, _principal, credentials)
 
 
-def _in_session(request: Request, work: Callable[..., T], *args: Any) -> T:
-    """work(session, *args) in a unit of work of its own (get_session's: committed if it
+def _in_session(request: Request, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """work(session, *args, **kwargs) in a unit of work of its own (get_session's: committed if it
     returns, rolled back if it raises); a test's session override is used here too."""
     provider = request.app.dependency_overrides.get(get_session, get_session)
     arguments = (request,) if inspect.signature(provider).parameters else ()
     with contextmanager(provider)(*arguments) as session:
-        return work(session, *args)
+        return work(session, *args, **kwargs)
 
 
-async def in_session(request: Request, work: Callable[..., T], *args: Any) -> T:
-    """work(session, *args) in its own unit of work, in one hop to the thread pool — where a
-    `def` endpoint with SessionDep takes three (the session opened, the endpoint, the commit):
-    for the hottest endpoints (telemetry)."""
-    return await run_in_threadpool(_in_session, request, work, *args)
+async def in_session(request: Request, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """work(session, *args, **kwargs) in its own unit of work, in one hop to the thread pool
+    — where a `def` endpoint with SessionDep takes three (the session opened, the endpoint,
+    the commit): for the endpoints a fleet calls most (telemetry, enrolment, inventory)."""
+    return await run_in_threadpool(_in_session, request, work, *args, **kwargs)
 
 
 def principal_for_token(session: Session, token: str) -> Principal | None:

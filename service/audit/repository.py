@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from service.tables import AuditEvent
@@ -34,6 +34,13 @@ def add(
     if flush:
         session.flush()
     return event
+
+
+def add_many(session: Session, rows: list[dict[str, Any]]) -> None:
+    """Events as rows, in one multi-row INSERT without RETURNING (their ids and times are the
+    database's): for many events at once, nothing read back."""
+    if rows:
+        session.execute(insert(AuditEvent), rows)
 
 
 def list_events(

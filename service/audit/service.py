@@ -40,6 +40,30 @@ def record(
     )
 
 
+def record_many(
+    session: Session, actor: Principal | str, action: str, events: list[dict[str, Any]]
+) -> None:
+    """Events of one action by one actor (each a target_type, target_id, and optionally
+    before, after and detail) in the session's transaction, in one INSERT: an inventory of
+    16 new devices."""
+    name = actor if isinstance(actor, str) else actor.name
+    repository.add_many(
+        session,
+        [
+            {
+                "actor": name,
+                "action": action,
+                "target_type": e["target_type"],
+                "target_id": str(e["target_id"]),
+                "before": e.get("before"),
+                "after": e.get("after"),
+                "detail": e.get("detail", ""),
+            }
+            for e in events
+        ],
+    )
+
+
 def list_events(
     session: Session,
     *,

@@ -3,7 +3,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from agent.contract.wire import DeviceClass, InventoryReport
 from service.deps import (
@@ -14,6 +14,7 @@ from service.deps import (
     CurrentNode,
     SessionDep,
     ViewerAuth,
+    in_session,
 )
 from service.devices import service
 from service.devices.schemas import DeviceRead, InventoryReceipt
@@ -28,11 +29,13 @@ router = APIRouter(prefix=f"{API_PREFIX}", tags=["devices"], route_class=AuthFir
     response_model=InventoryReceipt,
     responses=responses(Unauthorized, Forbidden, NotFound),
 )
-def put_inventory(
-    node_id: uuid.UUID, body: InventoryReport, session: SessionDep, node: CurrentNode
+async def put_inventory(
+    node_id: uuid.UUID, body: InventoryReport, request: Request, node: CurrentNode
 ) -> InventoryReceipt:
     """The node's whole device list; devices missing from it are marked not present."""
-    devices, added, updated, gone = service.replace_inventory(session, node, node_id, body)
+    devices, added, updated, gone = await in_session(
+        request, service.replace_inventory, node, node_id, body
+    )
     return InventoryReceipt(
         devices=[DeviceRead.model_validate(d) for d in devices],
         added=added,

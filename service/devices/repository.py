@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import Connection, func, select, text, tuple_
+from sqlalchemy import Connection, func, insert, select, text, tuple_
 from sqlalchemy.orm import Session
 
 from service.tables import DEVICE_COUNTS, Device
@@ -53,6 +54,14 @@ def add(session: Session, device: Device, *, flush: bool = True) -> Device:
     if flush:
         session.flush()
     return device
+
+
+def add_many(session: Session, rows: list[dict[str, Any]]) -> None:
+    """New devices as rows (their ids given): one multi-row INSERT, and no ORM objects made
+    and refreshed for them (RETURNING and a sentinel per row: 16 new devices and their audit
+    events took 3 ms of a node's enrolment to flush). Read them back to use them."""
+    if rows:
+        session.execute(insert(Device), rows)
 
 
 def counts(session: Session) -> list[tuple[str, str, str, int]]:

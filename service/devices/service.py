@@ -18,9 +18,16 @@ from service.tables import Device
 
 def configuration_of(device: Device) -> dict[str, Any]:
     """The device's configuration as its agent last reported it (the audited part)."""
-    capabilities = device.capabilities
+    return _configuration(
+        {"current_scheduler": device.current_scheduler, "capabilities": device.capabilities}
+    )
+
+
+def _configuration(fields: dict[str, Any]) -> dict[str, Any]:
+    """configuration_of, from a device's columns (those _fields gives)."""
+    capabilities = fields["capabilities"]
     return {
-        "scheduler": device.current_scheduler,
+        "scheduler": fields["current_scheduler"],
         "scheduler_tunables": capabilities.get("scheduler_tunables", {}),
         "nr_requests": capabilities.get("nr_requests"),
         "read_ahead_kb": capabilities.get("read_ahead_kb"),
@@ -63,29 +70,24 @@ def replace_inventory(
     now = datetime.now(UTC)
     existing = {device.name: device for device in repository.for_node(session, node_id)}
     added = updated = 0
+    new_rows: list[dict[str, Any]] = []
+    discovered: list[dict[str, Any]] = []
     for reported in report.devices:
         fields = _fields(reported)
         device = existing.pop(reported.name, None)
         if device is None:
-            # the id is given here, so the new devices and their audit events go to the
-            # database together at the next flush (a few multi-row INSERTs, not two per device)
-            device = repository.add(
-                session,
-                Device(
-                    id=uuid.uuid4(), node_id=node_id, name=reported.name, last_seen_at=now, **fields
-                ),
-                flush=False,
-            )
+            # written below in one INSERT, with their audit events in another
+            row = {"id": uuid.uuid4(), "node_id": node_id, "name": reported.name,
+                   "last_seen_at": now, "present": True, **fields}  # fmt: skip
+            new_rows.append(row)
             added += 1
-            audit.record(
-                session,
-                node,
-                "device.discovered",
-                target_type="device",
-                target_id=device.id,
-                after=configuration_of(device),
-                detail=f"{reported.name} ({reported.device_class.value})",
-                flush=False,
+            discovered.append(
+                {
+                    "target_type": "device",
+                    "target_id": row["id"],
+                    "after": _configuration(fields),
+                    "detail": f"{reported.name} ({reported.device_class.value})",
+                }
             )
             continue
         before = configuration_of(device)
@@ -115,6 +117,8 @@ def replace_inventory(
     if report.kernel_version:
         found.kernel_version = report.kernel_version
     node_repository.touch(session, found, now)
+    repository.add_many(session, new_rows)
+    audit.record_many(session, node, "device.discovered", discovered)
     return list(repository.for_node(session, node_id)), added, updated, gone
 
 

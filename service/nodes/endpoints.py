@@ -4,7 +4,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Request, status
 
 from agent.contract.base import SafeText
 from agent.contract.wire import EnrollRequest, Heartbeat
@@ -18,6 +18,7 @@ from service.deps import (
     SessionDep,
     SettingsDep,
     ViewerAuth,
+    in_session,
 )
 from service.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable, responses
 from service.nodes import service
@@ -33,11 +34,11 @@ router = APIRouter(prefix=f"{API_PREFIX}/nodes", tags=["nodes"], route_class=Aut
     response_model=NodeEnrolled,
     responses=responses(Unauthorized),
 )
-def enroll_node(body: EnrollRequest, session: SessionDep, settings: SettingsDep) -> NodeEnrolled:
+async def enroll_node(body: EnrollRequest, request: Request, settings: SettingsDep) -> NodeEnrolled:
     """Authenticated by the one-time enrollment token in the body; returns the node token,
     with when it expires and when the agent should renew it."""
     lifetime = token_lifetime(settings)
-    node, secret = service.enroll(session, body, lifetime)
+    node, secret = await in_session(request, service.enroll, body, lifetime)
     return NodeEnrolled(
         node=NodeRead.model_validate(node),
         node_token=secret,
