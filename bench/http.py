@@ -6,7 +6,8 @@ import asyncio
 
 
 class LeanClient:
-    """POSTs over kept-alive HTTP/1.1 connections to one base URL, for the telemetry phase.
+    """Requests over kept-alive HTTP/1.1 connections to one base URL, for the phases that
+    are measured (enrolment, telemetry).
 
     httpx costs more CPU per small request than the service does to handle it: profiled with
     py-spy during 16-window batches, the simulator took 88 % of a core and `serve` 56 %, so the
@@ -30,13 +31,19 @@ class LeanClient:
                 raise
         return await self._idle.get()
 
-    async def post(self, path: str, body: bytes, token: str) -> tuple[int, bytes]:
+    async def post(self, path: str, body: bytes, token: str | None) -> tuple[int, bytes]:
+        return await self.request("POST", path, body, token)
+
+    async def request(
+        self, method: str, path: str, body: bytes, token: str | None
+    ) -> tuple[int, bytes]:
+        """One request with a JSON body (and the bearer token, if any): status and body."""
         reader, writer = await self._acquire()
         try:
+            authorization = f"Authorization: Bearer {token}\r\n" if token else ""
             head = (
-                f"POST {path} HTTP/1.1\r\nHost: {self._host}\r\n"
-                f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n"
+                f"{method} {path} HTTP/1.1\r\nHost: {self._host}\r\n{authorization}"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
             )
             writer.write(head.encode() + body)
             status = int((await reader.readline()).split()[1])
