@@ -121,8 +121,10 @@ class AuthFirstRoute(APIRoute):
             if request.method in _BODY_METHODS:
                 if authenticated:
                     credentials = await _bearer(request)
-                    principal = cached_principal(credentials) or await run_in_threadpool(
-                        _identify_in_session, request, credentials
+                    # in a unit of work of its own: the endpoint's comes later, with the
+                    # dependencies
+                    principal = cached_principal(credentials) or await in_session(
+                        request, _principal, credentials
                     )
                     for authorize in authorizations:
                         await authorize(principal)
@@ -145,14 +147,6 @@ def _has_body(request: Request) -> bool:
     if length is not None:
         return length.strip() != "0"
     return "transfer-encoding" in request.headers
-
-
-def _identify_in_session(
-    request: Request, credentials: HTTPAuthorizationCredentials | None
-) -> Principal:
-    """The token checked in a unit of work of its own (the one the endpoint gets comes later,
-    with the dependencies)."""
-    return _in_session(request, _principal, credentials)
 
 
 def _in_session(request: Request, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
