@@ -31,14 +31,15 @@ RULES = {"now": levels, "single interval": single_interval}
 
 def sequential(evidence: dict[str, Any], rule: str) -> tuple[str, int | None]:
     """The verdict the rule reaches over the canary's planned looks, and after how many pairs
-    (None: the guard decided; no look was judged)."""
+    (None: the guard decided; no look was judged). "undecided": inconclusive at every look
+    the evidence reaches, where the canary (deciding earlier) stopped before the last."""
     if evidence.get("guard_tripped"):
         return evidence["verdict"], None
     had = len(evidence["rates"]["A"])
     verdict, at = "inconclusive", had
     for target in evidence["looks_planned"]:
         if target > had:
-            break  # the live canary stopped before this look: its verdict came earlier
+            return "undecided", at  # the live canary stopped before this look
         verdict, at = judge_evidence(evidence, target, RULES[rule])[0].value, target
         if verdict != "inconclusive":
             break
