@@ -28,26 +28,30 @@ def headers_dir(root: Path, trio: packages.KernelTrio) -> Path:
     return tree
 
 
+def _from_source(root: Path, out: Path, what: str, command: list[str]) -> None:
+    """Run `command` once to take `what` out of the lab's linux-source tarball into `out`
+    (a marker there says it was done)."""
+    tarball = root / "usr" / "src" / "linux-source-6.1.tar.xz"
+    marker = out / ".extracted"
+    if marker.exists():
+        return
+    if not tarball.exists():
+        raise BuildError(f"{tarball} is missing: fetch the trio with with_build=True")
+    out.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        [*command, str(tarball)], capture_output=True, text=True, timeout=600, check=False
+    )
+    if result.returncode != 0:
+        raise BuildError(f"extracting {what} from {tarball} failed: {result.stderr}")
+    marker.touch()
+
+
 def block_headers(root: Path, trio: packages.KernelTrio) -> Path:
     """The block layer's private headers (block/*.h), taken from the linux-source tarball of
     the same version by kernel/fios/block-headers.sh — the script dkms runs on a real host."""
-    tarball = root / "usr" / "src" / "linux-source-6.1.tar.xz"
     out = root / "usr" / "src" / "fios-private"
-    marker = out / ".extracted"
-    if marker.exists():
-        return out / "block"
-    if not tarball.exists():
-        raise BuildError(f"{tarball} is missing: fetch the trio with with_build=True")
-    result = subprocess.run(
-        ["sh", str(KERNEL_DIR / "fios" / "block-headers.sh"), str(out), str(tarball)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise BuildError(f"extracting block headers from {tarball} failed: {result.stderr}")
-    marker.touch()
+    script = KERNEL_DIR / "fios" / "block-headers.sh"
+    _from_source(root, out, "block headers", ["sh", str(script), str(out)])
     return out / "block"
 
 
@@ -116,24 +120,11 @@ def vermagic(module: Path) -> str:
 def checkpatch_script(root: Path) -> Path:
     """scripts/checkpatch.pl (and the lists it reads) from the lab's linux-source tarball,
     extracted once into the lab cache."""
-    tarball = root / "usr" / "src" / "linux-source-6.1.tar.xz"
     out = root / "usr" / "src" / "checkpatch"
-    marker = out / ".extracted"
-    if not marker.exists():
-        if not tarball.exists():
-            raise BuildError(f"{tarball} is missing: fetch the trio with with_build=True")
-        out.mkdir(parents=True, exist_ok=True)
-        members = [f"linux-source-6.1/scripts/{name}" for name in CHECKPATCH_FILES]
-        result = subprocess.run(
-            ["tar", "-xJf", str(tarball), "-C", str(out), "--strip-components=2", *members],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise BuildError(f"extracting checkpatch from {tarball} failed: {result.stderr}")
-        marker.touch()
+    members = [f"linux-source-6.1/scripts/{name}" for name in CHECKPATCH_FILES]
+    # tar's archive last, as _from_source appends it: -f takes the next word, so -f at the end
+    command = ["tar", "-C", str(out), "--strip-components=2", "-xJ", *members, "-f"]
+    _from_source(root, out, "checkpatch", command)
     return out / "checkpatch.pl"
 
 
