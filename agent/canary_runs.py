@@ -49,7 +49,8 @@ class CanaryRun:
     def evidence(self, device: str, candidate: DeviceConfig) -> dict[str, Any]:
         """What the judge saw, to audit the verdict or judge it again: each metric's samples
         per arm in the order taken (one a pair, or a round), the looks planned (after how
-        many) and taken, and live each pair's I/O rates and the pairs set aside."""
+        many) and taken, and live each pair's I/O rates, CPU stall shares and latency histograms,
+        and the pairs set aside."""
         result = self.result
         found: dict[str, Any] = {
             "device": device,
@@ -66,6 +67,8 @@ class CanaryRun:
         if self.live is not None:
             found |= {
                 "rates": self.live.rates,
+                "cpu_stall": self.live.cpu_stall,
+                "latency": self.live.latency,
                 "rules": self.live.rules,
                 "fail_only": self.live.fail_only,
                 "pairs_set_aside": self.live.pairs_set_aside,

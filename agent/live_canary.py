@@ -56,6 +56,7 @@ from agent.app_sli import SliReader, SliSnapshot, SliUnavailable
 from agent.applier import Applier
 from agent.canary import CanaryResult
 from agent.collectors.blklat import BlkLatCollector
+from agent.collectors.cpu import cpu_pressure_us
 from agent.contract import histograms
 from agent.contract.tunables import DeviceConfig
 from agent.contract.verdict import Budget, MetricStatistics
@@ -95,6 +96,13 @@ class LiveReport:
     mix: dict[str, float] = field(default_factory=dict)  # pooled, "read/4096" -> share
     # each judged pair's I/O rate per arm (I/Os per second): the load the judge adjusts for
     rates: dict[str, list[float]] = field(default_factory=lambda: {"A": [], "B": []})
+    # each judged pair's share of time in which some task waited for a CPU, per arm (None
+    # without PSI), and its latency histogram (bio submission to completion, all strata
+    # merged): what a later judge, or a reader of the verdict, may want beyond the samples
+    cpu_stall: dict[str, list[float | None]] = field(default_factory=lambda: {"A": [], "B": []})
+    latency: dict[str, list[histograms.Sparse]] = field(
+        default_factory=lambda: {"A": [], "B": []}
+    )
     # what it was judged by: each rule (metric, direction, tolerance), and those that can
     # only fail it
     rules: list[dict[str, Any]] = field(default_factory=list)
@@ -259,6 +267,7 @@ class _LiveCanary:
         """One interval; for the candidate, the guard is checked as it runs."""
         length = length_s if length_s is not None else self.length_s
         sli_begin = self.read_sli()
+        stall_begin = cpu_pressure_us(self.applier.paths)
         begin = self.collector.collect(time.time())
         t0 = time.monotonic()
         # The map is read as often in both arms (the guard is only checked in the
@@ -272,6 +281,7 @@ class _LiveCanary:
                 self.guard(interval)
         sli_end = self.read_sli()
         seconds = time.monotonic() - t0
+        stall_end = cpu_pressure_us(self.applier.paths)
         self.report.traffic_seconds += seconds
         self.report.ios[arm] += interval.ios
         merged = histograms.merge(interval.strata.values())
@@ -286,7 +296,10 @@ class _LiveCanary:
         sli = None
         if self.sli is not None and sli_begin is not None and sli_end is not None:
             sli = self.sli.between(sli_begin, sli_end)
-        return Interval(arm, interval.strata, interval.ios, seconds, sli)
+        stall = None
+        if stall_begin is not None and stall_end is not None:
+            stall = round(min(1.0, max(0.0, (stall_end - stall_begin) / 1e6 / seconds)), 4)
+        return Interval(arm, interval.strata, interval.ios, seconds, sli, stall)
 
     def read_sli(self) -> SliSnapshot | None:
         """The application's series now; None (that interval has no SLI) if the endpoint
@@ -360,6 +373,8 @@ class _LiveCanary:
         self.used.extend(measured.values())
         for arm, metrics in values.items():
             self.rates[arm].append(measured[arm].ios / max(measured[arm].seconds, 1e-3))
+            self.report.cpu_stall[arm].append(measured[arm].cpu_stall)
+            self.report.latency[arm].append(histograms.merge(measured[arm].strata.values()))
             for metric, value in metrics.items():
                 self.samples[arm].setdefault(metric, []).append(value)
             if self.settings.rate_rule is not None:

@@ -107,6 +107,9 @@ class Interval:
     ios: int
     seconds: float
     sli: float | None = None  # the application's SLI over the interval, where one is read
+    # the share of the interval in which some task waited for a CPU (/proc/pressure/cpu):
+    # a diagnostic of CPU starvation beside the block layer's figures, not judged
+    cpu_stall: float | None = None
 
     def mix(self) -> dict[Stratum, float]:
         counts = {s: sum(c for _, c in h) for s, h in self.strata.items()}

@@ -30,6 +30,25 @@ def parse_stat(text: str) -> CpuStat:
     return CpuStat(busy, total, switches)
 
 
+def parse_cpu_pressure(text: str) -> int | None:
+    """From /proc/pressure/cpu (Documentation/accounting/psi.rst): the microseconds in which
+    some runnable task waited for a CPU, since boot; None if the line is not there."""
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "some":
+            for item in fields[1:]:
+                if item.startswith("total="):
+                    return int(item.removeprefix("total="))
+    return None
+
+
+def cpu_pressure_us(paths: HostPaths) -> int | None:
+    """The host's CPU stall time so far (µs): None where the kernel has no PSI (built without
+    it, or booted psi=0)."""
+    text = read_text(paths.proc / "pressure" / "cpu")
+    return parse_cpu_pressure(text) if text is not None else None
+
+
 class CpuCollector:
     name = "cpu"
 

@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from agent.collectors import CollectorSet, collectors_for, register
-from agent.collectors.cpu import CpuCollector, CpuStat, parse_stat
+from agent.collectors.cpu import (
+    CpuCollector,
+    CpuStat,
+    cpu_pressure_us,
+    parse_cpu_pressure,
+    parse_stat,
+)
 from agent.collectors.diskstats import DiskStats, DiskstatsCollector, parse_diskstats
 from agent.collectors.hwmon import HwmonCollector
 from agent.collectors.ipmi import IpmiCollector, parse_dcmi_power
@@ -82,6 +88,22 @@ class TestCpu:
         stat = parse_stat(Path("/proc/stat").read_text())
         assert stat.total_ticks > stat.busy_ticks > 0
         assert stat.context_switches > 0
+
+    def test_cpu_pressure_is_the_some_lines_total(self, tmp_path: Path) -> None:
+        text = (
+            "some avg10=1.50 avg60=2.20 avg300=9.75 total=21869235276\n"
+            "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+        )
+        assert parse_cpu_pressure(text) == 21869235276
+        assert parse_cpu_pressure("full avg10=0.00 total=7\n") is None
+        assert cpu_pressure_us(HostPaths.under(tmp_path)) is None  # no PSI: no figure
+        if Path("/proc/pressure/cpu").exists():  # this machine's, and it only grows
+            first = cpu_pressure_us(HostPaths())
+            assert first is not None
+            assert first >= 0
+            second = cpu_pressure_us(HostPaths())
+            assert second is not None
+            assert second >= first
 
 
 def _disk(

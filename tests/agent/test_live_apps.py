@@ -84,6 +84,11 @@ def test_db_bench_a_to_a_is_not_failed_and_bfq_is_not_passed(
         pairs = len(evidence["rates"]["A"])
         assert pairs == len(evidence["samples"]["B"]["lat_p99_us"]) >= 3
         assert pairs in evidence["looks_planned"]
+        # beside each pair's samples: its histograms and how much the host's CPU held it up
+        for arm in "AB":
+            assert len(evidence["latency"][arm]) == len(evidence["cpu_stall"][arm]) == pairs
+            assert all(sum(c for _, c in h) > 0 for h in evidence["latency"][arm])
+            assert all(s is not None and 0 <= s <= 1 for s in evidence["cpu_stall"][arm])
         again, statistics = judge_evidence(evidence)
         assert again.value == verdict
         # and look by look, as bench.rejudge tries a judge again: the same verdict at the
