@@ -100,9 +100,7 @@ class LiveReport:
     # without PSI), and its latency histogram (bio submission to completion, all strata
     # merged): what a later judge, or a reader of the verdict, may want beyond the samples
     cpu_stall: dict[str, list[float | None]] = field(default_factory=lambda: {"A": [], "B": []})
-    latency: dict[str, list[histograms.Sparse]] = field(
-        default_factory=lambda: {"A": [], "B": []}
-    )
+    latency: dict[str, list[histograms.Sparse]] = field(default_factory=lambda: {"A": [], "B": []})
     # what it was judged by: each rule (metric, direction, tolerance), and those that can
     # only fail it
     rules: list[dict[str, Any]] = field(default_factory=list)
