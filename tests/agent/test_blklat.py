@@ -281,6 +281,25 @@ def test_programs_are_detached_when_their_collector_goes(tmp_path: Path) -> None
     assert _attached_programs() == before
 
 
+def test_the_cost_benchmark_switches_the_programs_and_leaves_none_behind() -> None:
+    """bench.bpf_cost, short: its phases really alternate between the programs attached and
+    detached, bpf_stats sees three runs an I/O without a scheduler (bio queue, issue,
+    completion), and the statistics and the programs are left as they were found. The
+    figure itself (ns per I/O) is the benchmark's, not asserted here."""
+    from bench import bpf_cost
+
+    stats = bpf_cost.STATS.read_text()
+    before = bpf_cost.attached_programs()
+    result = bpf_cost.run(rounds=3, seconds=0.5, settle=0.3, scheduler="none", seed=3)
+    assert result["programs_on_off"] == [(before + 4, before)]
+    assert result["iops_on"] > 0
+    assert result["iops_off"] > 0
+    assert 2.5 <= result["bpf_stats_runs_per_io"] <= 3.5
+    assert len(result["rounds_ns"]) == 3
+    assert bpf_cost.attached_programs() == before
+    assert bpf_cost.STATS.read_text() == stats
+
+
 def test_a_wait_for_a_tag_counts_as_the_application_sees_it(
     device: DataDevice, collector: BlkLatCollector
 ) -> None:
