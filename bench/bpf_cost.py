@@ -46,7 +46,7 @@ from agent.collectors.blklat import DEFAULT_OBJECT
 from agent.contract.verdict import MetricRule
 from agent.ebpf.loader import BpfObject
 from agent.live_judge import paired
-from bench.agent_footprint import FLOOR_SOURCE, bpf_run_time
+from bench.agent_footprint import FLOOR_SOURCE
 from bench.record import provenance, record
 from kernel.lab import devices as lab
 
@@ -73,13 +73,31 @@ def completed(device: str) -> int:
     return int(fields[0]) + int(fields[4])
 
 
-def attached_programs() -> int:
-    """BPF programs this process holds open (and, for blklat's, attached)."""
-    count = 0
+def program_fds() -> set[int]:
+    """The BPF programs this process holds open (and, for blklat's, attached), by fd."""
+    found = set()
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):
-            count += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:bpf-prog"
-    return count
+            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:bpf-prog":
+                found.add(int(fd))
+    return found
+
+
+def attached_programs() -> int:
+    return len(program_fds())
+
+
+def run_time(fds: set[int]) -> tuple[int, int]:
+    """Nanoseconds these programs have run, and how many runs (kernel.bpf_stats_enabled=1):
+    only the benchmark's own, not those of another collector in the same process."""
+    total = runs = 0
+    for fd in fds:
+        for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines():
+            if line.startswith("run_time_ns:"):
+                total += int(line.split()[1])
+            elif line.startswith("run_cnt:"):
+                runs += int(line.split()[1])
+    return total, runs
 
 
 @dataclass
@@ -163,13 +181,15 @@ def run(
                         found[on] = measure(device, on, seconds)
                 phases.append((found[True], found[False]))
             # bpf_stats' own figure in the same run, for comparison: one phase with it on
+            others = program_fds()
             with collector(True, path):
+                ours = program_fds() - others
                 STATS.write_text("1")
                 time.sleep(settle)
-                run0, count0 = bpf_run_time(os.getpid())
+                run0, count0 = run_time(ours)
                 ios0 = completed(device)
                 time.sleep(seconds)
-                run1, count1 = bpf_run_time(os.getpid())
+                run1, count1 = run_time(ours)
                 ios1 = completed(device)
                 STATS.write_text("0")
         finally:
