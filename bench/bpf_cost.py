@@ -46,7 +46,7 @@ from agent.collectors.blklat import DEFAULT_OBJECT
 from agent.contract.verdict import MetricRule
 from agent.ebpf.loader import BpfObject
 from agent.live_judge import paired
-from bench.agent_footprint import FLOOR_SOURCE
+from bench.agent_footprint import FLOOR_SOURCE, completed, full_speed
 from bench.record import provenance, record
 from kernel.lab import devices as lab
 
@@ -66,11 +66,6 @@ def host_busy_ns() -> int:
             user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields[1:8])
             return round((user + nice + system + irq + softirq) * TICK_NS)
     raise RuntimeError("/proc/stat has no cpu line")
-
-
-def completed(device: str) -> int:
-    fields = Path(f"/sys/block/{device}/stat").read_text().split()
-    return int(fields[0]) + int(fields[4])
 
 
 def program_fds() -> set[int]:
@@ -114,9 +109,9 @@ class Phase:
 
 
 def measure(device: str, attached: bool, seconds: float) -> Phase:
-    busy0, ios0, t0 = host_busy_ns(), completed(device), time.monotonic()
+    busy0, ios0, t0 = host_busy_ns(), completed([device]), time.monotonic()
     time.sleep(seconds)
-    busy1, ios1, t1 = host_busy_ns(), completed(device), time.monotonic()
+    busy1, ios1, t1 = host_busy_ns(), completed([device]), time.monotonic()
     return Phase(attached, ios1 - ios0, busy1 - busy0, t1 - t0, attached_programs())
 
 
@@ -131,26 +126,6 @@ def collector(on: bool, path: Path = DEFAULT_OBJECT) -> Iterator[BpfObject | Non
         yield programs
     finally:
         programs.close()
-
-
-def start_fio(device: str, runtime_s: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            "fio",
-            "--name=load",
-            f"--filename=/dev/{device}",
-            "--rw=randread",
-            "--bs=4k",
-            "--ioengine=io_uring",
-            "--iodepth=16",
-            "--direct=1",
-            "--time_based",
-            f"--runtime={runtime_s}",
-            "--output=/dev/null",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def run(
@@ -169,7 +144,7 @@ def run(
         device = devices["d0"]
         Path(f"/sys/block/{device}/queue/scheduler").write_text(scheduler)
         budget = int(rounds * 2 * (seconds + settle) + 4 * (seconds + settle) + 30)
-        fio = start_fio(device, budget)
+        fio = full_speed(device, budget)
         try:
             STATS.write_text("0")
             time.sleep(settle)
@@ -187,10 +162,10 @@ def run(
                 STATS.write_text("1")
                 time.sleep(settle)
                 run0, count0 = run_time(ours)
-                ios0 = completed(device)
+                ios0 = completed([device])
                 time.sleep(seconds)
                 run1, count1 = run_time(ours)
-                ios1 = completed(device)
+                ios1 = completed([device])
                 STATS.write_text("0")
         finally:
             STATS.write_text(stats_before)
