@@ -58,6 +58,14 @@ def _flashsim(device_class: str, params: str) -> LabDevice:
 # number of requests at once, no asymmetry, no poll queue (null_blk's polled completions ignore
 # completion_nsec: not a device model, KERNEL-LAB.md), data not kept (its pages would fill the
 # guest's memory over a grid).
+# Added for issue 33 item 3 (features that vary: a latency at each order of magnitude, write
+# asymmetry from none to 16x, 1 to 16 units, null_blk's unlimited parallelism): null_blk at 100
+# µs, NVMe-read-like; flashsim with symmetric 100 µs reads and writes on 8 units; flashsim with
+# one unit (60 µs reads, 10x writes: a small eMMC/SATA part that serves one request at a time);
+# flashsim at 1 ms reads and 3 ms writes on 2 units (a slow SATA part); null_blk at 5 µs with a
+# poll queue (its polled completions come at the first poll: polling's best case, not a model
+# of a device's polled latency — but the only device here where a completion mode matters
+# that much, which the models should see once).
 LAB_DEVICES = {
     "lab-flashsim-ull": _flashsim(
         "ull", "units=4 read_lat_ns=5000 read_ns_per_kb=20 write_lat_ns=15000 write_ns_per_kb=20"
@@ -78,6 +86,40 @@ LAB_DEVICES = {
         " irqmode=2 completion_nsec=10000 gb=1 submit_queues=1 hw_queue_depth=64\n",
         "nullb0",
         0,
+        ("configfs", "null_blk"),
+        (),
+    ),
+    "lab-nullblk-100us": LabDevice(
+        "nvme_flash",
+        "insmod /lib/modules/configfs.ko\ninsmod /lib/modules/null_blk.ko queue_mode=2"
+        " irqmode=2 completion_nsec=100000 gb=1 submit_queues=1 hw_queue_depth=64\n",
+        "nullb0",
+        0,
+        ("configfs", "null_blk"),
+        (),
+    ),
+    "lab-flashsim-symmetric": _flashsim(
+        "nvme_flash",
+        "units=8 write_units=1 read_lat_ns=100000 read_ns_per_kb=250"
+        " write_lat_ns=100000 write_ns_per_kb=250",
+    ),
+    "lab-flashsim-one-unit": _flashsim(
+        "sata_ssd",
+        "units=1 write_units=1 read_lat_ns=60000 read_ns_per_kb=1000"
+        " write_lat_ns=600000 write_ns_per_kb=1000",
+    ),
+    "lab-flashsim-slow": _flashsim(
+        "sata_ssd",
+        "units=2 write_units=2 read_lat_ns=1000000 read_ns_per_kb=8000"
+        " write_lat_ns=3000000 write_ns_per_kb=8000",
+    ),
+    "lab-nullblk-poll": LabDevice(
+        "ull",
+        "insmod /lib/modules/configfs.ko\ninsmod /lib/modules/null_blk.ko queue_mode=2"
+        " irqmode=2 completion_nsec=5000 gb=1 submit_queues=1 poll_queues=1"
+        " hw_queue_depth=64\n",
+        "nullb0",
+        1,
         ("configfs", "null_blk"),
         (),
     ),
