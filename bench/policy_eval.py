@@ -20,7 +20,6 @@ turn, and every prior removed.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 import time
@@ -43,7 +42,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--grid", type=Path, default=GRID)
+    parser.add_argument(
+        "--grid",
+        type=Path,
+        action="append",
+        help="a measured grid; repeat it to judge several as one (the main grid and the wider"
+        f" grid's devices, bench/results/policy_grid_wide_runs.json.gz). Default: {GRID.name}",
+    )
     parser.add_argument("--max-canaries", type=int, default=4)
     parser.add_argument("--holdout", choices=evaluate.HOLDOUTS, default="cell")
     parser.add_argument("--seeds", type=int, default=1)
@@ -66,8 +71,13 @@ def main() -> int:
         " devices' before the class's rule stands in (models.search.RANGE_MARGIN; inf: never)",
     )
     args = parser.parse_args()
-    with gzip.open(args.grid, "rt") as handle:
-        grid = Grid.from_json(json.load(handle))
+    grid = Grid()
+    for path in args.grid or [GRID]:
+        part = Grid.load(path)
+        clash = sorted(set(part.devices) & set(grid.devices))
+        if clash:
+            parser.error(f"{path}: devices already in an earlier grid: {', '.join(clash)}")
+        grid.merge(part)
     if args.device:
         unknown = sorted(set(args.device) - set(grid.devices))
         if unknown:

@@ -14,6 +14,13 @@ Workloads: bench.grid.GRID_WORKLOADS. Each repeat runs the configurations in a f
 
 Writes bench/results/policy_grid_runs.json.gz (the cells measured here replace earlier runs of
 the same cells; every other cell is kept) and a line per part in bench/results/policy_grid.md.
+
+The wider grid (issue 33 item 3: devices whose features vary, for leave-one-device-out) keeps
+its added devices in a file of its own, so that what the demo and the suite train on stays
+the 7 devices above; `bench.policy_eval --grid A --grid B` judges both as one:
+
+    python -m bench.policy_grid --lab --device lab-nullblk-100us \
+        --out bench/results/policy_grid_wide_runs.json.gz
 """
 
 from __future__ import annotations
