@@ -71,13 +71,10 @@ def main() -> int:
         " devices' before the class's rule stands in (models.search.RANGE_MARGIN; inf: never)",
     )
     args = parser.parse_args()
-    grid = Grid()
-    for path in args.grid or [GRID]:
-        part = Grid.load(path)
-        clash = sorted(set(part.devices) & set(grid.devices))
-        if clash:
-            parser.error(f"{path}: devices already in an earlier grid: {', '.join(clash)}")
-        grid.merge(part)
+    try:
+        grid = Grid.load_all(args.grid or [GRID])
+    except ValueError as error:
+        parser.error(str(error))
     if args.device:
         unknown = sorted(set(args.device) - set(grid.devices))
         if unknown:

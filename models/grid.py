@@ -238,3 +238,17 @@ class Grid:
             with gzip.open(path, "rt") as handle:
                 return cls.from_json(json.load(handle))
         return cls.from_json(json.loads(path.read_text()))
+
+    @classmethod
+    def load_all(cls, paths: Iterable[Path]) -> Grid:
+        """Several grids judged as one — the main grid and the wider grid's added devices
+        (bench/policy_grid.py) — each device measured in one of them only: a device in two
+        would mix two sittings' runs under one name."""
+        merged = cls()
+        for path in paths:
+            part = cls.load(path)
+            clash = sorted(set(part.devices) & set(merged.devices))
+            if clash:
+                raise ValueError(f"{path}: devices already in an earlier grid: {', '.join(clash)}")
+            merged.merge(part)
+        return merged

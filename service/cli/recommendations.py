@@ -107,9 +107,13 @@ def _report_json(report: NightlyReport) -> dict[str, object]:
 
 
 def evaluate(
-    grid: Annotated[Path, typer.Option(help="A measured grid (bench/policy_grid.py).")] = (
-        DEFAULT_GRID
-    ),
+    grid: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="A measured grid (bench/policy_grid.py); repeat it to judge several as one.",
+            show_default=str(DEFAULT_GRID.relative_to(DEFAULT_GRID.parents[2])),
+        ),
+    ] = None,
     objective: Annotated[
         list[str] | None, typer.Option(help="Objectives to judge.", show_default="all")
     ] = None,
@@ -128,19 +132,22 @@ def evaluate(
     """Hold each cell (or device, or workload) of the grid out in turn, recommend with up to
     MAX_CANARIES replayed canaries, and report the regret against the oracle and against the
     fixed rules — the model's pick before any canary, and the kept choice after 1, 2 and 4."""
-    import gzip
-
     from models import evaluate as ev
     from models.grid import Grid
     from models.priors import Objective
 
     if holdout not in ev.HOLDOUTS:
         raise typer.BadParameter(f"--holdout must be one of {', '.join(ev.HOLDOUTS)}")
-    if not grid.exists():
-        raise typer.BadParameter(f"{grid} does not exist; measure one: python -m bench.policy_grid")
-    opener = gzip.open if grid.suffix == ".gz" else open
-    with opener(grid, "rt") as handle:
-        measured = Grid.from_json(json.load(handle))
+    grids = grid or [DEFAULT_GRID]
+    for path in grids:
+        if not path.exists():
+            raise typer.BadParameter(
+                f"{path} does not exist; measure one: python -m bench.policy_grid"
+            )
+    try:
+        measured = Grid.load_all(grids)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
     objectives = [Objective(o) for o in objective] if objective else None
     if local:
         reports = ev.evaluate(

@@ -52,6 +52,28 @@ def test_a_replayed_canary_decides_by_the_canary_rule_not_one_repetition() -> No
     )
 
 
+def test_grids_recorded_apart_are_judged_as_one(recorded: Grid, tmp_path: Path) -> None:
+    """The wider grid's devices live in a file of their own (bench/policy_grid.py): loaded
+    together, every run of each file is there once, and a device in two files is refused."""
+    first_devices = sorted(recorded.devices)[:3]
+    files = []
+    for name, keep in (("a", True), ("b", False)):
+        part = Grid(meta=dict(recorded.meta))
+        part.devices = {k: v for k, v in recorded.devices.items() if (k in first_devices) == keep}
+        part.workloads = dict(recorded.workloads)
+        part.runs = [r for r in recorded.runs if r.device in part.devices]
+        part.save(tmp_path / f"{name}.json")
+        files.append(tmp_path / f"{name}.json")
+    both = Grid.load_all(files)
+    assert set(both.devices) == set(recorded.devices)
+    assert both.cells() == recorded.cells()
+    assert sorted(json.dumps(r, sort_keys=True) for r in both.to_json()["runs"]) == sorted(
+        json.dumps(r, sort_keys=True) for r in recorded.to_json()["runs"]
+    )
+    with pytest.raises(ValueError, match=first_devices[0]):
+        Grid.load_all([files[0], files[0]])
+
+
 def test_what_each_holdout_hides(recorded: Grid) -> None:
     device, workload = recorded.cells()[0]
     assert evaluate.held_out(recorded, device, workload, "cell") == [(device, workload)]
