@@ -195,8 +195,7 @@ def identify(session: Session, token: str) -> tuple[Principal | None, str]:
             refused = node_tokens.refusal(node, digest, now)
             if refused is not None:
                 return None, refused
-            name = f"node:{node.hostname}/{str(node.id)[:8]}"
-            principal = Principal(name=name, node_id=node.id, token_digest=digest)
+            principal = node_tokens.principal_of(node, digest)
             NODES.remember(digest, principal, node_tokens.good_until(node, digest))
             return principal, ""
     return None, "unknown or revoked token"

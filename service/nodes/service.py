@@ -11,7 +11,7 @@ from service.audit import service as audit
 from service.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable
 from service.nodes import repository
 from service.nodes.cache import NODES
-from service.nodes.tokens import Lifetime, rotate
+from service.nodes.tokens import Lifetime, principal_of, rotate
 from service.ops.transactions import on_commit
 from service.security import NODE_TOKEN_PREFIX, Principal, Role, new_token, token_digest
 from service.tables import Node
@@ -31,22 +31,28 @@ def enroll(
     if enrollment is None:
         raise Unauthorized("enrollment token is unknown, already used or expired")
     secret = new_token(NODE_TOKEN_PREFIX)
+    digest = token_digest(secret)
     # Labels from the enrollment token (set by an admin) win over labels the node claims.
     labels = {**request.labels, **enrollment.labels}
     node = repository.add(
         session,
         hostname=request.hostname,
         labels=labels,
-        digest=token_digest(secret),
+        digest=digest,
         expires_at=lifetime.expiry(now),
         agent_version=request.agent_version,
         kernel_version=request.kernel_version,
         now=now,
     )
     token_repository.set_enrollment_token_node(session, enrollment, node.id)
+    principal, valid_until = principal_of(node, digest), node.token_expires_at
+    # the agent's next call, its inventory, comes with this token at once: known to this
+    # process from the commit on, as a token checked here is (a lookup in a unit of work of
+    # its own saved, one of enrolment's costs; bench.fleet)
+    on_commit(session, lambda: NODES.remember(digest, principal, valid_until))
     audit.record(
         session,
-        f"node:{node.hostname}/{str(node.id)[:8]}",
+        principal.name,
         "node.enrolled",
         target_type="node",
         target_id=node.id,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from service.security import Principal
 from service.tables import Node
 
 RENEW_AT = 2 / 3  # of the lifetime: the agent renews then, with a third left for outages
@@ -63,3 +64,10 @@ def rotate(
         node.previous_token_expires_at = min(now + lifetime.grace, node.token_expires_at)
     node.token_sha256 = new_digest
     node.token_expires_at = lifetime.expiry(now)
+
+
+def principal_of(node: Node, digest: str) -> Principal:
+    """Who a call made with this token of this node is."""
+    return Principal(
+        name=f"node:{node.hostname}/{str(node.id)[:8]}", node_id=node.id, token_digest=digest
+    )

@@ -12,10 +12,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from agent.contract.wire import EnrollRequest
+from service.nodes import service as node_service
 from service.nodes.cache import NODES
 from service.security import token_digest
 from tests.factories import (
     bearer,
+    create_enrollment_token,
     create_node,
     device_inventory,
     report_inventory,
@@ -69,3 +72,33 @@ def test_a_cached_token_is_not_used_past_its_expiry() -> None:
     principal = Principal(name="node:x", node_id=uuid.uuid4(), token_digest="d")
     NODES.remember("d", principal, datetime.now(UTC))  # good until now: no longer
     assert NODES.principal("d", datetime.now(UTC)) is None
+
+
+def test_a_node_just_enrolled_is_known_without_a_lookup(
+    client: TestClient, session: Session
+) -> None:
+    """Enrolment is three calls, and the third (the inventory) comes with the node token at
+    once: the token is known to this process from the enrolment's commit, as a checked one is
+    (bench.fleet: a unit of work of its own saved per node) — and not before it commits."""
+    body = {"enrollment_token": create_enrollment_token(session), "hostname": "node-new"}
+    response = client.post("/api/v1/nodes", json=body)
+    assert response.status_code == 201, response.text
+    enrolled = response.json()
+    digest = token_digest(enrolled["node_token"])
+    known = NODES.principal(digest, datetime.now(UTC))
+    assert known is not None
+    assert known.node_id == uuid.UUID(enrolled["node"]["id"])
+    assert known.name == f"node:node-new/{enrolled['node']['id'][:8]}"
+    report = {"devices": [device_inventory("loop0").model_dump(mode="json")]}
+    response = client.put(
+        f"/api/v1/nodes/{enrolled['node']['id']}/inventory",
+        json=report,
+        headers=bearer(enrolled["node_token"]),
+    )
+    assert response.status_code == 200, response.text
+
+    # an enrolment rolled back leaves nothing behind
+    request = EnrollRequest(enrollment_token=create_enrollment_token(session), hostname="gone")
+    _, secret = node_service.enroll(session, request)
+    session.rollback()
+    assert NODES.principal(token_digest(secret), datetime.now(UTC)) is None
