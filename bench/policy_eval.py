@@ -223,7 +223,10 @@ def record_reports(
             "after1_median_pct": round(100 * after["1"]["median"], 2),
             "after1_mean_pct": round(100 * after["1"]["mean"], 2),
             "after1_within_noise": after["1"]["within_noise"],
+            "after2_median_pct": round(100 * after["2"]["median"], 2),
+            "after2_mean_pct": round(100 * after["2"]["mean"], 2),
             "after4_median_pct": round(100 * after["4"]["median"], 2),
+            "after4_mean_pct": round(100 * after["4"]["mean"], 2),
             "fixed_rule_median_pct": round(
                 100 * baselines.get(evaluate.FIXED_RULE, {}).get("median_regret", float("nan")), 2
             ),
@@ -274,7 +277,10 @@ def record_reports(
                 "after 1 median %": "after1_median_pct",
                 "after 1 mean %": "after1_mean_pct",
                 "after 1 within noise": "after1_within_noise",
+                "after 2 median %": "after2_median_pct",
+                "after 2 mean %": "after2_mean_pct",
                 "after 4 median %": "after4_median_pct",
+                "after 4 mean %": "after4_mean_pct",
                 "fixed rule median %": "fixed_rule_median_pct",
                 "fixed rule mean %": "fixed_rule_mean_pct",
                 "always none mean %": "none_mean_pct",
