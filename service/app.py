@@ -20,8 +20,8 @@ from starlette.routing import Match
 
 from agent.contract import __version__
 from agent.contract.logs import REQUEST_ID_HEADER, request_id
-from agent.contract.wire import TelemetryBatch
 from service.audit.endpoints import router as audit_router
+from service.bodies import SELF_READ
 from service.dashboard.views import install as install_dashboard
 from service.db import Database
 from service.devices.endpoints import router as devices_router
@@ -181,8 +181,8 @@ def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
         schemas["ErrorBody"] = ErrorBody.model_json_schema(
             ref_template="#/components/schemas/{model}"
         )
-        # bodies an endpoint reads itself (the telemetry batch, for speed), with their parts
-        for model in (TelemetryBatch,):
+        # bodies an endpoint reads itself (service.bodies, for speed), with their parts
+        for model in SELF_READ:
             found = model.model_json_schema(ref_template="#/components/schemas/{model}")
             schemas.update(found.pop("$defs", {}))
             schemas[model.__name__] = found

@@ -17,6 +17,7 @@ from agent.contract.wire import (
     PollCapabilities,
     Transport,
 )
+from service.devices import repository as device_repository
 from service.devices import service as device_service
 from service.nodes import service as node_service
 from service.security import Principal, Role
@@ -101,13 +102,13 @@ def device_inventory(
 
 
 def report_inventory(session: Session, node: Node, *devices: DeviceInventory) -> list[Device]:
-    found, *_ = device_service.replace_inventory(
+    device_service.replace_inventory(
         session,
         Principal(name=f"node:{node.hostname}", node_id=node.id),
         node.id,
         InventoryReport(kernel_version="6.1.0-18-amd64", devices=list(devices)),
     )
-    return found
+    return list(device_repository.for_node(session, node.id))
 
 
 def telemetry_window(device: str = "loop0", *, index: int = 0, **overrides: Any) -> dict[str, Any]:

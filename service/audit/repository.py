@@ -40,7 +40,7 @@ def add_many(session: Session, rows: list[dict[str, Any]]) -> None:
     """Events as rows, in one multi-row INSERT without RETURNING (their ids and times are the
     database's): for many events at once, nothing read back."""
     if rows:
-        session.execute(insert(AuditEvent), rows)
+        session.execute(insert(AuditEvent.__table__), rows)
 
 
 def list_events(

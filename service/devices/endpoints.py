@@ -3,9 +3,10 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from agent.contract.wire import DeviceClass, InventoryReport
+from service.bodies import json_body, json_response, request_schema
 from service.deps import (
     API_PREFIX,
     MAX_OFFSET,
@@ -27,21 +28,26 @@ router = APIRouter(prefix=f"{API_PREFIX}", tags=["devices"], route_class=AuthFir
 @router.put(
     "/nodes/{node_id}/inventory",
     response_model=InventoryReceipt,
-    responses=responses(Unauthorized, Forbidden, NotFound),
+    responses=responses(Unauthorized, Forbidden, NotFound, Unprocessable),
+    openapi_extra=request_schema(InventoryReport),
 )
 async def put_inventory(
-    node_id: uuid.UUID, body: InventoryReport, request: Request, node: CurrentNode
-) -> InventoryReceipt:
+    node_id: uuid.UUID,
+    body: Annotated[InventoryReport, Depends(json_body(InventoryReport))],
+    request: Request,
+    node: CurrentNode,
+) -> Response:
     """The node's whole device list; devices missing from it are marked not present."""
     devices, added, updated, gone = await in_session(
         request, service.replace_inventory, node, node_id, body
     )
-    return InventoryReceipt(
-        devices=[DeviceRead.model_validate(d) for d in devices],
+    receipt = InventoryReceipt(
+        devices=devices,
         added=added,
         updated=updated,
         gone=gone,
     )
+    return json_response(receipt)
 
 
 @router.get(

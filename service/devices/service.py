@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from agent.contract.wire import DeviceClass, DeviceInventory, InventoryReport
 from service.audit import service as audit
 from service.devices import repository
+from service.devices.schemas import DeviceRead
 from service.errors import Forbidden, NotFound, Unprocessable
 from service.nodes import repository as node_repository
 from service.security import Principal, Role
@@ -56,8 +57,11 @@ def _fields(reported: DeviceInventory) -> dict[str, Any]:
 
 def replace_inventory(
     session: Session, node: Principal, node_id: uuid.UUID, report: InventoryReport
-) -> tuple[list[Device], int, int, int]:
+) -> tuple[list[DeviceRead], int, int, int]:
     """Make the node's device list what the agent reports; audit every configuration change.
+    Returns the node's devices by name, read from what was written (the rows inserted for new
+    ones are not read back: their every column is here), and how many were added, updated
+    and gone.
 
     Devices the node no longer reports are kept (their history matters) but marked absent.
     """
@@ -69,6 +73,7 @@ def replace_inventory(
         raise NotFound(f"no node {node_id}")
     now = datetime.now(UTC)
     existing = {device.name: device for device in repository.for_node(session, node_id)}
+    devices: list[Device | dict[str, Any]] = list(existing.values())
     added = updated = 0
     new_rows: list[dict[str, Any]] = []
     discovered: list[dict[str, Any]] = []
@@ -78,7 +83,8 @@ def replace_inventory(
         if device is None:
             # written below in one INSERT, with their audit events in another
             row = {"id": uuid.uuid4(), "node_id": node_id, "name": reported.name,
-                   "last_seen_at": now, "present": True, **fields}  # fmt: skip
+                   "first_seen_at": now, "last_seen_at": now, "present": True,
+                   **fields}  # fmt: skip
             new_rows.append(row)
             added += 1
             discovered.append(
@@ -119,7 +125,9 @@ def replace_inventory(
     node_repository.touch(session, found, now)
     repository.add_many(session, new_rows)
     audit.record_many(session, node, "device.discovered", discovered)
-    return list(repository.for_node(session, node_id)), added, updated, gone
+    devices += new_rows
+    read = sorted((DeviceRead.model_validate(d) for d in devices), key=lambda d: d.name)
+    return read, added, updated, gone
 
 
 def get_device(session: Session, principal: Principal, device_id: uuid.UUID) -> Device:

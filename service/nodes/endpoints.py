@@ -4,10 +4,11 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, status
+from fastapi import APIRouter, Depends, Query, Request, Response, status
 
 from agent.contract.base import SafeText
 from agent.contract.wire import EnrollRequest, Heartbeat
+from service.bodies import json_body, json_response, request_schema
 from service.deps import (
     API_PREFIX,
     MAX_OFFSET,
@@ -32,19 +33,25 @@ router = APIRouter(prefix=f"{API_PREFIX}/nodes", tags=["nodes"], route_class=Aut
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=NodeEnrolled,
-    responses=responses(Unauthorized),
+    responses=responses(Unauthorized, Unprocessable),
+    openapi_extra=request_schema(EnrollRequest),
 )
-async def enroll_node(body: EnrollRequest, request: Request, settings: SettingsDep) -> NodeEnrolled:
+async def enroll_node(
+    body: Annotated[EnrollRequest, Depends(json_body(EnrollRequest))],
+    request: Request,
+    settings: SettingsDep,
+) -> Response:
     """Authenticated by the one-time enrollment token in the body; returns the node token,
     with when it expires and when the agent should renew it."""
     lifetime = token_lifetime(settings)
     node, secret = await in_session(request, service.enroll, body, lifetime)
-    return NodeEnrolled(
+    enrolled = NodeEnrolled(
         node=NodeRead.model_validate(node),
         node_token=secret,
         expires_at=node.token_expires_at,
         renew_after=lifetime.renew_after(datetime.now(UTC)),
     )
+    return json_response(enrolled, status.HTTP_201_CREATED)
 
 
 @router.post(

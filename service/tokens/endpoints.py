@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from typing import Annotated
 
-from fastapi import APIRouter, Request, status
+from fastapi import APIRouter, Depends, Request, Response, status
 
+from service.bodies import json_body, json_response, request_schema
 from service.deps import (
     API_PREFIX,
     AdminAuth,
@@ -13,7 +15,7 @@ from service.deps import (
     SettingsDep,
     in_session,
 )
-from service.errors import Conflict, Forbidden, NotFound, Unauthorized, responses
+from service.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable, responses
 from service.tokens import service
 from service.tokens.schemas import (
     ApiTokenCreate,
@@ -64,16 +66,21 @@ def revoke_api_token(token_id: uuid.UUID, session: SessionDep, admin: AdminAuth)
     "/enrollment-tokens",
     status_code=status.HTTP_201_CREATED,
     response_model=EnrollmentTokenCreated,
-    responses=responses(Unauthorized, Forbidden),
+    responses=responses(Unauthorized, Forbidden, Unprocessable),
+    openapi_extra=request_schema(EnrollmentTokenCreate),
 )
 async def create_enrollment_token(
-    body: EnrollmentTokenCreate, request: Request, admin: AdminAuth, settings: SettingsDep
-) -> EnrollmentTokenCreated:
+    body: Annotated[EnrollmentTokenCreate, Depends(json_body(EnrollmentTokenCreate))],
+    request: Request,
+    admin: AdminAuth,
+    settings: SettingsDep,
+) -> Response:
     """One per node a fleet rollout enrols: its unit of work in one hop to the thread pool."""
     ttl = timedelta(hours=body.ttl_hours or settings.enrollment_token_ttl_hours)
     token, secret = await in_session(
         request, service.create_enrollment_token, admin, labels=body.labels, ttl=ttl
     )
-    return EnrollmentTokenCreated(
+    created = EnrollmentTokenCreated(
         id=token.id, token=secret, labels=dict(token.labels), expires_at=token.expires_at
     )
+    return json_response(created, status.HTTP_201_CREATED)
