@@ -50,13 +50,22 @@ def enroll(
     # process from the commit on, as a token checked here is (a lookup in a unit of work of
     # its own saved, one of enrolment's costs; bench.fleet)
     on_commit(session, lambda: NODES.remember(digest, principal, valid_until))
-    audit.record(
+    # one INSERT without RETURNING (nothing of the event is read back), as an inventory's
+    audit.record_many(
         session,
         principal.name,
         "node.enrolled",
-        target_type="node",
-        target_id=node.id,
-        after={"hostname": node.hostname, "labels": labels, "enrollment_token": str(enrollment.id)},
+        [
+            {
+                "target_type": "node",
+                "target_id": node.id,
+                "after": {
+                    "hostname": node.hostname,
+                    "labels": labels,
+                    "enrollment_token": str(enrollment.id),
+                },
+            }
+        ],
     )
     return node, secret
 

@@ -99,8 +99,8 @@ def claim_enrollment_token(session: Session, digest: str, now: datetime) -> Enro
 
 
 def set_enrollment_token_node(session: Session, token: EnrollmentToken, node_id: uuid.UUID) -> None:
+    """Written with the unit of work's next flush (its commit)."""
     token.used_by_node_id = node_id
-    session.flush()
 
 
 def revoke_by_prefix(session: Session, prefix: str, now: datetime) -> None:

@@ -134,12 +134,16 @@ def create_enrollment_token(
         created_by=actor if isinstance(actor, str) else actor.name,
         expires_at=datetime.now(UTC) + ttl,
     )
-    audit.record(
+    audit.record_many(  # one INSERT, nothing read back: one per node a rollout enrols
         session,
         actor,
         "enrollment_token.created",
-        target_type="enrollment_token",
-        target_id=token.id,
-        after={"labels": labels, "expires_at": token.expires_at.isoformat()},
+        [
+            {
+                "target_type": "enrollment_token",
+                "target_id": token.id,
+                "after": {"labels": labels, "expires_at": token.expires_at.isoformat()},
+            }
+        ],
     )
     return token, secret
