@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.fleet import Timer
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -46,8 +48,21 @@ def test_a_small_fleet_enrolls_posts_and_reads() -> None:
     reads = result["read_p95_ms"]
     assert isinstance(reads, dict)
     assert set(reads) >= {"device list", "device list, deep page", "fleet page", "device page"}
+    assert set(result["read_first_ms"]) == {"fleet page", "device page"}  # type: ignore[arg-type]
     # the service's cost per request in CPU time from /proc (a 10 ms tick: some, over 60)
     assert result["serve_cpu_ms_per_request"] > 0  # type: ignore[operator]
+
+
+def test_a_read_p95_is_by_nearest_rank() -> None:
+    """One cold page in 20 is not the p95 (it was, by int(0.95 * 20) = the 20th)."""
+    timer = Timer()
+    for seconds in [1.2] + [0.03] * 19:
+        timer.add("fleet page", seconds)
+    assert timer.p("fleet page", 0.95) == pytest.approx(30)
+    assert timer.p("fleet page", 1.0) == pytest.approx(1200)
+    assert timer.first("fleet page") == pytest.approx(1200)
+    timer.add("fleet page", 1.2)  # two slow in 21: the 20th of 21 is one of them
+    assert timer.p("fleet page", 0.95) == pytest.approx(1200)
 
 
 @pytest.mark.timeout(600)
