@@ -1,6 +1,7 @@
 """Two real `blkpilot serve` processes on one database, as a deployment that outgrew one
 replica runs them: a batch sent to both at once is stored once; what one stores, the other
-reads; both run the telemetry upkeep, one pass at a time, and neither fails."""
+reads; both run the telemetry upkeep, one pass at a time, and neither fails; a node revoked
+through one is refused by the other at once."""
 
 from __future__ import annotations
 
@@ -103,3 +104,17 @@ def test_two_replicas_store_a_batch_once_and_share_the_upkeep(
     assert all(c.get("ran", 0) + c.get("skipped", 0) >= 2 for c in counts), counts
     assert sum(c.get("ran", 0) for c in counts) >= 1
     assert all(c.get("failed", 0) == 0 for c in counts), counts
+
+    # a node revoked through one replica is refused by the other within moments: it hears the
+    # commit, where it used to keep the token it had checked for up to 10 s (and now keeps one
+    # for 10 minutes while it hears)
+    own = f"{a.base_url}/api/v1/nodes/{enrolled['node']['id']}"
+    assert httpx.get(own, headers=node).status_code == 200  # checked by a: kept there
+    revoked = b.api("POST", f"/nodes/{enrolled['node']['id']}/revoke", json={"reason": "lost"})
+    assert revoked.status_code == 200, revoked.text
+    heard_by = time.monotonic() + 5
+    while (status := httpx.get(own, headers=node).status_code) == 200:
+        if time.monotonic() > heard_by:
+            break
+        time.sleep(0.05)
+    assert status == 401

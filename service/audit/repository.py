@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import insert, select
+from sqlalchemy import Table, insert, select
 from sqlalchemy.orm import Session
 
 from service.tables import AuditEvent
@@ -40,7 +40,7 @@ def add_many(session: Session, rows: list[dict[str, Any]]) -> None:
     """Events as rows, in one multi-row INSERT without RETURNING (their ids and times are the
     database's): for many events at once, nothing read back."""
     if rows:
-        session.execute(insert(AuditEvent.__table__), rows)
+        session.execute(insert(cast(Table, AuditEvent.__table__)), rows)
 
 
 def list_events(

@@ -74,6 +74,10 @@ def serve(
             database.engine, settings.retention, settings.telemetry_upkeep_seconds
         )
         upkeep.start()
+        from service.nodes.listener import TokenChangeListener
+
+        token_changes = TokenChangeListener(database.engine)
+        token_changes.start()
         # what start-up allocated (the app, its routes, SQLAlchemy's metadata) is kept for
         # the process's life: out of the collector's way, so that a telemetry batch's
         # thousands of short-lived objects do not make every full collection walk it
@@ -93,6 +97,7 @@ def serve(
                 ssl_keyfile=settings.tls_keyfile,
             )
         finally:
+            token_changes.stop()
             upkeep.stop()
             if worker is not None:
                 worker.stop()

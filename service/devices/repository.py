@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, func, insert, select, text, tuple_
+from sqlalchemy import Connection, Table, func, insert, select, text, tuple_
 from sqlalchemy.orm import Session
 
 from service.tables import DEVICE_COUNTS, Device
@@ -63,7 +63,7 @@ def add_many(session: Session, rows: list[dict[str, Any]]) -> None:
     and not through the ORM's bulk path (its per-row bookkeeping was an inventory's largest
     single cost in serve, bench.fleet)."""
     if rows:
-        session.execute(insert(Device.__table__), rows)
+        session.execute(insert(cast(Table, Device.__table__)), rows)
 
 
 def counts(session: Session) -> list[tuple[str, str, str, int]]:

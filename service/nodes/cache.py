@@ -2,10 +2,14 @@
 requests: a node pushes telemetry every 30 s, and looking both up in PostgreSQL was two of
 each push's five round trips (issue 35).
 
-- **Principals**, by token digest, for `TTL_S` seconds and never past the token's own expiry:
-  a node revoked or renewed through this replica is dropped here at once (after the commit);
-  through another replica, its old token is refused here within `TTL_S`. Operators' API tokens
-  are not kept (each use records when it was last used).
+- **Principals**, by token digest, never past the token's own expiry: a node revoked or
+  renewed through this replica is dropped here at once (after the commit); through another
+  replica, when this process hears of its commit (service.nodes.listener, PostgreSQL's
+  LISTEN/NOTIFY: milliseconds). While it hears every change a principal is kept `HEARD_TTL_S`
+  — longer than the agent's 30 s between pushes, or every push would look its token up again
+  (it did: bench.fleet, 10,000 nodes) — and while it does not (no listener, its connection
+  lost and not yet back), `TTL_S`, so that a change it missed is refused within that. Operators'
+  API tokens are not kept (each use records when it was last used).
 - **Device ids by name**, per node: a node's devices are never deleted (a device that went
   away keeps its id and history), so a map read once stays true; a name it lacks is looked up
   again before a window naming it is refused (its inventory may have come since, through
@@ -24,6 +28,7 @@ from typing import Any
 from service.security import Principal
 
 TTL_S = 10.0
+HEARD_TTL_S = 600.0
 MAX_ENTRIES = 100_000  # per map: beyond it the oldest half goes (a fleet is ~10k nodes)
 
 
@@ -35,8 +40,10 @@ class _Known:
 
 
 class NodeCache:
-    def __init__(self, ttl_s: float = TTL_S) -> None:
+    def __init__(self, ttl_s: float = TTL_S, heard_ttl_s: float = HEARD_TTL_S) -> None:
         self.ttl_s = ttl_s
+        self.heard_ttl_s = heard_ttl_s
+        self._hearing = False
         self._principals: dict[str, _Known] = {}
         self._devices: dict[uuid.UUID, dict[str, uuid.UUID]] = {}
         self._lock = threading.Lock()
@@ -45,7 +52,8 @@ class NodeCache:
         known = self._principals.get(digest)
         if known is None:
             return None
-        if time.monotonic() - known.cached_at > self.ttl_s or now >= known.valid_until:
+        ttl = self.heard_ttl_s if self._hearing else self.ttl_s
+        if time.monotonic() - known.cached_at > ttl or now >= known.valid_until:
             self._principals.pop(digest, None)
             return None
         return known.principal
@@ -54,6 +62,17 @@ class NodeCache:
         with self._lock:
             self._trim(self._principals)
             self._principals[digest] = _Known(principal, valid_until, time.monotonic())
+
+    @property
+    def hearing(self) -> bool:
+        return self._hearing
+
+    def hear(self, hearing: bool) -> None:
+        """Whether every token change is heard from now on. Either way the principals kept so
+        far go: a change made before listening began, or while it was lost, was not heard."""
+        with self._lock:
+            self._principals.clear()
+            self._hearing = hearing
 
     def devices(self, node_id: uuid.UUID) -> dict[str, uuid.UUID] | None:
         return self._devices.get(node_id)

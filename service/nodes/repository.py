@@ -4,10 +4,28 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import or_, select
+import psycopg
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from service.tables import Node
+
+# a node's tokens changed (revoked, renewed): every `serve` listening drops what it kept of them
+TOKEN_CHANNEL = "blkpilot_node_tokens"
+
+
+def announce_token_change(session: Session, node_id: uuid.UUID) -> None:
+    """Told to every listener when (and only if) the session's transaction commits."""
+    session.execute(select(func.pg_notify(TOKEN_CHANNEL, str(node_id))))
+
+
+def listen_for_token_changes(connection: psycopg.Connection[object]) -> None:
+    """On an autocommit connection: its notifies() then yields each announcement."""
+    connection.execute(f"LISTEN {TOKEN_CHANNEL}")
+
+
+def ping(connection: psycopg.Connection[object]) -> None:
+    connection.execute("SELECT 1")
 
 
 def get(session: Session, node_id: uuid.UUID, *, lock: bool = False) -> Node | None:

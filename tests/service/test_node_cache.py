@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from agent.contract.wire import EnrollRequest
+from service.nodes import repository as node_repository
 from service.nodes import service as node_service
-from service.nodes.cache import NODES
-from service.security import token_digest
+from service.nodes.cache import NODES, NodeCache
+from service.nodes.listener import TokenChangeListener
+from service.nodes.service import DEFAULT_LIFETIME
+from service.security import Principal, token_digest
 from tests.factories import (
     bearer,
     create_enrollment_token,
@@ -67,8 +72,6 @@ def test_a_device_reported_after_the_map_was_kept_is_found(
 
 
 def test_a_cached_token_is_not_used_past_its_expiry() -> None:
-    from service.security import Principal
-
     principal = Principal(name="node:x", node_id=uuid.uuid4(), token_digest="d")
     NODES.remember("d", principal, datetime.now(UTC))  # good until now: no longer
     assert NODES.principal("d", datetime.now(UTC)) is None
@@ -102,3 +105,84 @@ def test_a_node_just_enrolled_is_known_without_a_lookup(
     _, secret = node_service.enroll(session, request)
     session.rollback()
     assert NODES.principal(token_digest(secret), datetime.now(UTC)) is None
+
+
+def _until(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def test_a_token_change_committed_anywhere_is_heard_and_its_node_forgotten(
+    engine: Engine,
+) -> None:
+    """What another replica commits reaches this one through PostgreSQL (LISTEN/NOTIFY): the
+    node is forgotten here within moments, so a principal may be kept past the agent's 30 s
+    between pushes; when the listener's connection is lost the cache empties and keeps
+    principals only the short TTL until it listens again."""
+    cache = NodeCache(ttl_s=10.0, heard_ttl_s=600.0)
+    listener = TokenChangeListener(engine, cache, retry_s=0.2)
+    listener.start()
+    try:
+        assert _until(lambda: cache.hearing)
+        kept, other = uuid.uuid4(), uuid.uuid4()
+        until = datetime.now(UTC) + timedelta(days=1)
+        cache.remember("a", Principal(name="node:a", node_id=kept, token_digest="a"), until)
+        cache.remember("b", Principal(name="node:b", node_id=other, token_digest="b"), until)
+
+        # announced in a transaction rolled back: nothing is heard
+        with Session(engine) as session:
+            node_repository.announce_token_change(session, kept)
+            session.rollback()
+        time.sleep(0.5)
+        assert cache.principal("a", datetime.now(UTC)) is not None
+        # committed (a revocation or renewal through another replica): heard
+        with Session(engine) as session:
+            node_repository.announce_token_change(session, kept)
+            session.commit()
+        assert _until(lambda: cache.principal("a", datetime.now(UTC)) is None, 5.0)
+        assert cache.principal("b", datetime.now(UTC)) is not None  # only that node
+
+        # the listener's connection is cut: not hearing, nothing kept, then back
+        with engine.connect() as connection:
+            cut = connection.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE query LIKE 'LISTEN blkpilot_node_tokens%' AND pid <> pg_backend_pid()"
+                )
+            ).all()
+        assert cut, "the listener's connection was not found"
+        assert _until(lambda: not cache.hearing, 5.0)
+        assert cache.principal("b", datetime.now(UTC)) is None
+        assert _until(lambda: cache.hearing)
+    finally:
+        listener.stop()
+    assert not listener.thread.is_alive()
+    assert not cache.hearing
+
+
+def test_revoking_and_renewing_announce_the_change(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both go through the one place that forgets a node, which announces it to the other
+    replicas in the same transaction."""
+    announced: list[uuid.UUID] = []
+    original = node_repository.announce_token_change
+
+    def recorded(session: Session, node_id: uuid.UUID) -> None:
+        announced.append(node_id)
+        original(session, node_id)
+
+    monkeypatch.setattr(node_repository, "announce_token_change", recorded)
+    renewed, token = create_node(session)
+    caller = Principal(
+        name=f"node:{renewed.hostname}", node_id=renewed.id, token_digest=token_digest(token)
+    )
+    node_service.renew_token(session, caller, renewed.id, DEFAULT_LIFETIME)
+    assert announced == [renewed.id]
+    revoked, _ = create_node(session)
+    node_service.revoke(session, Principal(name="token:admin"), revoked.id, "lost host")
+    assert announced == [renewed.id, revoked.id]
