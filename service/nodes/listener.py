@@ -3,12 +3,16 @@
 (service.nodes.cache). While it hears, the cache keeps a principal `HEARD_TTL_S`; when its
 connection is lost the cache is emptied and falls back to `TTL_S` until it listens again.
 
-A connection that breaks without a word (a network partition) is found by a ping every
-`ping_s`; until then changes may go unheard, as they would be without the listener.
+It claims to hear only what it has shown it hears: a probe notice sent on its own connection
+must come back, at the start and every `ping_s` after (within `probe_wait_s`), or the
+connection is dropped — so a connection broken without a word (a network partition), or one
+behind a pooler in transaction mode (where LISTEN registers on a server connection the
+notices never reach), falls back to the short TTL instead of keeping revoked tokens.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -21,6 +25,12 @@ from service.nodes import repository
 from service.nodes.cache import NODES, NodeCache
 
 log = logging.getLogger(__name__)
+# the listening connection, as pg_stat_activity names it
+APPLICATION_NAME = "blkpilot-token-changes"
+
+
+class Deaf(Exception):
+    """The listening connection does not hear what is sent on its channel."""
 
 
 class TokenChangeListener:
@@ -31,12 +41,14 @@ class TokenChangeListener:
         *,
         retry_s: float = 5.0,
         ping_s: float = 30.0,
+        probe_wait_s: float = 5.0,
     ) -> None:
         # the engine's database, on a connection of its own outside the pool (it is held)
         self.conninfo = engine.url.set(drivername="postgresql").render_as_string(
             hide_password=False
         )
         self.cache, self.retry_s, self.ping_s = cache, retry_s, ping_s
+        self.probe_wait_s = probe_wait_s
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="token-changes", daemon=True)
 
@@ -46,12 +58,12 @@ class TokenChangeListener:
     def _loop(self) -> None:
         while not self.stopping.is_set():
             try:
-                with psycopg.connect(self.conninfo, autocommit=True) as connection:
+                with psycopg.connect(
+                    self.conninfo, autocommit=True, application_name=APPLICATION_NAME
+                ) as connection:
                     repository.listen_for_token_changes(connection)
-                    self.cache.hear(True)
-                    log.info("hearing node-token changes from every replica")
                     self._hear(connection)
-            except Exception as error:  # psycopg's OperationalError, whatever closed it
+            except Exception as error:  # psycopg's OperationalError, Deaf, whatever closed it
                 if not self.stopping.is_set():
                     log.warning(
                         "not hearing node-token changes (%s); a change through another replica"
@@ -65,16 +77,35 @@ class TokenChangeListener:
             self.stopping.wait(self.retry_s)
 
     def _hear(self, connection: psycopg.Connection[object]) -> None:
-        pinged = time.monotonic()
+        """Forgets each node announced. Hearing is claimed only once a probe sent on the
+        connection has come back, and one goes every `ping_s`: one not back within
+        `probe_wait_s` ends the connection (Deaf)."""
+        probe: str | None = self._probe(connection)
+        sent = time.monotonic()
         while not self.stopping.is_set():
             for notice in connection.notifies(timeout=1.0):  # a second: stop() is heard
-                try:
+                if notice.payload == probe:
+                    if not self.cache.hearing:
+                        self.cache.hear(True)
+                        log.info("hearing node-token changes from every replica")
+                    probe = None
+                    continue
+                with contextlib.suppress(ValueError):  # not a node: another listener's probe
                     self.cache.forget_node(uuid.UUID(notice.payload))
-                except ValueError:
-                    log.warning("a node-token change naming no node: %r", notice.payload)
-            if time.monotonic() - pinged >= self.ping_s:
-                repository.ping(connection)
-                pinged = time.monotonic()
+            waited = time.monotonic() - sent
+            if probe is not None and waited > self.probe_wait_s:
+                raise Deaf(
+                    f"a notice sent on the listening connection was not heard back in"
+                    f" {self.probe_wait_s:.0f} s (a pooler in transaction mode?)"
+                )
+            if probe is None and waited >= self.ping_s:
+                probe, sent = self._probe(connection), time.monotonic()
+
+    @staticmethod
+    def _probe(connection: psycopg.Connection[object]) -> str:
+        payload = f"probe:{uuid.uuid4()}"
+        repository.probe(connection, payload)
+        return payload
 
     def stop(self, timeout: float = 10.0) -> None:
         self.stopping.set()

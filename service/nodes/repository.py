@@ -24,8 +24,11 @@ def listen_for_token_changes(connection: psycopg.Connection[object]) -> None:
     connection.execute(f"LISTEN {TOKEN_CHANNEL}")
 
 
-def ping(connection: psycopg.Connection[object]) -> None:
-    connection.execute("SELECT 1")
+def probe(connection: psycopg.Connection[object], payload: str) -> None:
+    """A notice on the channel from the listening connection itself: heard back only if the
+    connection really listens (not, say, behind a pooler that hands each statement to another
+    server connection)."""
+    connection.execute("SELECT pg_notify(%s, %s)", (TOKEN_CHANNEL, payload))
 
 
 def get(session: Session, node_id: uuid.UUID, *, lock: bool = False) -> Node | None:

@@ -18,7 +18,7 @@ from agent.contract.wire import EnrollRequest
 from service.nodes import repository as node_repository
 from service.nodes import service as node_service
 from service.nodes.cache import NODES, NodeCache
-from service.nodes.listener import TokenChangeListener
+from service.nodes.listener import APPLICATION_NAME, TokenChangeListener
 from service.nodes.service import DEFAULT_LIFETIME
 from service.security import Principal, token_digest
 from tests.factories import (
@@ -124,7 +124,7 @@ def test_a_token_change_committed_anywhere_is_heard_and_its_node_forgotten(
     between pushes; when the listener's connection is lost the cache empties and keeps
     principals only the short TTL until it listens again."""
     cache = NodeCache(ttl_s=10.0, heard_ttl_s=600.0)
-    listener = TokenChangeListener(engine, cache, retry_s=0.2)
+    listener = TokenChangeListener(engine, cache, retry_s=0.2, ping_s=0.5)
     listener.start()
     try:
         assert _until(lambda: cache.hearing)
@@ -151,8 +151,9 @@ def test_a_token_change_committed_anywhere_is_heard_and_its_node_forgotten(
             cut = connection.execute(
                 text(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                    " WHERE query LIKE 'LISTEN blkpilot_node_tokens%' AND pid <> pg_backend_pid()"
-                )
+                    " WHERE application_name = :name"
+                ),
+                {"name": APPLICATION_NAME},
             ).all()
         assert cut, "the listener's connection was not found"
         assert _until(lambda: not cache.hearing, 5.0)
@@ -162,6 +163,25 @@ def test_a_token_change_committed_anywhere_is_heard_and_its_node_forgotten(
         listener.stop()
     assert not listener.thread.is_alive()
     assert not cache.hearing
+
+
+def test_a_listener_that_does_not_hear_its_own_probe_never_claims_to_hear(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a pooler in transaction mode LISTEN succeeds and hears nothing: the listener
+    must not then keep principals for ten minutes. Its probes are swallowed here."""
+    probes: list[str] = []
+    monkeypatch.setattr(
+        node_repository, "probe", lambda _connection, payload: probes.append(payload)
+    )
+    cache = NodeCache(ttl_s=10.0, heard_ttl_s=600.0)
+    listener = TokenChangeListener(engine, cache, retry_s=0.1, probe_wait_s=0.3)
+    listener.start()
+    try:
+        assert _until(lambda: len(probes) >= 3)  # given up on, and tried again
+        assert not cache.hearing
+    finally:
+        listener.stop()
 
 
 def test_revoking_and_renewing_announce_the_change(
