@@ -29,6 +29,7 @@ from service.security import (
 )
 from service.settings import Settings
 from service.tokens import repository as token_repository
+from service.tokens.cache import API_TOKENS
 
 T = TypeVar("T")
 
@@ -174,6 +175,9 @@ def identify(session: Session, token: str) -> tuple[Principal | None, str]:
     """Who a token is, or None and why it is refused."""
     digest = token_digest(token)
     if token.startswith(OPERATOR_TOKEN_PREFIX):
+        known = API_TOKENS.principal(digest, datetime.now(UTC))
+        if known is not None:
+            return known, ""
         api_token = token_repository.get_active_api_token_by_digest(session, digest)
         if api_token is not None:
             now = datetime.now(UTC)
@@ -184,7 +188,9 @@ def identify(session: Session, token: str) -> tuple[Principal | None, str]:
                     f" (`blkpilot token rotate {api_token.name}`)"
                 )
             token_repository.touch_api_token(session, api_token, now)
-            return Principal(name=f"token:{api_token.name}", role=Role(api_token.role)), ""
+            principal = Principal(name=f"token:{api_token.name}", role=Role(api_token.role))
+            API_TOKENS.remember(digest, principal, api_token.expires_at)
+            return principal, ""
     elif token.startswith(NODE_TOKEN_PREFIX):
         now = datetime.now(UTC)
         known = NODES.principal(digest, now)
@@ -202,11 +208,14 @@ def identify(session: Session, token: str) -> tuple[Principal | None, str]:
 
 
 def cached_principal(credentials: HTTPAuthorizationCredentials | None) -> Principal | None:
-    """A node token this process checked in the last few seconds (service.nodes.cache), found
-    without a database session or a thread: most requests are nodes' pushes."""
+    """A token this process checked and keeps (a node's: service.nodes.cache; an operator's,
+    while every change is heard: service.tokens.cache), found without a database session or a
+    thread: most requests are nodes' pushes, and a rollout's enrolments an operator's calls."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         return None
     token = credentials.credentials
+    if token.startswith(OPERATOR_TOKEN_PREFIX):
+        return API_TOKENS.principal(token_digest(token), datetime.now(UTC))
     if not token.startswith(NODE_TOKEN_PREFIX):
         return None
     return NODES.principal(token_digest(token), datetime.now(UTC))

@@ -1,7 +1,7 @@
 """Two real `blkpilot serve` processes on one database, as a deployment that outgrew one
 replica runs them: a batch sent to both at once is stored once; what one stores, the other
-reads; both run the telemetry upkeep, one pass at a time, and neither fails; a node revoked
-through one is refused by the other at once."""
+reads; both run the telemetry upkeep, one pass at a time, and neither fails; a node or an
+operator's token revoked through one is refused by the other at once."""
 
 from __future__ import annotations
 
@@ -114,6 +114,20 @@ def test_two_replicas_store_a_batch_once_and_share_the_upkeep(
     assert revoked.status_code == 200, revoked.text
     heard_by = time.monotonic() + 5
     while (status := httpx.get(own, headers=node).status_code) == 200:
+        if time.monotonic() > heard_by:
+            break
+        time.sleep(0.05)
+    assert status == 401
+
+    # so is an operator's API token (kept by a replica only while it hears every change)
+    made = a.api("POST", "/api-tokens", json={"name": "ops", "role": "viewer"})
+    assert made.status_code == 201, made.text
+    ops = {"Authorization": f"Bearer {made.json()['token']}"}
+    assert httpx.get(f"{a.base_url}/api/v1/nodes", headers=ops).status_code == 200
+    gone = b.api("DELETE", f"/api-tokens/{made.json()['id']}")
+    assert gone.status_code == 200, gone.text
+    heard_by = time.monotonic() + 5
+    while (status := httpx.get(f"{a.base_url}/api/v1/nodes", headers=ops).status_code) == 200:
         if time.monotonic() > heard_by:
             break
         time.sleep(0.05)

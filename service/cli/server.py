@@ -74,7 +74,7 @@ def serve(
             database.engine, settings.retention, settings.telemetry_upkeep_seconds
         )
         upkeep.start()
-        from service.nodes.listener import TokenChangeListener
+        from service.tokens.listener import TokenChangeListener
 
         token_changes = TokenChangeListener(database.engine)
         token_changes.start()

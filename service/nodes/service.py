@@ -156,7 +156,7 @@ def heartbeat(session: Session, node: Principal, node_id: uuid.UUID, beat: Heart
 def _forget(session: Session, node_id: uuid.UUID) -> None:
     """This process's cache of the node's tokens and devices: dropped now, and again once the
     change has committed (a request between the two would otherwise keep the old state); every
-    other replica's, when they hear of the commit (service.nodes.listener)."""
+    other replica's, when they hear of the commit (service.tokens.listener)."""
     NODES.forget_node(node_id)
     on_commit(session, lambda: NODES.forget_node(node_id))
     repository.announce_token_change(session, node_id)

@@ -4,10 +4,24 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+import psycopg
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from service.tables import ApiToken, EnrollmentToken
+
+# an operator's API token changed (rotated, revoked): every `serve` listening drops the ones
+# it kept (service.tokens.cache)
+API_TOKEN_CHANNEL = "blkpilot_api_tokens"
+
+
+def announce_api_token_change(session: Session) -> None:
+    """Told to every listener when (and only if) the session's transaction commits."""
+    session.execute(select(func.pg_notify(API_TOKEN_CHANNEL, "*")))
+
+
+def listen_for_api_token_changes(connection: psycopg.Connection[object]) -> None:
+    connection.execute(f"LISTEN {API_TOKEN_CHANNEL}")
 
 
 def get_active_api_token_by_digest(session: Session, digest: str) -> ApiToken | None:
@@ -110,6 +124,7 @@ def revoke_by_prefix(session: Session, prefix: str, now: datetime) -> None:
         .where(ApiToken.name.startswith(prefix), ApiToken.revoked_at.is_(None))
         .values(revoked_at=now)
     )
+    announce_api_token_change(session)
 
 
 def api_token_name_taken(session: Session, name: str) -> bool:

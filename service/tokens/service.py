@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 
 from service.audit import service as audit
 from service.errors import Conflict, NotFound
+from service.ops.transactions import on_commit
 from service.security import (
     ENROLLMENT_TOKEN_PREFIX,
     OPERATOR_TOKEN_PREFIX,
@@ -18,6 +19,7 @@ from service.security import (
 )
 from service.tables import ApiToken, EnrollmentToken
 from service.tokens import repository
+from service.tokens.cache import API_TOKENS
 
 # how long an operator's API token is good for unless told otherwise (`--ttl-hours`,
 # `ttl_hours`); None there: it never expires
@@ -74,6 +76,7 @@ def rotate_api_token(
     token.token_sha256 = token_digest(secret)
     token.expires_at = datetime.now(UTC) + ttl if ttl is not None else None
     session.flush()
+    _forget_api_tokens(session)
     audit.record(
         session,
         actor,
@@ -84,6 +87,15 @@ def rotate_api_token(
         after={"name": name, "expires_at": _iso(token.expires_at)},
     )
     return token, secret
+
+
+def _forget_api_tokens(session: Session) -> None:
+    """The API tokens this process kept: dropped now and again once the change commits (a
+    request between the two would keep the old state); every other replica's when it hears
+    of the commit (service.tokens.listener)."""
+    API_TOKENS.clear()
+    on_commit(session, API_TOKENS.clear)
+    repository.announce_api_token_change(session)
 
 
 def get_api_token_by_name(session: Session, name: str) -> ApiToken:
@@ -108,6 +120,7 @@ def revoke_api_token(session: Session, actor: Principal | str, token_id: uuid.UU
     if token.revoked_at is None:
         token.revoked_at = datetime.now(UTC)
         session.flush()
+        _forget_api_tokens(session)
         audit.record(
             session,
             actor,

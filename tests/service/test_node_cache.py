@@ -18,9 +18,11 @@ from agent.contract.wire import EnrollRequest
 from service.nodes import repository as node_repository
 from service.nodes import service as node_service
 from service.nodes.cache import NODES, NodeCache
-from service.nodes.listener import APPLICATION_NAME, TokenChangeListener
 from service.nodes.service import DEFAULT_LIFETIME
-from service.security import Principal, token_digest
+from service.security import Principal, Role, token_digest
+from service.tokens import repository as token_repository
+from service.tokens.cache import ApiTokenCache
+from service.tokens.listener import APPLICATION_NAME, TokenChangeListener
 from tests.factories import (
     bearer,
     create_enrollment_token,
@@ -163,6 +165,31 @@ def test_a_token_change_committed_anywhere_is_heard_and_its_node_forgotten(
         listener.stop()
     assert not listener.thread.is_alive()
     assert not cache.hearing
+
+
+def test_operator_tokens_are_kept_only_while_every_change_is_heard(engine: Engine) -> None:
+    """An operator's token is kept only while the listener hears: then a rotation or
+    revocation committed anywhere (announced on its own channel) empties the cache."""
+    cache, api_tokens = NodeCache(), ApiTokenCache(ttl_s=60.0)
+    admin = Principal(name="token:admin", role=Role.ADMIN)
+    until = datetime.now(UTC) + timedelta(days=1)
+    api_tokens.remember("d", admin, until)
+    assert api_tokens.principal("d", datetime.now(UTC)) is None  # not hearing: not kept
+    listener = TokenChangeListener(engine, cache, api_tokens, retry_s=0.2)
+    listener.start()
+    try:
+        assert _until(lambda: api_tokens.hearing)
+        api_tokens.remember("d", admin, until)
+        assert api_tokens.principal("d", datetime.now(UTC)) == admin
+        assert api_tokens.principal("d", until) is None  # never past its expiry
+        api_tokens.remember("d", admin, until)
+        with Session(engine) as session:
+            token_repository.announce_api_token_change(session)
+            session.commit()
+        assert _until(lambda: api_tokens.principal("d", datetime.now(UTC)) is None, 5.0)
+    finally:
+        listener.stop()
+    assert not api_tokens.hearing
 
 
 def test_a_listener_that_does_not_hear_its_own_probe_never_claims_to_hear(

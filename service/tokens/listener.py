@@ -1,7 +1,7 @@
-"""`blkpilot serve`'s thread that hears every node-token change committed through any replica
-(PostgreSQL LISTEN/NOTIFY on its own connection) and drops what this process kept of that node
-(service.nodes.cache). While it hears, the cache keeps a principal `HEARD_TTL_S`; when its
-connection is lost the cache is emptied and falls back to `TTL_S` until it listens again.
+"""`blkpilot serve`'s thread that hears every token change committed through any replica or
+the CLI (PostgreSQL LISTEN/NOTIFY on its own connection) and drops what this process kept:
+a node's tokens (service.nodes.cache: kept `HEARD_TTL_S` while this hears, `TTL_S` while it
+does not) and operators' API tokens (service.tokens.cache: kept only while this hears).
 
 It claims to hear only what it has shown it hears: a probe notice sent on its own connection
 must come back, at the start and every `ping_s` after (within `probe_wait_s`), or the
@@ -21,8 +21,10 @@ import uuid
 import psycopg
 from sqlalchemy import Engine
 
-from service.nodes import repository
+from service.nodes import repository as node_repository
 from service.nodes.cache import NODES, NodeCache
+from service.tokens import repository as token_repository
+from service.tokens.cache import API_TOKENS, ApiTokenCache
 
 log = logging.getLogger(__name__)
 # the listening connection, as pg_stat_activity names it
@@ -38,6 +40,7 @@ class TokenChangeListener:
         self,
         engine: Engine,
         cache: NodeCache = NODES,
+        api_tokens: ApiTokenCache = API_TOKENS,
         *,
         retry_s: float = 5.0,
         ping_s: float = 30.0,
@@ -47,7 +50,8 @@ class TokenChangeListener:
         self.conninfo = engine.url.set(drivername="postgresql").render_as_string(
             hide_password=False
         )
-        self.cache, self.retry_s, self.ping_s = cache, retry_s, ping_s
+        self.cache, self.api_tokens = cache, api_tokens
+        self.retry_s, self.ping_s = retry_s, ping_s
         self.probe_wait_s = probe_wait_s
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="token-changes", daemon=True)
@@ -61,19 +65,20 @@ class TokenChangeListener:
                 with psycopg.connect(
                     self.conninfo, autocommit=True, application_name=APPLICATION_NAME
                 ) as connection:
-                    repository.listen_for_token_changes(connection)
+                    node_repository.listen_for_token_changes(connection)
+                    token_repository.listen_for_api_token_changes(connection)
                     self._hear(connection)
             except Exception as error:  # psycopg's OperationalError, Deaf, whatever closed it
                 if not self.stopping.is_set():
                     log.warning(
-                        "not hearing node-token changes (%s); a change through another replica"
+                        "not hearing token changes (%s); a change through another replica"
                         " is refused here within %.0f s; listening again in %.0f s",
                         error,
                         self.cache.ttl_s,
                         self.retry_s,
                     )
             finally:
-                self.cache.hear(False)
+                self._hear_all(False)
             self.stopping.wait(self.retry_s)
 
     def _hear(self, connection: psycopg.Connection[object]) -> None:
@@ -86,12 +91,14 @@ class TokenChangeListener:
             for notice in connection.notifies(timeout=1.0):  # a second: stop() is heard
                 if notice.payload == probe:
                     if not self.cache.hearing:
-                        self.cache.hear(True)
-                        log.info("hearing node-token changes from every replica")
+                        self._hear_all(True)
+                        log.info("hearing token changes from every replica")
                     probe = None
-                    continue
-                with contextlib.suppress(ValueError):  # not a node: another listener's probe
-                    self.cache.forget_node(uuid.UUID(notice.payload))
+                elif notice.channel == token_repository.API_TOKEN_CHANNEL:
+                    self.api_tokens.clear()
+                else:
+                    with contextlib.suppress(ValueError):  # not a node: another's probe
+                        self.cache.forget_node(uuid.UUID(notice.payload))
             waited = time.monotonic() - sent
             if probe is not None and waited > self.probe_wait_s:
                 raise Deaf(
@@ -101,10 +108,14 @@ class TokenChangeListener:
             if probe is None and waited >= self.ping_s:
                 probe, sent = self._probe(connection), time.monotonic()
 
+    def _hear_all(self, hearing: bool) -> None:
+        self.cache.hear(hearing)
+        self.api_tokens.hear(hearing)
+
     @staticmethod
     def _probe(connection: psycopg.Connection[object]) -> str:
         payload = f"probe:{uuid.uuid4()}"
-        repository.probe(connection, payload)
+        node_repository.probe(connection, payload)
         return payload
 
     def stop(self, timeout: float = 10.0) -> None:
