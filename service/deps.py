@@ -178,6 +178,7 @@ def identify(session: Session, token: str) -> tuple[Principal | None, str]:
         known = API_TOKENS.principal(digest, datetime.now(UTC))
         if known is not None:
             return known, ""
+        generation = API_TOKENS.generation
         api_token = token_repository.get_active_api_token_by_digest(session, digest)
         if api_token is not None:
             now = datetime.now(UTC)
@@ -189,20 +190,21 @@ def identify(session: Session, token: str) -> tuple[Principal | None, str]:
                 )
             token_repository.touch_api_token(session, api_token, now)
             principal = Principal(name=f"token:{api_token.name}", role=Role(api_token.role))
-            API_TOKENS.remember(digest, principal, api_token.expires_at)
+            API_TOKENS.remember(digest, principal, api_token.expires_at, generation)
             return principal, ""
     elif token.startswith(NODE_TOKEN_PREFIX):
         now = datetime.now(UTC)
         known = NODES.principal(digest, now)
         if known is not None:
             return known, ""
+        generation = NODES.generation
         node = node_repository.get_by_token_digest(session, digest)
         if node is not None:
             refused = node_tokens.refusal(node, digest, now)
             if refused is not None:
                 return None, refused
             principal = node_tokens.principal_of(node, digest)
-            NODES.remember(digest, principal, node_tokens.good_until(node, digest))
+            NODES.remember(digest, principal, node_tokens.good_until(node, digest), generation)
             return principal, ""
     return None, "unknown or revoked token"
 

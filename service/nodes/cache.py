@@ -47,6 +47,9 @@ class NodeCache:
         self._principals: dict[str, _Known] = {}
         self._devices: dict[uuid.UUID, dict[str, uuid.UUID]] = {}
         self._lock = threading.Lock()
+        # counts every forgetting: a lookup that began before one must not keep what it found
+        # (the change it missed may be the one forgotten)
+        self.generation = 0
 
     def principal(self, digest: str, now: datetime) -> Principal | None:
         known = self._principals.get(digest)
@@ -58,8 +61,17 @@ class NodeCache:
             return None
         return known.principal
 
-    def remember(self, digest: str, principal: Principal, valid_until: datetime) -> None:
+    def remember(
+        self,
+        digest: str,
+        principal: Principal,
+        valid_until: datetime,
+        generation: int | None = None,
+    ) -> None:
+        """Keeps it — unless `generation` (read before the lookup that found it) is past."""
         with self._lock:
+            if generation is not None and generation != self.generation:
+                return
             self._trim(self._principals)
             self._principals[digest] = _Known(principal, valid_until, time.monotonic())
 
@@ -71,6 +83,7 @@ class NodeCache:
         """Whether every token change is heard from now on. Either way the principals kept so
         far go: a change made before listening began, or while it was lost, was not heard."""
         with self._lock:
+            self.generation += 1
             self._principals.clear()
             self._hearing = hearing
 
@@ -85,6 +98,7 @@ class NodeCache:
     def forget_node(self, node_id: uuid.UUID) -> None:
         """Its principals and its device map: revoked, renewed or re-inventoried here."""
         with self._lock:
+            self.generation += 1
             for digest in [
                 d for d, k in self._principals.items() if k.principal.node_id == node_id
             ]:
@@ -93,6 +107,7 @@ class NodeCache:
 
     def clear(self) -> None:
         with self._lock:
+            self.generation += 1
             self._principals.clear()
             self._devices.clear()
 

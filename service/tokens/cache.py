@@ -27,6 +27,7 @@ class ApiTokenCache:
         self._hearing = False
         self._kept: dict[str, tuple[Principal, datetime | None, float]] = {}
         self._lock = threading.Lock()
+        self.generation = 0  # counts every clearing (as NodeCache's)
 
     def principal(self, digest: str, now: datetime) -> Principal | None:
         if not self._hearing:
@@ -42,13 +43,18 @@ class ApiTokenCache:
             return None
         return principal
 
-    def remember(self, digest: str, principal: Principal, expires_at: datetime | None) -> None:
+    def remember(
+        self, digest: str, principal: Principal, expires_at: datetime | None, generation: int
+    ) -> None:
+        """Keeps it while hearing — unless `generation`, read before the lookup that found
+        it, is past: a change heard meanwhile may be about this very token."""
         with self._lock:
-            if self._hearing:
+            if self._hearing and generation == self.generation:
                 self._kept[digest] = (principal, expires_at, time.monotonic())
 
     def clear(self) -> None:
         with self._lock:
+            self.generation += 1
             self._kept.clear()
 
     @property
@@ -57,6 +63,7 @@ class ApiTokenCache:
 
     def hear(self, hearing: bool) -> None:
         with self._lock:
+            self.generation += 1
             self._kept.clear()
             self._hearing = hearing
 

@@ -173,16 +173,16 @@ def test_operator_tokens_are_kept_only_while_every_change_is_heard(engine: Engin
     cache, api_tokens = NodeCache(), ApiTokenCache(ttl_s=60.0)
     admin = Principal(name="token:admin", role=Role.ADMIN)
     until = datetime.now(UTC) + timedelta(days=1)
-    api_tokens.remember("d", admin, until)
+    api_tokens.remember("d", admin, until, api_tokens.generation)
     assert api_tokens.principal("d", datetime.now(UTC)) is None  # not hearing: not kept
     listener = TokenChangeListener(engine, cache, api_tokens, retry_s=0.2)
     listener.start()
     try:
         assert _until(lambda: api_tokens.hearing)
-        api_tokens.remember("d", admin, until)
+        api_tokens.remember("d", admin, until, api_tokens.generation)
         assert api_tokens.principal("d", datetime.now(UTC)) == admin
         assert api_tokens.principal("d", until) is None  # never past its expiry
-        api_tokens.remember("d", admin, until)
+        api_tokens.remember("d", admin, until, api_tokens.generation)
         with Session(engine) as session:
             token_repository.announce_api_token_change(session)
             session.commit()
@@ -233,3 +233,28 @@ def test_revoking_and_renewing_announce_the_change(
     revoked, _ = create_node(session)
     node_service.revoke(session, Principal(name="token:admin"), revoked.id, "lost host")
     assert announced == [renewed.id, revoked.id]
+
+
+def test_a_lookup_that_a_change_overtook_is_not_kept() -> None:
+    """A request looks a token up, a revocation is heard before it is done, then it would
+    keep what it found: it must not (the token it found valid may be the one revoked)."""
+    nodes, api_tokens = NodeCache(), ApiTokenCache()
+    api_tokens.hear(True)
+    node_id = uuid.uuid4()
+    node = Principal(name="node:x", node_id=node_id, token_digest="n")
+    admin = Principal(name="token:admin", role=Role.ADMIN)
+    until = datetime.now(UTC) + timedelta(days=1)
+
+    before = nodes.generation
+    nodes.forget_node(node_id)  # heard while the lookup ran
+    nodes.remember("n", node, until, before)
+    assert nodes.principal("n", datetime.now(UTC)) is None
+    nodes.remember("n", node, until, nodes.generation)  # no change meanwhile: kept
+    assert nodes.principal("n", datetime.now(UTC)) == node
+
+    before = api_tokens.generation
+    api_tokens.clear()
+    api_tokens.remember("a", admin, until, before)
+    assert api_tokens.principal("a", datetime.now(UTC)) is None
+    api_tokens.remember("a", admin, until, api_tokens.generation)
+    assert api_tokens.principal("a", datetime.now(UTC)) == admin
