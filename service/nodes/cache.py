@@ -5,11 +5,12 @@ each push's five round trips (issue 35).
 - **Principals**, by token digest, never past the token's own expiry: a node revoked or
   renewed through this replica is dropped here at once (after the commit); through another
   replica, when this process hears of its commit (service.tokens.listener, PostgreSQL's
-  LISTEN/NOTIFY; tests/test_replicas.py: within 5 s). While it hears every change a principal is kept `HEARD_TTL_S`
-  — longer than the agent's 30 s between pushes, or every push would look its token up again
-  (it did: bench.fleet, 10,000 nodes) — and while it does not (no listener, its connection
-  lost and not yet back), `TTL_S`, so that a change it missed is refused within that. Operators'
-  API tokens are not kept (each use records when it was last used).
+  LISTEN/NOTIFY; tests/test_replicas.py: within 5 s). While it hears every change a
+  principal is kept `HEARD_TTL_S` — longer than the agent's 30 s between pushes, or every push
+  would look its token up again (it did: bench.fleet, 10,000 nodes) — and while it does not
+  (no listener, its connection lost and not yet back), `TTL_S`, so that a change it missed is
+  refused within that. Operators' API tokens are kept apart, and only while every change is
+  heard (service.tokens.cache).
 - **Device ids by name**, per node: a node's devices are never deleted (a device that went
   away keeps its id and history), so a map read once stays true; a name it lacks is looked up
   again before a window naming it is refused (its inventory may have come since, through

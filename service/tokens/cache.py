@@ -1,9 +1,9 @@
 """Operators' API tokens this `serve` process has checked, kept so that an operator's request
 (an enrollment token per node a rollout enrols) costs no lookup — kept **only while the
 process hears every token change** (service.tokens.listener): a token rotated or revoked
-through any replica or the CLI is then dropped here as soon as its commit is
-heard (tests/test_replicas.py: within 5 s). While it does not hear (no listener, its connection lost, a probe not heard back)
-nothing is kept: each request looks its token up, as before the cache.
+through any replica or the CLI is then dropped here as soon as its commit is heard
+(tests/test_replicas.py: within 5 s). While it does not hear (no listener, its connection
+lost, a probe not heard back) nothing is kept: each request looks its token up, as before the cache.
 
 A token is kept `TTL_S` at most — the resolution at which its last use is recorded (each miss
 records it) — and never past its expiry.
