@@ -19,8 +19,14 @@
 TCG inflates every absolute number; compare within a run. Records bench/results/lab_fios_review.*
 
     python -m bench.lab_fios_review                   # 4 s runs
-    python -m bench.lab_fios_review --cpus 2          # the review's cases on two vCPUs
-                                                      # (bench/results/lab_fios_review_cpus2.*)
+    python -m bench.lab_fios_review --cpus 2 --seconds 6   # the review's cases on two vCPUs,
+                                                           # flashsim and null_blk with a queue
+                                                           # per vCPU (lab_fios_review_cpus2.*)
+    python -m bench.lab_fios_review --cpus 4 --seconds 6   # four (lab_fios_review_cpus4.*)
+
+Each case's concurrent efficiency (the sum of its tasks' IOPS over their IOPS alone) is
+recorded beside its fairness, and fios' against mq-deadline's as a ratio (≥ 1: fios kept the
+device at least as busy).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--cpus", type=int, choices=(1, 2), default=1)
+    parser.add_argument("--cpus", type=int, choices=(1, 2, 4), default=1)
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     review = run(
@@ -67,6 +73,19 @@ def main() -> int:
     }
     doc["worst_over_proportional"] = worst
     doc["fios_worst"] = max(cases["fios"] for cases in worst.values())
+    doc["efficiency"] = {
+        w: {s: case["concurrent_efficiency"] for s, case in cases.items()}
+        for w, cases in fairness.items()
+    }
+    # fios' efficiency over mq-deadline's, per case: the lowest is the one to look at
+    doc["efficiency_fios_over_mq_deadline"] = {
+        w: round(cases["fios"] / cases["mq-deadline"], 3)
+        for w, cases in doc["efficiency"].items()
+        if cases.get("mq-deadline")
+    }
+    doc["fios_efficiency_vs_mq_deadline_min"] = min(
+        doc["efficiency_fios_over_mq_deadline"].values(), default=None
+    )
     doc["fios_epochs_min"] = min(cases["fios"].get("epochs", 0) for cases in fairness.values())
     doc["weights_ratio_fios"] = doc["weights"].get("fios", {}).get("ratio")
     doc["cgroup_weights_ratio_fios"] = doc["cgroup_weights"].get("fios", {}).get("ratio")
@@ -91,6 +110,7 @@ def main() -> int:
             {
                 "fios worst / proportional": "fios_worst",
                 "fios epochs (fewest)": "fios_epochs_min",
+                "fios efficiency / mq-deadline (lowest)": "fios_efficiency_vs_mq_deadline_min",
                 "weights 2:1 -> fios": "weights_ratio_fios",
                 "cgroups 200:100 -> fios": "cgroup_weights_ratio_fios",
                 "writer kept under churn": "churn_writer_kept_fios",

@@ -117,13 +117,15 @@ def fairness_files(
     schedulers: tuple[str, ...],
     seconds: float,
     tunables: dict[str, dict[str, int]] | None = None,
+    dev: str = "flashsim0",
 ) -> tuple[str, dict[str, str]]:
     """For each workload and scheduler: each job alone, then all together (FIOS's method).
     Each workload starts a fresh scheduler instance (selected through none), with `tunables`
     written under queue/iosched/: fios' counters, printed after each run, are that workload's
-    alone."""
-    target = BenchTarget(Path("/dev/flashsim0"), "flashsim0", False, False)
-    queue = "/sys/block/flashsim0/queue"
+    alone. On a device other than flashsim0 a run's workload is labelled WORKLOAD@DEV."""
+    target = BenchTarget(Path(f"/dev/{dev}"), dev, False, False)
+    queue = f"/sys/block/{dev}/queue"
+    suffix = "" if dev == "flashsim0" else f"@{dev}"
     files: dict[str, str] = {}
     script = ""
     loaded: set[str] = set()
@@ -137,7 +139,7 @@ def fairness_files(
             for name, value in (tunables or {}).get(scheduler, {}).items():
                 script += f"echo {value} > {queue}/iosched/{name}\n"
             timed = workload.model_copy(update={"duration_s": seconds, "warmup_s": 0.3})
-            labels = fio_runs(f"{workload.name}/{scheduler}", timed, target, files)
+            labels = fio_runs(f"{workload.name}{suffix}/{scheduler}", timed, target, files)
             for label, run in labels.items():
                 script += run
                 if kernel_name == "fios":
@@ -821,6 +823,8 @@ REVIEW_WORKLOADS = (
     "fios-1r7w",
 )
 REVIEW_SCHEDULERS = ("none", "mq-deadline", "bfq", "fios")
+# on multi-queue null_blk, fios beside the two schedulers it is weighed against
+REVIEW_NULL_SCHEDULERS = ("none", "mq-deadline", "fios")
 # fios as the paper has it (no weigh_idle: every read with slice left is waited for) on the
 # cases weighing the idle time changes, and on the 1 ms thinker also with write_depth lifted
 # (what the reader that is not waited for finds ahead of its next read)
@@ -837,9 +841,14 @@ def _review(
     workloads: tuple[str, ...],
     schedulers: tuple[str, ...],
     variants: dict[str, tuple[dict[str, int], tuple[str, ...]]] = REVIEW_VARIANTS,
+    flash: str = FLASH_STRIPED,
+    null_queues: int = 0,
 ) -> Callable[[int, float, Tunables], tuple[str, dict[str, str]]]:
-    """The workloads under each scheduler, then each of fios' `variants` (its tunables over
-    the review's, and the workloads it runs) — then weights, churn and fios observed."""
+    """The workloads under each scheduler on flashsim (`flash`: its parameters), then each of
+    fios' `variants` (its tunables over the review's, and the workloads it runs) — then
+    weights, churn and fios observed. With `null_queues`, the workloads again on null_blk with
+    that many hardware queues (REVIEW_NULL_SCHEDULERS; fios uncalibrated there: its charge is
+    the time on the device over the parallelism, equation 1)."""
 
     def make(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
         chosen = [w for w in fios() if w.name in workloads]
@@ -858,10 +867,25 @@ def _review(
         script = "insmod /lib/modules/bfq.ko\n" + script.replace("insmod /lib/modules/bfq.ko\n", "")
         script += weights_script(seconds) + cgroup_weights_script(seconds)
         script += churn_script(seconds) + observe_script(seconds)
-        unload = "echo none > /sys/block/flashsim0/queue/scheduler\nrmmod fios\nrmmod flashsim\n"
+        unload = "echo none > /sys/block/flashsim0/queue/scheduler\n"
+        if null_queues:
+            null_tunables = {
+                "fios": {k: v for k, v in review.items() if k not in calibrate.POINTS}
+            }
+            more, more_files = fairness_files(
+                chosen, REVIEW_NULL_SCHEDULERS, seconds, null_tunables, dev="nullb0"
+            )
+            script += (
+                "insmod /lib/modules/configfs.ko\n"
+                + SMP_DEVICES["nullb0"].format(cpus=null_queues)
+                + more.replace("insmod /lib/modules/fios.ko\n", "")
+                + "echo none > /sys/block/nullb0/queue/scheduler\n"
+            )
+            files.update(more_files)
+        unload += "rmmod fios\nrmmod flashsim\n"
         unload += "test -e /sys/block/flashsim0 && echo BLKPILOT-UNLOAD-FAILED\n"
         unload += "test -e /sys/module/fios && echo BLKPILOT-UNLOAD-FAILED\n"
-        return FLASHSIM.format(params=FLASH_STRIPED) + script + unload, files
+        return FLASHSIM.format(params=flash) + script + unload, files
 
     return make
 
@@ -1080,9 +1104,19 @@ SCENARIOS = {
         calibrate=True,
     ),
 }
-# the review on two vCPUs: fio's processes then wait less for a CPU between their requests, as
-# on any real node (on one vCPU four of them and the guest's interrupts share it under TCG)
-SCENARIOS["flash-review-smp2"] = replace(SCENARIOS["flash-review"], cpus=2)
+# the review on two and four vCPUs (issue 36): flashsim and null_blk with a hardware queue per
+# vCPU, so that requests arrive on every queue and fios' one lock and one set of slices serve
+# them all; fio's processes also wait less for a CPU between their requests, as on any real
+# node (on one vCPU four of them and the guest's interrupts share it under TCG)
+for _cpus in (2, 4):
+    _flash = f"{FLASH_STRIPED} submit_queues={_cpus}"
+    SCENARIOS[f"flash-review-smp{_cpus}"] = replace(
+        SCENARIOS["flash-review"],
+        modules=["bfq", "configfs", "null_blk"],
+        script=_review(REVIEW_WORKLOADS, REVIEW_SCHEDULERS, flash=_flash, null_queues=_cpus),
+        cpus=_cpus,
+        flash_params=_flash,
+    )
 
 
 def _boot(
