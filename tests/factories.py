@@ -52,7 +52,7 @@ def create_enrollment_token(session: Session, *, labels: dict[str, str] | None =
 def create_node(
     session: Session, *, hostname: str = "node-a", labels: dict[str, str] | None = None
 ) -> tuple[Node, str]:
-    node, secret = node_service.enroll(
+    enrolled, secret = node_service.enroll(
         session,
         EnrollRequest(
             enrollment_token=create_enrollment_token(session),
@@ -60,6 +60,8 @@ def create_node(
             labels=labels or {},
         ),
     )
+    node = session.get(Node, enrolled.id)  # the ORM's, for tests that change it
+    assert node is not None
     return node, secret
 
 

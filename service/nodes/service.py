@@ -3,7 +3,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from agent.contract.wire import EnrollRequest, Heartbeat
@@ -15,36 +17,32 @@ from service.nodes.tokens import Lifetime, principal_of, rotate
 from service.ops.transactions import on_commit
 from service.security import NODE_TOKEN_PREFIX, Principal, Role, new_token, token_digest
 from service.tables import Node
-from service.tokens import repository as token_repository
 
 DEFAULT_LIFETIME = Lifetime(timedelta(days=30), timedelta(minutes=10))
 
 
 def enroll(
     session: Session, request: EnrollRequest, lifetime: Lifetime = DEFAULT_LIFETIME
-) -> tuple[Node, str]:
-    """Trade a one-time enrollment token for a node and its own token."""
+) -> tuple[Row[Any], str]:
+    """Trade a one-time enrollment token for a node and its own token: the node's row (what
+    NodeRead reads) and the token."""
     now = datetime.now(UTC)
-    enrollment = token_repository.claim_enrollment_token(
-        session, token_digest(request.enrollment_token), now
-    )
-    if enrollment is None:
-        raise Unauthorized("enrollment token is unknown, already used or expired")
     secret = new_token(NODE_TOKEN_PREFIX)
     digest = token_digest(secret)
-    # Labels from the enrollment token (set by an admin) win over labels the node claims.
-    labels = {**request.labels, **enrollment.labels}
-    node = repository.add(
+    # labels from the enrollment token (set by an admin) win over labels the node claims
+    node = repository.enroll(
         session,
+        enrollment_digest=token_digest(request.enrollment_token),
         hostname=request.hostname,
-        labels=labels,
+        labels=request.labels,
         digest=digest,
         expires_at=lifetime.expiry(now),
         agent_version=request.agent_version,
         kernel_version=request.kernel_version,
         now=now,
     )
-    token_repository.set_enrollment_token_node(session, enrollment, node.id)
+    if node is None:
+        raise Unauthorized("enrollment token is unknown, already used or expired")
     principal, valid_until = principal_of(node, digest), node.token_expires_at
     # the agent's next call, its inventory, comes with this token at once: known to this
     # process from the commit on, as a token checked here is (a lookup in a unit of work of
@@ -61,8 +59,8 @@ def enroll(
                 "target_id": node.id,
                 "after": {
                     "hostname": node.hostname,
-                    "labels": labels,
-                    "enrollment_token": str(enrollment.id),
+                    "labels": node.labels,
+                    "enrollment_token": str(node.enrollment_token_id),
                 },
             }
         ],

@@ -4,8 +4,10 @@ grace, or when the node is revoked. Pure: times and digests in, decisions out.""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from service.security import Principal
 from service.tables import Node
@@ -66,7 +68,17 @@ def rotate(
     node.token_expires_at = lifetime.expiry(now)
 
 
-def principal_of(node: Node, digest: str) -> Principal:
+class NodeNamed(Protocol):
+    """A node as a principal names it: a Node, or a node's row."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+
+    @property
+    def hostname(self) -> str: ...
+
+
+def principal_of(node: NodeNamed, digest: str) -> Principal:
     """Who a call made with this token of this node is."""
     return Principal(
         name=f"node:{node.hostname}/{str(node.id)[:8]}", node_id=node.id, token_digest=digest

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import psycopg
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from service.tables import ApiToken, EnrollmentToken
@@ -86,35 +86,20 @@ def add_enrollment_token(
     labels: dict[str, str],
     created_by: str,
     expires_at: datetime,
-) -> EnrollmentToken:
-    token = EnrollmentToken(
-        token_sha256=digest, labels=labels, created_by=created_by, expires_at=expires_at
-    )
-    session.add(token)
-    session.flush()
-    return token
-
-
-def claim_enrollment_token(session: Session, digest: str, now: datetime) -> EnrollmentToken | None:
-    """Mark an unused, unexpired token used; None if there is no such token.
-
-    One UPDATE, so two nodes racing with the same token cannot both win.
-    """
-    return session.scalar(
-        update(EnrollmentToken)
-        .where(
-            EnrollmentToken.token_sha256 == digest,
-            EnrollmentToken.used_at.is_(None),
-            EnrollmentToken.expires_at > now,
+) -> uuid.UUID:
+    """One INSERT, its id made here and nothing read back (no ORM object made and refreshed:
+    one of these per node a rollout enrols); returns the token's id."""
+    token_id = uuid.uuid4()
+    session.execute(
+        insert(EnrollmentToken).values(
+            id=token_id,
+            token_sha256=digest,
+            labels=labels,
+            created_by=created_by,
+            expires_at=expires_at,
         )
-        .values(used_at=now)
-        .returning(EnrollmentToken)
     )
-
-
-def set_enrollment_token_node(session: Session, token: EnrollmentToken, node_id: uuid.UUID) -> None:
-    """Written with the unit of work's next flush (its commit)."""
-    token.used_by_node_id = node_id
+    return token_id
 
 
 def revoke_by_prefix(session: Session, prefix: str, now: datetime) -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
@@ -17,7 +18,7 @@ from service.security import (
     new_token,
     token_digest,
 )
-from service.tables import ApiToken, EnrollmentToken
+from service.tables import ApiToken
 from service.tokens import repository
 from service.tokens.cache import API_TOKENS
 
@@ -132,20 +133,30 @@ def revoke_api_token(session: Session, actor: Principal | str, token_id: uuid.UU
     return token
 
 
+@dataclass(frozen=True)
+class IssuedEnrollmentToken:
+    """An enrollment token as created (its secret is returned beside it, shown once)."""
+
+    id: uuid.UUID
+    labels: dict[str, str]
+    expires_at: datetime
+
+
 def create_enrollment_token(
     session: Session,
     actor: Principal | str,
     *,
     labels: dict[str, str],
     ttl: timedelta,
-) -> tuple[EnrollmentToken, str]:
+) -> tuple[IssuedEnrollmentToken, str]:
     secret = new_token(ENROLLMENT_TOKEN_PREFIX)
-    token = repository.add_enrollment_token(
+    expires_at = datetime.now(UTC) + ttl
+    token_id = repository.add_enrollment_token(
         session,
         digest=token_digest(secret),
         labels=labels,
         created_by=actor if isinstance(actor, str) else actor.name,
-        expires_at=datetime.now(UTC) + ttl,
+        expires_at=expires_at,
     )
     audit.record_many(  # one INSERT, nothing read back: one per node a rollout enrols
         session,
@@ -154,9 +165,9 @@ def create_enrollment_token(
         [
             {
                 "target_type": "enrollment_token",
-                "target_id": token.id,
-                "after": {"labels": labels, "expires_at": token.expires_at.isoformat()},
+                "target_id": token_id,
+                "after": {"labels": labels, "expires_at": expires_at.isoformat()},
             }
         ],
     )
-    return token, secret
+    return IssuedEnrollmentToken(token_id, labels, expires_at), secret

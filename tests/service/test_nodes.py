@@ -3,11 +3,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from fastapi.testclient import TestClient
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from service.security import Role
-from service.tables import EnrollmentToken
+from service.security import Role, token_digest
+from service.tables import EnrollmentToken, Node
 from tests.factories import bearer, create_api_token, create_enrollment_token, create_node
 
 
@@ -40,6 +40,15 @@ class TestEnroll:
         assert first.status_code == 201
         assert second.status_code == 401
         assert second.json()["error"] == "unauthorized"
+        # the token names the node that used it (claimed and the node added in one statement);
+        # the refused enrolment added no node
+        session.expire_all()
+        used = session.scalars(
+            select(EnrollmentToken).where(EnrollmentToken.token_sha256 == token_digest(token))
+        ).one()
+        assert str(used.used_by_node_id) == first.json()["node"]["id"]
+        assert used.used_at is not None
+        assert session.scalars(select(Node).where(Node.hostname == "b")).all() == []
 
     def test_expired_token_is_refused(self, client: TestClient, session: Session) -> None:
         token = create_enrollment_token(session)
