@@ -869,9 +869,7 @@ def _review(
         script += churn_script(seconds) + observe_script(seconds)
         unload = "echo none > /sys/block/flashsim0/queue/scheduler\n"
         if null_queues:
-            null_tunables = {
-                "fios": {k: v for k, v in review.items() if k not in calibrate.POINTS}
-            }
+            null_tunables = {"fios": {k: v for k, v in review.items() if k not in calibrate.POINTS}}
             more, more_files = fairness_files(
                 chosen, REVIEW_NULL_SCHEDULERS, seconds, null_tunables, dev="nullb0"
             )
