@@ -34,9 +34,51 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from bench.record import provenance, record
 from kernel.lab.scenarios import run
+
+
+def efficiency_beside_fairness(doc: dict[str, Any]) -> None:
+    """Each case's concurrent efficiency beside its fairness: fios' over mq-deadline's per
+    case (the lowest is the one to look at), and a cell per case for the results table —
+    `worst/proportional, efficiency` under fios, then mq-deadline."""
+    fairness = doc["fairness"]
+    doc["efficiency"] = {
+        w: {s: case["concurrent_efficiency"] for s, case in cases.items()}
+        for w, cases in fairness.items()
+    }
+    doc["efficiency_fios_over_mq_deadline"] = {
+        w: round(cases["fios"] / cases["mq-deadline"], 3)
+        for w, cases in doc["efficiency"].items()
+        if cases.get("mq-deadline")
+    }
+    doc["fios_efficiency_vs_mq_deadline_min"] = min(
+        doc["efficiency_fios_over_mq_deadline"].values(), default=None
+    )
+    doc["cases"] = "; ".join(
+        f"{w.removeprefix('fios-')}: "
+        + " / ".join(
+            f"{s} {cases[s]['worst_over_proportional']}, {cases[s]['concurrent_efficiency']}"
+            for s in ("fios", "mq-deadline")
+            if s in cases
+        )
+        for w, cases in fairness.items()
+    )
+
+
+COLUMNS = {
+    "fios worst / proportional": "fios_worst",
+    "fios epochs (fewest)": "fios_epochs_min",
+    "fios efficiency / mq-deadline (lowest)": "fios_efficiency_vs_mq_deadline_min",
+    "weights 2:1 -> fios": "weights_ratio_fios",
+    "cgroups 200:100 -> fios": "cgroup_weights_ratio_fios",
+    "writer kept under churn": "churn_writer_kept_fios",
+    "reader mean µs, depth": "depth_reader_mean_us",
+    "per case (worst/proportional, efficiency): fios / mq-deadline": "cases",
+    "kernel": "kernel",
+}
 
 
 def main() -> int:
@@ -72,20 +114,8 @@ def main() -> int:
         for w, cases in fairness.items()
     }
     doc["worst_over_proportional"] = worst
+    efficiency_beside_fairness(doc)
     doc["fios_worst"] = max(cases["fios"] for cases in worst.values())
-    doc["efficiency"] = {
-        w: {s: case["concurrent_efficiency"] for s, case in cases.items()}
-        for w, cases in fairness.items()
-    }
-    # fios' efficiency over mq-deadline's, per case: the lowest is the one to look at
-    doc["efficiency_fios_over_mq_deadline"] = {
-        w: round(cases["fios"] / cases["mq-deadline"], 3)
-        for w, cases in doc["efficiency"].items()
-        if cases.get("mq-deadline")
-    }
-    doc["fios_efficiency_vs_mq_deadline_min"] = min(
-        doc["efficiency_fios_over_mq_deadline"].values(), default=None
-    )
     doc["fios_epochs_min"] = min(cases["fios"].get("epochs", 0) for cases in fairness.values())
     doc["weights_ratio_fios"] = doc["weights"].get("fios", {}).get("ratio")
     doc["cgroup_weights_ratio_fios"] = doc["cgroup_weights"].get("fios", {}).get("ratio")
@@ -107,16 +137,7 @@ def main() -> int:
         record(
             "lab_fios_review" if args.cpus == 1 else f"lab_fios_review_cpus{args.cpus}",
             doc,
-            {
-                "fios worst / proportional": "fios_worst",
-                "fios epochs (fewest)": "fios_epochs_min",
-                "fios efficiency / mq-deadline (lowest)": "fios_efficiency_vs_mq_deadline_min",
-                "weights 2:1 -> fios": "weights_ratio_fios",
-                "cgroups 200:100 -> fios": "cgroup_weights_ratio_fios",
-                "writer kept under churn": "churn_writer_kept_fios",
-                "reader mean µs, depth": "depth_reader_mean_us",
-                "kernel": "kernel",
-            },
+            COLUMNS,
         )
     return 0 if not doc["kernel_problems"] else 1
 
