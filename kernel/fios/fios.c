@@ -10,7 +10,8 @@
  *    used up waits for the next epoch. An epoch ends when no task with slice left has queued
  *    requests, and none of them has a request on the device or is being anticipated.
  * 2. Read preference with write blocking (`read_preference`): queued reads of eligible tasks
- *    go first, and no write is issued while reads are outstanding on the device.
+ *    go first, and no write is issued while reads are outstanding on the device — on a device
+ *    whose writes cost at least twice its reads (fios_reads_first).
  * 3. Parallel issue: requests of every eligible task are issued while the device holds fewer
  *    than `max_depth` of them.
  * 4. Fairness-oriented anticipation: when idling is needed for fairness — a write would be
@@ -33,6 +34,10 @@
  * each idle millisecond charged to it: its slice goes in a burst, and the read that finds it
  * spent waits out everyone else's. So a read is anticipated only while idling costs its task
  * less than waiting behind a write would (fios_idle_pays).
+ *
+ * Borrowing (beyond the paper, `borrow`): while the epoch is kept open for a task with slice
+ * left that has nothing queued, a task whose slice is spent may go on its next one, owing
+ * less than a slice (fios_borrow) — the device is not left idle for the sake of equal slices.
  *
  * Write depth (beyond the paper): a task that is not waited for finds on the device every
  * write issued meanwhile; on flash whose
@@ -74,6 +79,7 @@
 #include <linux/ktime.h>
 #include <linux/math64.h>
 #include <linux/module.h>
+#include <linux/rbtree.h>
 #include <linux/rcupdate.h>
 #include <linux/sched.h>
 #include <linux/seq_file.h>
@@ -104,9 +110,15 @@
 /* rq->elv.priv[1] flags; priv[0] holds the issue time in ns */
 #define FIOS_RQ_INFLIGHT 0x2UL /* issued, completion not seen yet */
 #define FIOS_RQ_CHARGED 0x4UL  /* cost charged at issue (calibrated model) */
+#define FIOS_RQ_ALONE 0x8UL    /* a read issued with no write on the device: its cost is a
+				* read's own (fios_reads_first)
+				*/
 #define FIOS_RQ_PAR_SHIFT 8    /* parallelism at issue */
 
 enum { FIOS_READ = 0, FIOS_WRITE = 1 };
+
+/* read_preference */
+enum { FIOS_READS_FIRST_NEVER, FIOS_READS_FIRST_COSTLIER, FIOS_READS_FIRST_ALWAYS };
 
 /* why queued work waits (fd->wait_why), so that a completion re-runs the queue only if it
  * can let something go
@@ -118,8 +130,16 @@ enum { FIOS_READ = 0, FIOS_WRITE = 1 };
 #define FIOS_WAIT_WRITES 0x4 /* writes held at write_depth: a write's */
 #define FIOS_WAIT_ANTIC 0x8  /* an anticipation: its end runs the queue, not a completion */
 
+/* A task's place among those with requests of one direction queued, by slice left */
+struct fios_place {
+	struct rb_node node;		/* in fd->by_left[dir] while the task has such requests */
+	s64 left;			/* its slice left when placed (fios_head checks it) */
+	struct fios_task *task;
+};
+
 struct fios_task {
 	struct list_head fifo[2];	/* queued requests, reads and writes */
+	struct fios_place place[2];	/* by slice left, while it has reads / writes queued */
 	struct list_head active_node;	/* on fd->active while it has queued requests */
 	struct list_head busy_node;	/* on fd->busy from its first request on the device until
 					 * fios_slice_holder_busy finds it with none (or it exits):
@@ -168,6 +188,7 @@ struct fios_stats {
 				 * a slice
 				 */
 	u64 rescues;		/* waits nothing could have ended (a bug): the oldest went */
+	u64 borrowed;		/* requests issued on a next epoch's slice (fios_borrow) */
 };
 
 struct fios_data {
@@ -175,6 +196,7 @@ struct fios_data {
 	struct request_queue *q;
 	struct list_head dispatch;	/* requeued / at-head requests: issued first */
 	struct list_head active;	/* tasks with queued requests */
+	struct rb_root_cached by_left[2]; /* the same, per direction, most slice left first */
 	struct list_head busy;		/* tasks with requests on the device (and some without:
 					 * see fios_task.busy_node)
 					 */
@@ -185,6 +207,9 @@ struct fios_data {
 	u64 epoch_start_ns;
 	u64 epoch_ns;			/* EWMA of an epoch's length (weigh_idle) */
 	u64 write_cost_ns;		/* EWMA of a write's cost (weigh_idle) */
+	u64 read_cost_ns;		/* EWMA of the cost of a read issued with no write on the
+					 * device (fios_reads_first)
+					 */
 	u64 epoch_floor_ns;		/* least slice left (>= 0) of a task charged this epoch,
 					 * in a default-weight task's ns: what a newcomer gets,
 					 * scaled by its weight
@@ -212,13 +237,18 @@ struct fios_data {
 	/* tunables */
 	u64 timeslice_ns;
 	unsigned int alpha_permille;
-	bool read_preference;
+	unsigned int read_preference;	/* 0 off, 1 where writes cost more (fios_reads_first),
+					 * 2 always
+					 */
 	unsigned int max_depth;
 	unsigned int write_depth;	/* writes on the device while a reader is due back
 					 * (0: off)
 					 */
 	bool weigh_idle;		/* anticipate a read only when idling costs its task less
 					 * than waiting behind a write would (see fios_idle_pays)
+					 */
+	bool borrow;			/* a spent task may go on its next slice while the epoch
+					 * is kept open (see fios_borrow)
 					 */
 	unsigned int async_depth;	/* tags async requests and writes may take */
 	bool async_depth_set;		/* written by hand: kept when nr_requests changes */
@@ -248,8 +278,13 @@ static struct fios_task *rq_task(struct fios_data *fd, struct request *rq)
 
 static void fios_task_init(struct fios_task *task)
 {
-	INIT_LIST_HEAD(&task->fifo[FIOS_READ]);
-	INIT_LIST_HEAD(&task->fifo[FIOS_WRITE]);
+	int dir;
+
+	for (dir = 0; dir < 2; dir++) {
+		INIT_LIST_HEAD(&task->fifo[dir]);
+		RB_CLEAR_NODE(&task->place[dir].node);
+		task->place[dir].task = task;
+	}
 	INIT_LIST_HEAD(&task->active_node);
 	INIT_LIST_HEAD(&task->busy_node);
 }
@@ -482,8 +517,67 @@ static s64 fios_remaining(struct fios_data *fd, struct fios_task *task)
 	return slice;
 }
 
+/*
+ * The tasks with requests queued are kept per direction in a tree by slice left, so that the
+ * one to serve is found without a walk over every task (a reviewer's concern: fios_pick_task
+ * walked them all, up to four times per dispatch). A task's place is set when it queues its
+ * first request of a direction and again whenever its slice left changes — a charge, a refund
+ * (fios_replace), and for every queued task when an epoch starts (fios_new_epoch: per epoch,
+ * not per dispatch). Two things change a task's slice left without either: its weight (read at
+ * each request) and a newcomer's share (the epoch's floor only falls). fios_head checks the
+ * task at the head against its slice left now, and places a stale one again.
+ */
+static bool fios_place_less(struct rb_node *a, const struct rb_node *b)
+{
+	return rb_entry(a, struct fios_place, node)->left >
+	       rb_entry(b, struct fios_place, node)->left;
+}
+
+static void fios_place(struct fios_data *fd, struct fios_task *task, int dir)
+{
+	struct fios_place *place = &task->place[dir];
+
+	if (!RB_EMPTY_NODE(&place->node))
+		rb_erase_cached(&place->node, &fd->by_left[dir]);
+	place->left = fios_remaining(fd, task);
+	rb_add_cached(&place->node, &fd->by_left[dir], fios_place_less);
+}
+
+static void fios_unplace(struct fios_data *fd, struct fios_task *task, int dir)
+{
+	rb_erase_cached(&task->place[dir].node, &fd->by_left[dir]);
+	RB_CLEAR_NODE(&task->place[dir].node);
+}
+
+/* The task's slice left changed: placed again where it has requests queued. */
+static void fios_replace(struct fios_data *fd, struct fios_task *task)
+{
+	int dir;
+
+	for (dir = 0; dir < 2; dir++)
+		if (task->queued[dir])
+			fios_place(fd, task, dir);
+}
+
+/* The task with requests of `dir` queued that has the most slice left, or NULL. */
+static struct fios_task *fios_head(struct fios_data *fd, int dir)
+{
+	struct rb_node *node;
+
+	while ((node = rb_first_cached(&fd->by_left[dir]))) {
+		struct fios_place *place = rb_entry(node, struct fios_place, node);
+
+		if (fios_remaining(fd, place->task) == place->left)
+			return place->task;
+		fios_place(fd, place->task, dir); /* stale: placed by what it has left now */
+	}
+	return NULL;
+}
+
 static void fios_new_epoch(struct fios_data *fd, u64 now)
 {
+	struct fios_task *task;
+
 	/* an epoch's length, for weigh_idle; the second of two started at once is not one */
 	if (fd->epoch_start_ns && now > fd->epoch_start_ns) {
 		u64 len = now - fd->epoch_start_ns;
@@ -494,6 +588,8 @@ static void fios_new_epoch(struct fios_data *fd, u64 now)
 	fd->epoch++;
 	fd->epoch_floor_ns = fd->timeslice_ns;
 	fd->stats.epochs++;
+	list_for_each_entry(task, &fd->active, active_node)
+		fios_replace(fd, task); /* every slice is new */
 	blk_add_trace_msg(fd->q, "fios epoch %llu", fd->epoch);
 }
 
@@ -518,6 +614,7 @@ static s64 fios_charge(struct fios_data *fd, struct fios_task *task, u64 cost)
 		fd->epoch_floor_ns = min(fd->epoch_floor_ns,
 					 mul_u64_u64_div_u64(task->remaining_ns, fd->timeslice_ns,
 							     slice));
+	fios_replace(fd, task);
 	return task->remaining_ns;
 }
 
@@ -527,6 +624,7 @@ static void fios_refund(struct fios_data *fd, struct fios_task *task, u64 cost)
 	task->remaining_ns = min_t(s64, fios_remaining(fd, task) + (s64)min(cost, fd->timeslice_ns),
 				   fios_slice(fd, task));
 	task->epoch = fd->epoch;
+	fios_replace(fd, task);
 }
 
 /* Are the request's elv fields ours? Only if prepare_request ran for it. */
@@ -536,27 +634,29 @@ static inline bool fios_owns_fields(struct request *rq)
 }
 
 /* The eligible task with the most slice left that has a queued request of `dir`
- * (-1: either).
+ * (-1: either); with `borrow`, one that owes less than a slice will do (fios_borrow).
  */
-static struct fios_task *fios_pick_task(struct fios_data *fd, int dir)
+static struct fios_task *fios_pick_task(struct fios_data *fd, int dir, bool borrow)
 {
-	struct fios_task *task, *best = NULL;
-	s64 best_left = S64_MIN;
+	struct fios_task *task;
+	s64 left;
 
-	list_for_each_entry(task, &fd->active, active_node) {
-		s64 left;
+	if (dir < 0) {
+		struct fios_task *r = fios_head(fd, FIOS_READ), *w = fios_head(fd, FIOS_WRITE);
 
-		if (dir >= 0 ? !task->queued[dir] : !(task->queued[0] + task->queued[1]))
-			continue;
-		left = fios_remaining(fd, task);
-		if (left <= 0)
-			continue; /* not eligible */
-		if (left > best_left) {
-			best = task;
-			best_left = left;
-		}
+		if (r && w)
+			task = r->place[FIOS_READ].left >= w->place[FIOS_WRITE].left ? r : w;
+		else
+			task = r ? r : w;
+	} else {
+		task = fios_head(fd, dir);
 	}
-	return best;
+	if (!task)
+		return NULL;
+	left = fios_remaining(fd, task);
+	if (borrow ? left <= -fios_slice(fd, task) : left <= 0)
+		return NULL; /* not eligible: nor is any other */
+	return task;
 }
 
 static void fios_end_anticipation(struct fios_data *fd, u64 now, bool hit)
@@ -584,7 +684,8 @@ static void fios_remove_request(struct fios_data *fd, struct request *rq)
 	int dir = rq_dir(rq);
 
 	list_del_init(&rq->queuelist);
-	task->queued[dir]--;
+	if (!--task->queued[dir])
+		fios_unplace(fd, task, dir);
 	fd->queued[dir]--;
 	if (!task->queued[FIOS_READ] && !task->queued[FIOS_WRITE])
 		list_del_init(&task->active_node);
@@ -603,6 +704,8 @@ static void fios_issue(struct fios_data *fd, struct request *rq, u64 now)
 	if (!fios_owns_fields(rq))
 		return; /* not tracked: its elv fields may be another layer's */
 	flags = (unsigned long)rq->elv.priv[1] | FIOS_RQ_INFLIGHT;
+	if (dir == FIOS_READ && !fd->inflight[FIOS_WRITE])
+		flags |= FIOS_RQ_ALONE;
 	fd->inflight[dir]++;
 	parallelism = fd->inflight[FIOS_READ] + fd->inflight[FIOS_WRITE];
 	if (!task->inflight++ && list_empty(&task->busy_node))
@@ -735,44 +838,128 @@ static bool fios_reader_due(struct fios_data *fd, u64 now)
 	return now - fd->reader.done_ns < 2 * task->think_ns;
 }
 
-static struct request *fios_choose(struct fios_data *fd, u64 now)
+/*
+ * Read preference and write blocking are for a device whose writes hold it longer than its
+ * reads (the paper's flash: a write takes every unit for milliseconds, a read one unit for a
+ * fraction of that). Where a write costs about what a read does — null_blk, an SSD whose
+ * writes land in its cache — holding writes while any read is on the device only idles it
+ * (two QD1 readers and two QD16 writers on two-vCPU null_blk: 0.73 of mq-deadline's
+ * concurrent efficiency). So at `read_preference` 1 (the default) they apply while a write
+ * costs at least twice a read: by the calibrated costs, else by the measured ones (a read's
+ * only when no write was on the device, so that waiting behind writes does not make reads
+ * look as costly as them); until both are known, they apply. 2: always (the paper's); 0: never.
+ */
+static bool fios_reads_first(struct fios_data *fd)
+{
+	u64 read, write;
+
+	if (fd->read_preference != FIOS_READS_FIRST_COSTLIER)
+		return fd->read_preference == FIOS_READS_FIRST_ALWAYS;
+	if (fios_calibrated(fd)) {
+		read = fd->cost_ns[FIOS_READ][0];
+		write = fd->cost_ns[FIOS_WRITE][0];
+	} else {
+		read = fd->read_cost_ns;
+		write = fd->write_cost_ns;
+	}
+	return !read || !write || write >= 2 * read;
+}
+
+/* The task's request that came first, read or write (no read preference). */
+static struct request *fios_first(struct fios_task *task)
+{
+	struct request *r, *w;
+
+	r = list_first_entry_or_null(&task->fifo[FIOS_READ], struct request, queuelist);
+	w = list_first_entry_or_null(&task->fifo[FIOS_WRITE], struct request, queuelist);
+	if (r && w)
+		return r->start_time_ns <= w->start_time_ns ? r : w;
+	return r ? r : w;
+}
+
+/*
+ * Write blocking: why a write may not go now (FIOS_WAIT_*), or 0 — no write while reads are
+ * outstanding or one is anticipated (an anticipation may start here), and at most write_depth
+ * of them while a reader is due back.
+ */
+static unsigned int fios_write_held(struct fios_data *fd, u64 now)
+{
+	if (fd->inflight[FIOS_READ])
+		return FIOS_WAIT_READS;
+	if ((fd->antic_task && fd->antic_read) || fios_anticipate(fd, FIOS_READ, now))
+		return FIOS_WAIT_ANTIC;
+	if (fd->write_depth && fd->inflight[FIOS_WRITE] >= fd->write_depth &&
+	    fios_reader_due(fd, now))
+		return FIOS_WAIT_WRITES;
+	return 0;
+}
+
+/* The next request of an eligible task, or with `borrow` of a task that may borrow. */
+static struct request *fios_next(struct fios_data *fd, u64 now, bool borrow)
 {
 	struct fios_task *task;
-	unsigned int why = 0;
+	unsigned int why;
 
-	if (!fd->read_preference) {
-		struct request *r, *w;
-
-		task = fios_pick_task(fd, -1);
-		if (!task)
-			return NULL;
-		r = list_first_entry_or_null(&task->fifo[FIOS_READ], struct request, queuelist);
-		w = list_first_entry_or_null(&task->fifo[FIOS_WRITE], struct request, queuelist);
-		if (r && w)
-			return r->start_time_ns <= w->start_time_ns ? r : w;
-		return r ? r : w;
+	if (!fios_reads_first(fd)) {
+		task = fios_pick_task(fd, -1, borrow);
+		return task ? fios_first(task) : NULL;
 	}
-
-	task = fios_pick_task(fd, FIOS_READ);
+	task = fios_pick_task(fd, FIOS_READ, borrow);
 	if (task)
 		return list_first_entry(&task->fifo[FIOS_READ], struct request, queuelist);
-	task = fios_pick_task(fd, FIOS_WRITE);
+	task = fios_pick_task(fd, FIOS_WRITE, borrow);
 	if (!task)
 		return NULL;
-	/* write blocking: no write while reads are outstanding or one is anticipated */
-	if (fd->inflight[FIOS_READ])
-		why = FIOS_WAIT_READS;
-	else if ((fd->antic_task && fd->antic_read) || fios_anticipate(fd, FIOS_READ, now))
-		why = FIOS_WAIT_ANTIC;
-	else if (fd->write_depth && fd->inflight[FIOS_WRITE] >= fd->write_depth &&
-		 fios_reader_due(fd, now))
-		why = FIOS_WAIT_WRITES;
+	why = fios_write_held(fd, now);
 	if (why) {
 		fd->wait_why |= why;
 		fd->stats.writes_held++;
 		return NULL;
 	}
 	return list_first_entry(&task->fifo[FIOS_WRITE], struct request, queuelist);
+}
+
+static struct request *fios_choose(struct fios_data *fd, u64 now)
+{
+	return fios_next(fd, now, false);
+}
+
+/*
+ * Borrowing (beyond the paper; `borrow`, on by default). Every task with slice left has nothing
+ * queued, yet the epoch stays open: one of them has a request on the device or is anticipated.
+ * The paper's FIOS leaves the rest of the device idle meanwhile — a 128 KiB reader whose slice
+ * is spent waits while a 4 KiB reader with slice left thinks between its reads, and a device
+ * with four units does one read at a time. Instead a spent task that owes less than a slice
+ * goes on its next epoch's slice: what it takes now it does not get then, so the device time
+ * each task gets over epochs is still its slice, and the debt bounds how far ahead it runs.
+ * Write blocking holds for a borrowed write as for any (fios_write_held): a borrower never
+ * puts a write in front of a read on the device or anticipated.
+ */
+static struct request *fios_borrow(struct fios_data *fd, u64 now)
+{
+	struct request *rq;
+
+	if (!fd->borrow)
+		return NULL;
+	rq = fios_next(fd, now, true);
+	if (rq)
+		fd->stats.borrowed++;
+	return rq;
+}
+
+/* Why the epoch stays open although no task with slice left has requests queued (FIOS_WAIT_*:
+ * what can end that), or 0: a task with slice left is anticipated (one may start here), or has
+ * requests on the device.
+ */
+static unsigned int fios_keep_epoch(struct fios_data *fd, u64 now)
+{
+	if (fd->antic_task)
+		return FIOS_WAIT_ANTIC;
+	if (fios_slice_holder_busy(fd))
+		return FIOS_WAIT_ANY;
+	if (fios_anticipate(fd, 1, now))
+		return FIOS_WAIT_ANTIC;
+	return 0;
 }
 
 /* The queued request that came first, of any task (a scan: only for a wait nothing ends). */
@@ -823,34 +1010,35 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		fios_end_anticipation(fd, now, false);
 
 	rq = fios_choose(fd, now);
-	if (!rq && !fios_pick_task(fd, -1)) {
+	if (!rq && !fios_pick_task(fd, -1, false)) {
 		/*
 		 * Everything queued belongs to tasks whose slice is used up. Keep the epoch while
-		 * a task with slice left is anticipated or has requests on the device; otherwise
-		 * start a new one.
+		 * a task with slice left is anticipated or has requests on the device, and let a
+		 * spent task borrow meanwhile (fios_borrow); otherwise start a new one — in which
+		 * the same holds: a task whose debt the new slice does not cover borrows while the
+		 * tasks it gave slices to are on the device, rather than have it forgiven.
 		 */
-		if (fd->antic_task) {
-			fd->wait_why |= FIOS_WAIT_ANTIC;
-			goto wait;
+		unsigned int keep = fios_keep_epoch(fd, now);
+
+		if (!keep) {
+			fios_new_epoch(fd, now);
+			rq = fios_choose(fd, now);
+			if (!rq && !fios_pick_task(fd, -1, false))
+				keep = fios_keep_epoch(fd, now);
 		}
-		if (fios_slice_holder_busy(fd)) {
-			fd->wait_why |= FIOS_WAIT_ANY;
-			goto wait;
-		}
-		if (fios_anticipate(fd, 1, now)) {
-			fd->wait_why |= FIOS_WAIT_ANTIC;
-			goto wait;
-		}
-		fios_new_epoch(fd, now);
-		rq = fios_choose(fd, now);
-		if (!rq && !fios_pick_task(fd, -1)) {
+		if (keep) {
+			rq = fios_borrow(fd, now);
+			if (!rq)
+				fd->wait_why |= keep;
+		} else if (!rq && !fios_pick_task(fd, -1, false)) {
 			/*
-			 * Every queued task owes more than a slice: charges at completion can go
-			 * that deep (each request in flight when a slice runs out is charged
-			 * too). An epoch later their slices are whole. Without this, waiting
-			 * here with nothing in flight would wait for an insert — and when the
-			 * queued requests hold every scheduler tag, none comes (the stall seen
-			 * on two vCPUs with deep writers, before this).
+			 * Every queued task owes more than a slice, and nothing on the device or
+			 * anticipated keeps the epoch: charges at completion can go that deep
+			 * (each request in flight when a slice runs out is charged too). An
+			 * epoch later their slices are whole. Without this, waiting here with
+			 * nothing in flight would wait for an insert — and when the queued
+			 * requests hold every scheduler tag, none comes (the stall seen on two
+			 * vCPUs with deep writers, before this).
 			 */
 			fios_new_epoch(fd, now);
 			fd->stats.debt_epochs++;
@@ -928,7 +1116,8 @@ static void fios_insert_requests(struct blk_mq_hw_ctx *hctx, struct list_head *l
 		    task->last_done_ns && rq->start_time_ns > task->last_done_ns)
 			fios_think(fd, task, rq->start_time_ns - task->last_done_ns);
 		list_add_tail(&rq->queuelist, &task->fifo[dir]);
-		task->queued[dir]++;
+		if (!task->queued[dir]++)
+			fios_place(fd, task, dir);
 		fd->queued[dir]++;
 		if (list_empty(&task->active_node))
 			list_add_tail(&task->active_node, &fd->active);
@@ -1063,6 +1252,9 @@ static void fios_completed(struct request *rq)
 	if (dir == FIOS_WRITE)
 		fd->write_cost_ns = fd->write_cost_ns ?
 			fd->write_cost_ns - (fd->write_cost_ns >> 3) + (cost >> 3) : cost;
+	else if (rqflags & FIOS_RQ_ALONE)
+		fd->read_cost_ns = fd->read_cost_ns ?
+			fd->read_cost_ns - (fd->read_cost_ns >> 3) + (cost >> 3) : cost;
 	if (!task->inflight)
 		task->last_done_ns = now;
 	if (task != &fd->unowned) {
@@ -1367,16 +1559,19 @@ static int fios_init_sched(struct request_queue *q, struct elevator_type *e)
 	fd->q = q;
 	INIT_LIST_HEAD(&fd->dispatch);
 	INIT_LIST_HEAD(&fd->active);
+	fd->by_left[FIOS_READ] = RB_ROOT_CACHED;
+	fd->by_left[FIOS_WRITE] = RB_ROOT_CACHED;
 	INIT_LIST_HEAD(&fd->busy);
 	fios_task_init(&fd->unowned);
 	hrtimer_init(&fd->timer, CLOCK_MONOTONIC, HRTIMER_MODE_ABS);
 	fd->timer.function = fios_anticipation_timer;
 	fd->timeslice_ns = (u64)FIOS_DEFAULT_TIMESLICE_US * NSEC_PER_USEC;
 	fd->alpha_permille = FIOS_DEFAULT_ALPHA_PERMILLE;
-	fd->read_preference = true;
+	fd->read_preference = FIOS_READS_FIRST_COSTLIER;
 	fd->max_depth = FIOS_DEFAULT_MAX_DEPTH;
 	fd->write_depth = FIOS_DEFAULT_WRITE_DEPTH;
 	fd->weigh_idle = true;
+	fd->borrow = true;
 	fd->epoch = 1; /* 0: a task never charged */
 	fd->epoch_floor_ns = fd->timeslice_ns;
 	fd->unowned.weight = FIOS_DEFAULT_WEIGHT;
@@ -1444,10 +1639,12 @@ FIOS_ATTR(alpha_permille, 0, FIOS_MAX_ALPHA_PERMILLE, fd->alpha_permille,
 	  fd->alpha_permille = value)
 FIOS_ATTR(timeslice_us, FIOS_MIN_TIMESLICE_US, FIOS_MAX_TIMESLICE_US,
 	  div_u64(fd->timeslice_ns, NSEC_PER_USEC), fd->timeslice_ns = value * NSEC_PER_USEC)
-FIOS_ATTR(read_preference, 0, 1, fd->read_preference, fd->read_preference = value)
+FIOS_ATTR(read_preference, 0, FIOS_READS_FIRST_ALWAYS, fd->read_preference,
+	  fd->read_preference = value)
 FIOS_ATTR(max_depth, 1, FIOS_MAX_DEPTH, fd->max_depth, fd->max_depth = value)
 FIOS_ATTR(write_depth, 0, FIOS_MAX_DEPTH, fd->write_depth, fd->write_depth = value)
 FIOS_ATTR(weigh_idle, 0, 1, fd->weigh_idle, fd->weigh_idle = value)
+FIOS_ATTR(borrow, 0, 1, fd->borrow, fd->borrow = value)
 FIOS_ATTR(async_depth, 1, fd->q->nr_requests, fd->async_depth,
 	  (fd->async_depth = value, fd->async_depth_set = true, fios_update_shallow(fd)))
 FIOS_ATTR(cost_read_4k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_READ][0],
@@ -1484,11 +1681,11 @@ static ssize_t fios_stats_show(struct elevator_queue *e, char *page)
 			  "epoch %llu\nepochs %llu\nreads %llu\nwrites %llu\nanticipations %llu\n"
 			  "anticipation_hits %llu\nanticipation_idle_ns %llu\nwrites_held %llu\n"
 			  "refunds %llu\ntimer_early %llu\nkicks %llu\ndebt_epochs %llu\n"
-			  "rescues %llu\ncost_model %s\n",
+			  "rescues %llu\nborrowed %llu\ncost_model %s\n",
 			  epoch, s.epochs, s.dispatched[FIOS_READ], s.dispatched[FIOS_WRITE],
 			  s.anticipations, s.anticipation_hits, s.anticipation_idle_ns,
 			  s.writes_held, s.refunds, s.timer_early, s.kicks, s.debt_epochs,
-			  s.rescues, model);
+			  s.rescues, s.borrowed, model);
 }
 
 #define FIOS_RW(name) __ATTR(name, 0644, fios_##name##_show, fios_##name##_store)
@@ -1500,6 +1697,7 @@ static struct elv_fs_entry fios_attrs[] = {
 	FIOS_RW(max_depth),
 	FIOS_RW(write_depth),
 	FIOS_RW(weigh_idle),
+	FIOS_RW(borrow),
 	FIOS_RW(async_depth),
 	FIOS_RW(cost_read_4k_ns),
 	FIOS_RW(cost_read_128k_ns),
@@ -1557,7 +1755,8 @@ static int fios_state_show(void *data, struct seq_file *m)
 			   fios_ns_until(fd->antic_deadline_ns, now));
 	else
 		seq_puts(m, "anticipating none\n");
-	seq_printf(m, "epoch_ns %llu\nwrite_cost_ns %llu\n", fd->epoch_ns, fd->write_cost_ns);
+	seq_printf(m, "epoch_ns %llu\nwrite_cost_ns %llu\nread_cost_ns %llu\nreads_first %d\n",
+		   fd->epoch_ns, fd->write_cost_ns, fd->read_cost_ns, fios_reads_first(fd));
 	seq_printf(m, "timer %s\nshallow_depth %u of %u\n",
 		   hrtimer_is_queued(&fd->timer) ? "armed" : "idle", fd->shallow_depth,
 		   1U << fd->word_shift);

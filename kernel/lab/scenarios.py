@@ -495,7 +495,9 @@ def smp_script(cpus: int, seconds: float) -> tuple[str, dict[str, str]]:
     then the depth limit's runs (depth_script), as on one vCPU ("flash-depth")."""
     ms = round(seconds * 1000)
     queue = "/sys/block/flashsim0/queue"
-    script = "insmod /lib/modules/configfs.ko\n"
+    script = (
+        "mount -t debugfs none /sys/kernel/debug 2>/dev/null\ninsmod /lib/modules/configfs.ko\n"
+    )
     script += "".join(line.format(cpus=cpus) for line in SMP_DEVICES.values())
     script += "".join(f"insmod /lib/modules/{LOADABLE[s]}.ko\n" for s in LOADABLE)
     for dev in SMP_DEVICES:
@@ -503,7 +505,14 @@ def smp_script(cpus: int, seconds: float) -> tuple[str, dict[str, str]]:
             script += f"echo {scheduler} > /sys/block/{dev}/queue/scheduler\n"
             label = f"{dev}/{scheduler}"
             script += _fio_block(label, MIXED.format(ms=ms, dev=dev))
-            script += _state(label, dev)
+            # fios: whether read preference held (it measures what a read and a write cost)
+            found = (
+                "grep -E '^(reads_first|read_cost_ns|write_cost_ns) '"
+                f" /sys/kernel/debug/block/{dev}/sched/state\n"
+                if scheduler == "fios"
+                else ""
+            )
+            script += _state(label, dev, found)
         script += f"echo none > /sys/block/{dev}/queue/scheduler\n"
 
     # switched under load, twenty times each way
@@ -834,6 +843,8 @@ REVIEW_VARIANTS: dict[str, tuple[dict[str, int], tuple[str, ...]]] = {
         ("fios-1r-think1ms-4w", "fios-deep-writers", "fios-1r7w"),
     ),
     "fios+nowd": ({"write_depth": 0}, ("fios-1r-think1ms-4w",)),
+    # the paper's spent tasks, which wait for the next epoch while the device idles
+    "fios+noborrow": ({"borrow": 0}, ("fios-4k-vs-128k",)),
 }
 
 
@@ -932,6 +943,8 @@ def summarize_review(
             case["anticipation_hits"] = (
                 f"{counters['anticipation_hits']}/{counters['anticipations']}"
             )
+            if "borrowed" in counters:
+                case["borrowed"] = int(counters["borrowed"])
     weights = {}
     for label, result in parsed.items():
         if label.startswith("weights/"):
@@ -1023,7 +1036,13 @@ SCENARIOS = {
         ["bfq"],
         ["flashsim", "fios"],
         _review(
-            ("fios-4r4w-think", "fios-1r-think1ms-4w", "fios-1r7w", PAUSE_WORKLOAD),
+            (
+                "fios-4r4w-think",
+                "fios-4k-vs-128k",
+                "fios-1r-think1ms-4w",
+                "fios-1r7w",
+                PAUSE_WORKLOAD,
+            ),
             ("mq-deadline", "fios"),
         ),
         lambda parsed: summarize_review(parsed, {}),

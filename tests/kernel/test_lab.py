@@ -419,6 +419,19 @@ def test_every_scheduler_serves_every_hardware_queue_on_smp(smp: LabResult) -> N
     assert smp.kernel_problems == []
 
 
+def test_fios_holds_writes_for_reads_only_where_writes_cost_more(smp: LabResult) -> None:
+    """Read preference and write blocking (read_preference 1, the default) apply while a
+    write costs at least twice a read, by what fios measured: on flashsim (4 ms writes that
+    take every unit, 250 µs reads) they do; on null_blk, whose writes cost what its reads do,
+    they do not — holding writes behind readers there only idled it."""
+    runs = smp.summary["runs"]
+    flash, null = runs["flashsim0/fios"], runs["nullb0/fios"]
+    assert flash["reads_first"] == "1", flash
+    assert int(flash["write_cost_ns"]) >= 2 * int(flash["read_cost_ns"]) > 0, flash
+    assert null["reads_first"] == "0", null
+    assert int(null["write_cost_ns"]) < 2 * int(null["read_cost_ns"]), null
+
+
 def test_fios_survives_switching_rmmod_and_a_killed_task(smp: LabResult) -> None:
     runs = smp.summary["runs"]
     switching = runs["lifecycle/switching"]
@@ -559,6 +572,22 @@ def test_a_reader_that_pauses_is_still_waited_for(review: LabResult) -> None:
     assert reader <= 2.0, cases
     theirs = cases["mq-deadline"]["slowdowns"]["reader_0"]
     assert theirs > 2 * fios["slowdowns"]["reader_0"], cases
+
+
+def test_a_spent_task_borrows_while_the_device_would_idle(review: LabResult) -> None:
+    """A 4 KiB and a 128 KiB reader (a 128 KiB read takes every unit of the striped device):
+    the large reader spends its slice first, and the small one, with slice left, keeps the
+    epoch open between its reads. The paper's FIOS (borrow 0) leaves the large reader waiting
+    meanwhile and the device mostly idle; borrowing on its next slice, it reads on, and the
+    two together do more than they did (bench/results/lab_fios_review_cpus2.md: efficiency
+    beside fairness) — fairly still."""
+    cases = review.summary["fairness"]["fios-4k-vs-128k"]
+    fios, paper = cases["fios"], cases["fios+noborrow"]
+    assert fios["borrowed"] > 0, fios
+    assert paper["borrowed"] == 0, paper
+    assert fios["concurrent_efficiency"] > paper["concurrent_efficiency"], cases
+    # the paper's 1.5, loosened to 2.0 as for the other cases (TCG's clock runs in bursts)
+    assert fios["worst_over_proportional"] <= 2.0, cases
 
 
 def test_one_reader_against_seven_writers(review: LabResult) -> None:
