@@ -1013,36 +1013,39 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	if (!rq && !fios_pick_task(fd, -1, false)) {
 		/*
 		 * Everything queued belongs to tasks whose slice is used up. Keep the epoch while
-		 * a task with slice left is anticipated or has requests on the device, and let a
-		 * spent task borrow meanwhile (fios_borrow); otherwise start a new one — in which
-		 * the same holds: a task whose debt the new slice does not cover borrows while the
-		 * tasks it gave slices to are on the device, rather than have it forgiven.
+		 * a task with slice left is anticipated or has requests on the device; otherwise
+		 * start a new one. Either way, while no task with slice left has anything queued,
+		 * a spent one may borrow (fios_borrow) — in a new epoch too: a task whose debt
+		 * the new slice does not cover goes on the next one while the tasks given fresh
+		 * slices are between their requests, rather than have its debt forgiven.
 		 */
 		unsigned int keep = fios_keep_epoch(fd, now);
 
 		if (!keep) {
 			fios_new_epoch(fd, now);
 			rq = fios_choose(fd, now);
-			if (!rq && !fios_pick_task(fd, -1, false))
-				keep = fios_keep_epoch(fd, now);
 		}
-		if (keep) {
+		if (!rq && !fios_pick_task(fd, -1, false)) {
 			rq = fios_borrow(fd, now);
-			if (!rq)
+			if (!rq && !keep)
+				keep = fios_keep_epoch(fd, now);
+			if (!rq && keep) {
 				fd->wait_why |= keep;
-		} else if (!rq && !fios_pick_task(fd, -1, false)) {
-			/*
-			 * Every queued task owes more than a slice, and nothing on the device or
-			 * anticipated keeps the epoch: charges at completion can go that deep
-			 * (each request in flight when a slice runs out is charged too). An
-			 * epoch later their slices are whole. Without this, waiting here with
-			 * nothing in flight would wait for an insert — and when the queued
-			 * requests hold every scheduler tag, none comes (the stall seen on two
-			 * vCPUs with deep writers, before this).
-			 */
-			fios_new_epoch(fd, now);
-			fd->stats.debt_epochs++;
-			rq = fios_choose(fd, now);
+			} else if (!rq && !fios_pick_task(fd, -1, true)) {
+				/*
+				 * Every queued task owes a slice or more, even in the new epoch,
+				 * and nothing on the device or anticipated keeps it: charges at
+				 * completion can go that deep (each request in flight when a slice
+				 * runs out is charged too). An epoch later their slices are whole.
+				 * Without this, waiting here with nothing in flight would wait for
+				 * an insert — and when the queued requests hold every scheduler
+				 * tag, none comes (the stall seen on two vCPUs with deep writers,
+				 * before this).
+				 */
+				fios_new_epoch(fd, now);
+				fd->stats.debt_epochs++;
+				rq = fios_choose(fd, now);
+			}
 		}
 	}
 	if (!rq) {
