@@ -35,10 +35,6 @@
  * spent waits out everyone else's. So a read is anticipated only while idling costs its task
  * less than waiting behind a write would (fios_idle_pays).
  *
- * Borrowing (beyond the paper, `borrow`): while the epoch is kept open for a task with slice
- * left that has nothing queued, a task whose slice is spent may go on its next one, owing
- * less than a slice (fios_borrow) — the device is not left idle for the sake of equal slices.
- *
  * Write depth (beyond the paper): a task that is not waited for finds on the device every
  * write issued meanwhile; on flash whose
  * writes hold every unit that is one write's full time per write in flight. So while the
@@ -188,7 +184,6 @@ struct fios_stats {
 				 * a slice
 				 */
 	u64 rescues;		/* waits nothing could have ended (a bug): the oldest went */
-	u64 borrowed;		/* requests issued on a next epoch's slice (fios_borrow) */
 };
 
 struct fios_data {
@@ -246,9 +241,6 @@ struct fios_data {
 					 */
 	bool weigh_idle;		/* anticipate a read only when idling costs its task less
 					 * than waiting behind a write would (see fios_idle_pays)
-					 */
-	bool borrow;			/* a spent task may go on its next slice while the epoch
-					 * is kept open (see fios_borrow)
 					 */
 	unsigned int async_depth;	/* tags async requests and writes may take */
 	bool async_depth_set;		/* written by hand: kept when nr_requests changes */
@@ -634,9 +626,9 @@ static inline bool fios_owns_fields(struct request *rq)
 }
 
 /* The eligible task with the most slice left that has a queued request of `dir`
- * (-1: either); with `borrow`, one that owes less than a slice will do (fios_borrow).
+ * (-1: either).
  */
-static struct fios_task *fios_pick_task(struct fios_data *fd, int dir, bool borrow)
+static struct fios_task *fios_pick_task(struct fios_data *fd, int dir)
 {
 	struct fios_task *task;
 	s64 left;
@@ -654,7 +646,7 @@ static struct fios_task *fios_pick_task(struct fios_data *fd, int dir, bool borr
 	if (!task)
 		return NULL;
 	left = fios_remaining(fd, task);
-	if (borrow ? left <= -fios_slice(fd, task) : left <= 0)
+	if (left <= 0)
 		return NULL; /* not eligible: nor is any other */
 	return task;
 }
@@ -894,20 +886,19 @@ static unsigned int fios_write_held(struct fios_data *fd, u64 now)
 	return 0;
 }
 
-/* The next request of an eligible task, or with `borrow` of a task that may borrow. */
-static struct request *fios_next(struct fios_data *fd, u64 now, bool borrow)
+static struct request *fios_choose(struct fios_data *fd, u64 now)
 {
 	struct fios_task *task;
 	unsigned int why;
 
 	if (!fios_reads_first(fd)) {
-		task = fios_pick_task(fd, -1, borrow);
+		task = fios_pick_task(fd, -1);
 		return task ? fios_first(task) : NULL;
 	}
-	task = fios_pick_task(fd, FIOS_READ, borrow);
+	task = fios_pick_task(fd, FIOS_READ);
 	if (task)
 		return list_first_entry(&task->fifo[FIOS_READ], struct request, queuelist);
-	task = fios_pick_task(fd, FIOS_WRITE, borrow);
+	task = fios_pick_task(fd, FIOS_WRITE);
 	if (!task)
 		return NULL;
 	why = fios_write_held(fd, now);
@@ -917,34 +908,6 @@ static struct request *fios_next(struct fios_data *fd, u64 now, bool borrow)
 		return NULL;
 	}
 	return list_first_entry(&task->fifo[FIOS_WRITE], struct request, queuelist);
-}
-
-static struct request *fios_choose(struct fios_data *fd, u64 now)
-{
-	return fios_next(fd, now, false);
-}
-
-/*
- * Borrowing (beyond the paper; `borrow`, on by default). Every task with slice left has nothing
- * queued, yet the epoch stays open: one of them has a request on the device or is anticipated.
- * The paper's FIOS leaves the rest of the device idle meanwhile — a 128 KiB reader whose slice
- * is spent waits while a 4 KiB reader with slice left thinks between its reads, and a device
- * with four units does one read at a time. Instead a spent task that owes less than a slice
- * goes on its next epoch's slice: what it takes now it does not get then, so the device time
- * each task gets over epochs is still its slice, and the debt bounds how far ahead it runs.
- * Write blocking holds for a borrowed write as for any (fios_write_held): a borrower never
- * puts a write in front of a read on the device or anticipated.
- */
-static struct request *fios_borrow(struct fios_data *fd, u64 now)
-{
-	struct request *rq;
-
-	if (!fd->borrow)
-		return NULL;
-	rq = fios_next(fd, now, true);
-	if (rq)
-		fd->stats.borrowed++;
-	return rq;
 }
 
 /* Why the epoch stays open although no task with slice left has requests queued (FIOS_WAIT_*:
@@ -1010,42 +973,32 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		fios_end_anticipation(fd, now, false);
 
 	rq = fios_choose(fd, now);
-	if (!rq && !fios_pick_task(fd, -1, false)) {
+	if (!rq && !fios_pick_task(fd, -1)) {
 		/*
 		 * Everything queued belongs to tasks whose slice is used up. Keep the epoch while
 		 * a task with slice left is anticipated or has requests on the device; otherwise
-		 * start a new one. Either way, while no task with slice left has anything queued,
-		 * a spent one may borrow (fios_borrow) — in a new epoch too: a task whose debt
-		 * the new slice does not cover goes on the next one while the tasks given fresh
-		 * slices are between their requests, rather than have its debt forgiven.
+		 * start a new one.
 		 */
 		unsigned int keep = fios_keep_epoch(fd, now);
 
-		if (!keep) {
-			fios_new_epoch(fd, now);
-			rq = fios_choose(fd, now);
+		if (keep) {
+			fd->wait_why |= keep;
+			goto wait;
 		}
-		if (!rq && !fios_pick_task(fd, -1, false)) {
-			rq = fios_borrow(fd, now);
-			if (!rq && !keep)
-				keep = fios_keep_epoch(fd, now);
-			if (!rq && keep) {
-				fd->wait_why |= keep;
-			} else if (!rq && !fios_pick_task(fd, -1, true)) {
-				/*
-				 * Every queued task owes a slice or more, even in the new epoch,
-				 * and nothing on the device or anticipated keeps it: charges at
-				 * completion can go that deep (each request in flight when a slice
-				 * runs out is charged too). An epoch later their slices are whole.
-				 * Without this, waiting here with nothing in flight would wait for
-				 * an insert — and when the queued requests hold every scheduler
-				 * tag, none comes (the stall seen on two vCPUs with deep writers,
-				 * before this).
-				 */
-				fios_new_epoch(fd, now);
-				fd->stats.debt_epochs++;
-				rq = fios_choose(fd, now);
-			}
+		fios_new_epoch(fd, now);
+		rq = fios_choose(fd, now);
+		if (!rq && !fios_pick_task(fd, -1)) {
+			/*
+			 * Every queued task owes more than a slice: charges at completion can go
+			 * that deep (each request in flight when a slice runs out is charged
+			 * too). An epoch later their slices are whole. Without this, waiting
+			 * here with nothing in flight would wait for an insert — and when the
+			 * queued requests hold every scheduler tag, none comes (the stall seen
+			 * on two vCPUs with deep writers, before this).
+			 */
+			fios_new_epoch(fd, now);
+			fd->stats.debt_epochs++;
+			rq = fios_choose(fd, now);
 		}
 	}
 	if (!rq) {
@@ -1574,7 +1527,6 @@ static int fios_init_sched(struct request_queue *q, struct elevator_type *e)
 	fd->max_depth = FIOS_DEFAULT_MAX_DEPTH;
 	fd->write_depth = FIOS_DEFAULT_WRITE_DEPTH;
 	fd->weigh_idle = true;
-	fd->borrow = true;
 	fd->epoch = 1; /* 0: a task never charged */
 	fd->epoch_floor_ns = fd->timeslice_ns;
 	fd->unowned.weight = FIOS_DEFAULT_WEIGHT;
@@ -1647,7 +1599,6 @@ FIOS_ATTR(read_preference, 0, FIOS_READS_FIRST_ALWAYS, fd->read_preference,
 FIOS_ATTR(max_depth, 1, FIOS_MAX_DEPTH, fd->max_depth, fd->max_depth = value)
 FIOS_ATTR(write_depth, 0, FIOS_MAX_DEPTH, fd->write_depth, fd->write_depth = value)
 FIOS_ATTR(weigh_idle, 0, 1, fd->weigh_idle, fd->weigh_idle = value)
-FIOS_ATTR(borrow, 0, 1, fd->borrow, fd->borrow = value)
 FIOS_ATTR(async_depth, 1, fd->q->nr_requests, fd->async_depth,
 	  (fd->async_depth = value, fd->async_depth_set = true, fios_update_shallow(fd)))
 FIOS_ATTR(cost_read_4k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_READ][0],
@@ -1684,11 +1635,11 @@ static ssize_t fios_stats_show(struct elevator_queue *e, char *page)
 			  "epoch %llu\nepochs %llu\nreads %llu\nwrites %llu\nanticipations %llu\n"
 			  "anticipation_hits %llu\nanticipation_idle_ns %llu\nwrites_held %llu\n"
 			  "refunds %llu\ntimer_early %llu\nkicks %llu\ndebt_epochs %llu\n"
-			  "rescues %llu\nborrowed %llu\ncost_model %s\n",
+			  "rescues %llu\ncost_model %s\n",
 			  epoch, s.epochs, s.dispatched[FIOS_READ], s.dispatched[FIOS_WRITE],
 			  s.anticipations, s.anticipation_hits, s.anticipation_idle_ns,
 			  s.writes_held, s.refunds, s.timer_early, s.kicks, s.debt_epochs,
-			  s.rescues, s.borrowed, model);
+			  s.rescues, model);
 }
 
 #define FIOS_RW(name) __ATTR(name, 0644, fios_##name##_show, fios_##name##_store)
@@ -1700,7 +1651,6 @@ static struct elv_fs_entry fios_attrs[] = {
 	FIOS_RW(max_depth),
 	FIOS_RW(write_depth),
 	FIOS_RW(weigh_idle),
-	FIOS_RW(borrow),
 	FIOS_RW(async_depth),
 	FIOS_RW(cost_read_4k_ns),
 	FIOS_RW(cost_read_128k_ns),

@@ -843,8 +843,6 @@ REVIEW_VARIANTS: dict[str, tuple[dict[str, int], tuple[str, ...]]] = {
         ("fios-1r-think1ms-4w", "fios-deep-writers", "fios-1r7w"),
     ),
     "fios+nowd": ({"write_depth": 0}, ("fios-1r-think1ms-4w",)),
-    # the paper's spent tasks, which wait for the next epoch while the device idles
-    "fios+noborrow": ({"borrow": 0}, ("fios-4k-vs-128k",)),
 }
 
 
@@ -943,8 +941,6 @@ def summarize_review(
             case["anticipation_hits"] = (
                 f"{counters['anticipation_hits']}/{counters['anticipations']}"
             )
-            if "borrowed" in counters:
-                case["borrowed"] = int(counters["borrowed"])
     weights = {}
     for label, result in parsed.items():
         if label.startswith("weights/"):
@@ -1036,13 +1032,7 @@ SCENARIOS = {
         ["bfq"],
         ["flashsim", "fios"],
         _review(
-            (
-                "fios-4r4w-think",
-                "fios-4k-vs-128k",
-                "fios-1r-think1ms-4w",
-                "fios-1r7w",
-                PAUSE_WORKLOAD,
-            ),
+            ("fios-4r4w-think", "fios-1r-think1ms-4w", "fios-1r7w", PAUSE_WORKLOAD),
             ("mq-deadline", "fios"),
         ),
         lambda parsed: summarize_review(parsed, {}),
