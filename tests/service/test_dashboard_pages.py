@@ -19,7 +19,7 @@ from service.observations import service as observations
 from service.rollouts import service as rollouts
 from service.rollouts.schemas import RolloutCreate
 from service.security import Principal, Role
-from service.tables import ModelVersion, Rollout
+from service.tables import ModelVersion, Policy, Rollout
 from tests.factories import create_api_token, create_node, device_inventory, report_inventory
 from tests.models.runs import STOCK_DEFAULTS as CONFIGS
 from tests.models.runs import fio_workload
@@ -375,3 +375,33 @@ def test_the_api_docs_use_the_services_own_assets(client: TestClient) -> None:
         assert assets, page.text
         for asset in assets:
             assert client.get(asset).status_code == 200, asset
+
+
+def test_a_policy_version_the_agent_has_not_applied_is_not_shown_applied(
+    client: TestClient, session: Session
+) -> None:
+    """After a revert (a new version), the last version the agent applied is not this one: the
+    device page and the fleet page say the current version is not yet applied, and which one
+    was — the browser test waited on a stale "applied" once and read the audit too early."""
+    node, _ = create_node(session, hostname=f"ui-{uuid.uuid4().hex[:8]}")
+    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    policy = Policy(
+        device_id=device.id, config={"scheduler": "bfq"}, version=2, set_by="op",
+        reason="revert", applied_version=1, applied_status="applied",
+        applied_config={"scheduler": "kyber"}, applied_at=datetime.now(UTC),
+    )  # fmt: skip
+    session.add(policy)
+    session.flush()
+    _sign_in(client, create_api_token(session, role=Role.VIEWER))
+    page = client.get(f"/ui/devices/{device.id}").text
+    shown = re.search(r'data-testid="policy">(.*?)</dd>', page, re.S)
+    assert shown is not None
+    assert '<span class="pill">not yet applied</span>' in shown.group(1)
+    assert "(v1 applied)" in shown.group(1)
+    policy.applied_version = 2
+    session.flush()
+    page = client.get(f"/ui/devices/{device.id}").text
+    shown = re.search(r'data-testid="policy">(.*?)</dd>', page, re.S)
+    assert shown is not None
+    assert '<span class="pill applied">applied</span>' in shown.group(1)
+    assert "not yet applied" not in shown.group(1)
