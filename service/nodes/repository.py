@@ -60,31 +60,6 @@ def list_nodes(
     return session.scalars(query).all()
 
 
-def add(
-    session: Session,
-    *,
-    hostname: str,
-    labels: dict[str, str],
-    digest: str,
-    expires_at: datetime,
-    agent_version: str,
-    kernel_version: str,
-    now: datetime,
-) -> Node:
-    node = Node(
-        hostname=hostname,
-        labels=labels,
-        token_sha256=digest,
-        token_expires_at=expires_at,
-        agent_version=agent_version,
-        kernel_version=kernel_version,
-        last_seen_at=now,
-    )
-    session.add(node)
-    session.flush()
-    return node
-
-
 def enroll(
     session: Session,
     *,
