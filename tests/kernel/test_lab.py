@@ -420,16 +420,13 @@ def test_every_scheduler_serves_every_hardware_queue_on_smp(smp: LabResult) -> N
 
 
 def test_fios_holds_writes_for_reads_only_where_writes_cost_more(smp: LabResult) -> None:
-    """Read preference and write blocking (read_preference 1, the default) apply while a
-    write costs at least twice a read, by what fios measured: on flashsim (4 ms writes that
-    take every unit, 250 µs reads) they do; on null_blk, whose writes cost what its reads do,
-    they do not — holding writes behind readers there only idled it."""
+    """Read preference and write blocking (read_preference 1, the default) apply while the
+    calibrated costs say a write costs at least twice a read, and without a calibration (the
+    paper's): on null_blk calibrated as it is (a write costs what a read does) they do not —
+    holding writes behind readers there only idled it; on uncalibrated flashsim they do."""
     runs = smp.summary["runs"]
-    flash, null = runs["flashsim0/fios"], runs["nullb0/fios"]
-    assert flash["reads_first"] == "1", flash
-    assert int(flash["write_cost_ns"]) >= 2 * int(flash["read_cost_ns"]) > 0, flash
-    assert null["reads_first"] == "0", null
-    assert int(null["write_cost_ns"]) < 2 * int(null["read_cost_ns"]), null
+    assert runs["nullb0/fios"]["reads_first"] == "0", runs["nullb0/fios"]
+    assert runs["flashsim0/fios"]["reads_first"] == "1", runs["flashsim0/fios"]
 
 
 def test_fios_survives_switching_rmmod_and_a_killed_task(smp: LabResult) -> None:
