@@ -41,6 +41,15 @@
  * task that last completed a read is due back (less than twice its mean think time since),
  * at most `write_depth` writes (default 1, 0: no limit) are on the device.
  *
+ * Lending (beyond the paper, `lend_permille`, calibrated costs only): an epoch kept open for a
+ * task with slice left that cannot fill the device (one reader at queue depth 1, say) idles
+ * what it does not use, and tasks whose slice is spent wait for it. While every such task is
+ * served within its share — its requests' mean latency over their calibrated cost, its
+ * slowdown, at most lend_permille / 1000 of the epoch's slices over its own (the paper's
+ * proportional slowdown) — a spent task's request goes on lent time, charged to no one; and
+ * while the reader due back is within its share, writes are not held at write_depth. A task
+ * that falls behind its share closes both at once. 0: never lend (the paper's).
+ *
  * Every task is charged, requests without an io_context too (to one shared account, which
  * gets a slice like any task); a charge is never more than one timeslice (a large discard
  * would otherwise shut its task out for epochs), and a requeued request's charge is refunded
@@ -92,6 +101,10 @@
 #define FIOS_DEFAULT_ALPHA_PERMILLE 500	 /* the paper's alpha = 0.5 */
 #define FIOS_DEFAULT_MAX_DEPTH 32	 /* the paper's SFQ(D) depth */
 #define FIOS_DEFAULT_WRITE_DEPTH 1
+#define FIOS_DEFAULT_LEND_PERMILLE 1500 /* while each holder is within FAST '12's bound */
+#define FIOS_MAX_LEND_PERMILLE 10000
+#define FIOS_SLOWDOWN_SHIFT 8		/* task->slowdown: fixed point, 256 = as fast as alone */
+#define FIOS_MAX_SLOWDOWN BIT(24)
 #define FIOS_MAX_ALPHA_PERMILLE 990
 #define FIOS_MIN_TIMESLICE_US 100
 #define FIOS_MAX_TIMESLICE_US 1000000
@@ -106,6 +119,7 @@
 /* rq->elv.priv[1] flags; priv[0] holds the issue time in ns */
 #define FIOS_RQ_INFLIGHT 0x2UL /* issued, completion not seen yet */
 #define FIOS_RQ_CHARGED 0x4UL  /* cost charged at issue (calibrated model) */
+#define FIOS_RQ_LENT 0x8UL     /* issued on lent time: charged to no one (fios_lend) */
 #define FIOS_RQ_PAR_SHIFT 8    /* parallelism at issue */
 
 enum { FIOS_READ = 0, FIOS_WRITE = 1 };
@@ -154,6 +168,9 @@ struct fios_task {
 					 * pauses left out (fios_think)
 					 */
 	unsigned int long_gaps;		/* pauses in a row, for fios_think */
+	u32 slowdown;			/* EWMA of its requests' latency (insert to completion)
+					 * over their calibrated cost, << FIOS_SLOWDOWN_SHIFT
+					 */
 	pid_t pid;			/* its process id (debugfs, traces) */
 	bool exited;			/* io_cq exited: never anticipate for it again */
 	atomic_t refs;			/* its requests from prepare to finish, and one for the
@@ -181,6 +198,7 @@ struct fios_stats {
 				 * a slice
 				 */
 	u64 rescues;		/* waits nothing could have ended (a bug): the oldest went */
+	u64 lent;		/* requests issued on lent time (fios_lend) */
 };
 
 struct fios_data {
@@ -203,6 +221,8 @@ struct fios_data {
 					 * in a default-weight task's ns: what a newcomer gets,
 					 * scaled by its weight
 					 */
+	u64 epoch_slices;		/* the slices of the tasks charged this epoch, and ... */
+	u64 last_epoch_slices;		/* ... last epoch: the share a slice is of (fios_served) */
 	bool waiting;			/* queued work may not go yet: has_work says no until an
 					 * insert, a completion or the anticipation's end
 					 */
@@ -233,6 +253,7 @@ struct fios_data {
 	unsigned int write_depth;	/* writes on the device while a reader is due back
 					 * (0: off)
 					 */
+	unsigned int lend_permille;	/* lend while holders are within this share (0: off) */
 	bool weigh_idle;		/* anticipate a read only when idling costs its task less
 					 * than waiting behind a write would (see fios_idle_pays)
 					 */
@@ -573,10 +594,21 @@ static void fios_new_epoch(struct fios_data *fd, u64 now)
 	fd->epoch_start_ns = now;
 	fd->epoch++;
 	fd->epoch_floor_ns = fd->timeslice_ns;
+	fd->last_epoch_slices = fd->epoch_slices;
+	fd->epoch_slices = 0;
 	fd->stats.epochs++;
 	list_for_each_entry(task, &fd->active, active_node)
 		fios_replace(fd, task); /* every slice is new */
 	blk_add_trace_msg(fd->q, "fios epoch %llu", fd->epoch);
+}
+
+/* The task's slice left belongs to this epoch from now on: its slice counts among the
+ * epoch's (fios_served). Under fd->lock, before task->epoch is set.
+ */
+static void fios_join_epoch(struct fios_data *fd, struct fios_task *task, s64 slice)
+{
+	if (task->epoch != fd->epoch && task != &fd->unowned && slice > 0)
+		fd->epoch_slices += slice;
 }
 
 /* No charge is more than a timeslice: one huge request (a discard) costs its task one epoch.
@@ -588,6 +620,7 @@ static s64 fios_charge(struct fios_data *fd, struct fios_task *task, u64 cost)
 	s64 before = fios_remaining(fd, task);
 
 	task->remaining_ns = before - (s64)min(cost, fd->timeslice_ns);
+	fios_join_epoch(fd, task, slice);
 	task->epoch = fd->epoch;
 	if (before > 0 && task->remaining_ns <= 0)
 		blk_add_trace_msg(fd->q, "fios spent pid %d epoch %llu", task->pid, fd->epoch);
@@ -607,10 +640,33 @@ static s64 fios_charge(struct fios_data *fd, struct fios_task *task, u64 cost)
 /* A charge given back (a requeued request): the slice left grows, up to a full slice. */
 static void fios_refund(struct fios_data *fd, struct fios_task *task, u64 cost)
 {
+	s64 slice = fios_slice(fd, task);
+
 	task->remaining_ns = min_t(s64, fios_remaining(fd, task) + (s64)min(cost, fd->timeslice_ns),
-				   fios_slice(fd, task));
+				   slice);
+	fios_join_epoch(fd, task, slice);
 	task->epoch = fd->epoch;
 	fios_replace(fd, task);
+}
+
+/*
+ * Is the task served within its share (lending, above)? Its slowdown against the epoch's
+ * slices over its own slice, lend_permille / 1000 of it: with n tasks of one weight, n times
+ * as slow as alone. A task not yet measured, or lending off or uncalibrated: no.
+ */
+static bool fios_served(struct fios_data *fd, struct fios_task *task)
+{
+	u64 slices = max(fd->epoch_slices, fd->last_epoch_slices);
+	s64 slice = fios_slice(fd, task);
+	u64 share;
+
+	if (!fd->lend_permille || !task->slowdown || slice <= 0 || !slices ||
+	    !fios_calibrated(fd))
+		return false;
+	/* slices * 2^8 * lend / (slice * 1000): 128-bit product, no overflow */
+	share = mul_u64_u64_div_u64(slices, (u64)fd->lend_permille << FIOS_SLOWDOWN_SHIFT,
+				    (u64)slice * 1000);
+	return task->slowdown <= share;
 }
 
 /* Are the request's elv fields ours? Only if prepare_request ran for it. */
@@ -680,7 +736,8 @@ static void fios_remove_request(struct fios_data *fd, struct request *rq)
 		q->last_merge = NULL;
 }
 
-static void fios_issue(struct fios_data *fd, struct request *rq, u64 now)
+/* The request goes to the device: charged now with a calibration, unless `lent`. */
+static void fios_issue(struct fios_data *fd, struct request *rq, u64 now, bool lent)
 {
 	struct fios_task *task = rq_task(fd, rq);
 	int dir = rq_dir(rq);
@@ -695,7 +752,10 @@ static void fios_issue(struct fios_data *fd, struct request *rq, u64 now)
 	if (!task->inflight++ && list_empty(&task->busy_node))
 		list_add_tail(&task->busy_node, &fd->busy);
 	fd->stats.dispatched[dir]++;
-	if (fios_calibrated(fd)) {
+	if (lent) {
+		flags |= FIOS_RQ_LENT;
+		fd->stats.lent++;
+	} else if (fios_calibrated(fd)) {
 		fios_charge(fd, task, fios_model_cost(fd, dir, blk_rq_bytes(rq)));
 		flags |= FIOS_RQ_CHARGED;
 	}
@@ -867,7 +927,7 @@ static unsigned int fios_write_held(struct fios_data *fd, u64 now)
 	if ((fd->antic_task && fd->antic_read) || fios_anticipate(fd, FIOS_READ, now))
 		return FIOS_WAIT_ANTIC;
 	if (fd->write_depth && fd->inflight[FIOS_WRITE] >= fd->write_depth &&
-	    fios_reader_due(fd, now))
+	    fios_reader_due(fd, now) && !fios_served(fd, fd->reader.task))
 		return FIOS_WAIT_WRITES;
 	return 0;
 }
@@ -911,6 +971,68 @@ static unsigned int fios_keep_epoch(struct fios_data *fd, u64 now)
 	return 0;
 }
 
+/*
+ * Lending: does every task that keeps the epoch open — the one anticipated, and those with
+ * slice left and requests on the device — get its share (fios_served)? A walk over the tasks
+ * on the device (at most max_depth of them, and those pruned here as fios_slice_holder_busy
+ * does), only when everything queued belongs to spent tasks.
+ */
+static bool fios_holders_served(struct fios_data *fd)
+{
+	struct fios_task *task, *next;
+	bool any = false;
+
+	if (fd->antic_task) {
+		if (!fios_served(fd, fd->antic_task))
+			return false;
+		any = true;
+	}
+	list_for_each_entry_safe(task, next, &fd->busy, busy_node) {
+		if (!task->inflight) {
+			list_del_init(&task->busy_node);
+			continue;
+		}
+		if (task == &fd->unowned || task->exited || fios_remaining(fd, task) <= 0)
+			continue;
+		if (!fios_served(fd, task))
+			return false;
+		any = true;
+	}
+	return any;
+}
+
+/*
+ * A spent task's request to go on lent time, chosen as fios_choose would among the tasks
+ * with slice left (the one that owes least first; reads first, write blocking), or NULL.
+ */
+static struct request *fios_lend(struct fios_data *fd, u64 now)
+{
+	struct fios_task *task;
+	unsigned int why;
+
+	if (!fios_reads_first(fd)) {
+		struct fios_task *r = fios_head(fd, FIOS_READ), *w = fios_head(fd, FIOS_WRITE);
+
+		if (r && w)
+			task = r->place[FIOS_READ].left >= w->place[FIOS_WRITE].left ? r : w;
+		else
+			task = r ? r : w;
+		return task ? fios_first(task) : NULL;
+	}
+	task = fios_head(fd, FIOS_READ);
+	if (task)
+		return list_first_entry(&task->fifo[FIOS_READ], struct request, queuelist);
+	task = fios_head(fd, FIOS_WRITE);
+	if (!task)
+		return NULL;
+	why = fios_write_held(fd, now);
+	if (why) {
+		fd->wait_why |= why;
+		return NULL;
+	}
+	return list_first_entry(&task->fifo[FIOS_WRITE], struct request, queuelist);
+}
+
 /* The queued request that came first, of any task (a scan: only for a wait nothing ends). */
 static struct request *fios_oldest(struct fios_data *fd)
 {
@@ -941,12 +1063,13 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	struct request *rq;
 	unsigned long flags;
 	u64 now = ktime_get_ns();
+	bool lent = false;
 
 	spin_lock_irqsave(&fd->lock, flags);
 	rq = list_first_entry_or_null(&fd->dispatch, struct request, queuelist);
 	if (rq) {
 		list_del_init(&rq->queuelist);
-		fios_issue(fd, rq, now);
+		fios_issue(fd, rq, now, false);
 		goto out;
 	}
 	if (!fd->queued[FIOS_READ] && !fd->queued[FIOS_WRITE])
@@ -968,11 +1091,21 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		unsigned int keep = fios_keep_epoch(fd, now);
 
 		if (keep) {
-			fd->wait_why |= keep;
-			goto wait;
+			/* while those it is kept for get their share, a spent task's request
+			 * goes on lent time
+			 */
+			if (fd->lend_permille && fios_holders_served(fd)) {
+				rq = fios_lend(fd, now);
+				lent = !!rq;
+			}
+			if (!rq) {
+				fd->wait_why |= keep;
+				goto wait;
+			}
+		} else {
+			fios_new_epoch(fd, now);
+			rq = fios_choose(fd, now);
 		}
-		fios_new_epoch(fd, now);
-		rq = fios_choose(fd, now);
 		if (!rq && !fios_pick_task(fd, -1)) {
 			/*
 			 * Every queued task owes more than a slice: charges at completion can go
@@ -993,7 +1126,7 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 		goto wait;
 	}
 	fios_remove_request(fd, rq);
-	fios_issue(fd, rq, now);
+	fios_issue(fd, rq, now, lent);
 	goto out;
 wait:
 	/*
@@ -1015,7 +1148,7 @@ wait:
 			fd->stats.rescues++;
 			fios_stop_waiting(fd);
 			fios_remove_request(fd, rq);
-			fios_issue(fd, rq, now);
+			fios_issue(fd, rq, now, false);
 			goto out;
 		}
 	}
@@ -1182,7 +1315,7 @@ static void fios_completed(struct request *rq)
 	elapsed = (u64)((unsigned long)(now >> FIOS_TIME_SHIFT) -
 			(unsigned long)(uintptr_t)rq->elv.priv[0]) << FIOS_TIME_SHIFT;
 	/* the request's cost: the device's time for it, not its wait behind others */
-	if (rqflags & FIOS_RQ_CHARGED) {
+	if (rqflags & (FIOS_RQ_CHARGED | FIOS_RQ_LENT)) {
 		cost = fios_model_cost(fd, dir, blk_rq_bytes(rq));
 		left = fios_remaining(fd, task);
 	} else {
@@ -1198,6 +1331,15 @@ static void fios_completed(struct request *rq)
 	if (!task->inflight)
 		task->last_done_ns = now;
 	if (task != &fd->unowned) {
+		if (fios_calibrated(fd) && rq->start_time_ns && now > rq->start_time_ns) {
+			/* the latency its process sees, over what the request costs alone */
+			u64 ratio = div64_u64((now - rq->start_time_ns) << FIOS_SLOWDOWN_SHIFT,
+					      fios_model_cost(fd, dir, blk_rq_bytes(rq)));
+			u32 slowdown = min_t(u64, ratio, FIOS_MAX_SLOWDOWN);
+
+			task->slowdown = task->slowdown ?
+				task->slowdown - (task->slowdown >> 3) + (slowdown >> 3) : slowdown;
+		}
 		task->service_ns = task->service_ns ?
 			task->service_ns - (task->service_ns >> 3) + (elapsed >> 3) : elapsed;
 		if (dir == FIOS_READ && !task->exited) {
@@ -1264,7 +1406,7 @@ static void fios_requeue_request(struct request *rq)
 		fios_refund(fd, task, fios_model_cost(fd, rq_dir(rq), blk_rq_bytes(rq)));
 		fd->stats.refunds++;
 	}
-	rq->elv.priv[1] = (void *)(rqflags & ~(FIOS_RQ_INFLIGHT | FIOS_RQ_CHARGED));
+	rq->elv.priv[1] = (void *)(rqflags & ~(FIOS_RQ_INFLIGHT | FIOS_RQ_CHARGED | FIOS_RQ_LENT));
 	/* what waited for it (the last read out, say) would otherwise wait for a completion
 	 * that never comes
 	 */
@@ -1511,6 +1653,7 @@ static int fios_init_sched(struct request_queue *q, struct elevator_type *e)
 	fd->max_depth = FIOS_DEFAULT_MAX_DEPTH;
 	fd->write_depth = FIOS_DEFAULT_WRITE_DEPTH;
 	fd->weigh_idle = true;
+	fd->lend_permille = FIOS_DEFAULT_LEND_PERMILLE;
 	fd->epoch = 1; /* 0: a task never charged */
 	fd->epoch_floor_ns = fd->timeslice_ns;
 	fd->unowned.weight = FIOS_DEFAULT_WEIGHT;
@@ -1583,6 +1726,8 @@ FIOS_ATTR(read_preference, 0, FIOS_READS_FIRST_ALWAYS, fd->read_preference,
 FIOS_ATTR(max_depth, 1, FIOS_MAX_DEPTH, fd->max_depth, fd->max_depth = value)
 FIOS_ATTR(write_depth, 0, FIOS_MAX_DEPTH, fd->write_depth, fd->write_depth = value)
 FIOS_ATTR(weigh_idle, 0, 1, fd->weigh_idle, fd->weigh_idle = value)
+FIOS_ATTR(lend_permille, 0, FIOS_MAX_LEND_PERMILLE, fd->lend_permille,
+	  fd->lend_permille = value)
 FIOS_ATTR(async_depth, 1, fd->q->nr_requests, fd->async_depth,
 	  (fd->async_depth = value, fd->async_depth_set = true, fios_update_shallow(fd)))
 FIOS_ATTR(cost_read_4k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_READ][0],
@@ -1619,11 +1764,11 @@ static ssize_t fios_stats_show(struct elevator_queue *e, char *page)
 			  "epoch %llu\nepochs %llu\nreads %llu\nwrites %llu\nanticipations %llu\n"
 			  "anticipation_hits %llu\nanticipation_idle_ns %llu\nwrites_held %llu\n"
 			  "refunds %llu\ntimer_early %llu\nkicks %llu\ndebt_epochs %llu\n"
-			  "rescues %llu\ncost_model %s\n",
+			  "rescues %llu\nlent %llu\ncost_model %s\n",
 			  epoch, s.epochs, s.dispatched[FIOS_READ], s.dispatched[FIOS_WRITE],
 			  s.anticipations, s.anticipation_hits, s.anticipation_idle_ns,
 			  s.writes_held, s.refunds, s.timer_early, s.kicks, s.debt_epochs,
-			  s.rescues, model);
+			  s.rescues, s.lent, model);
 }
 
 #define FIOS_RW(name) __ATTR(name, 0644, fios_##name##_show, fios_##name##_store)
@@ -1635,6 +1780,7 @@ static struct elv_fs_entry fios_attrs[] = {
 	FIOS_RW(max_depth),
 	FIOS_RW(write_depth),
 	FIOS_RW(weigh_idle),
+	FIOS_RW(lend_permille),
 	FIOS_RW(async_depth),
 	FIOS_RW(cost_read_4k_ns),
 	FIOS_RW(cost_read_128k_ns),
@@ -1694,6 +1840,8 @@ static int fios_state_show(void *data, struct seq_file *m)
 		seq_puts(m, "anticipating none\n");
 	seq_printf(m, "epoch_ns %llu\nwrite_cost_ns %llu\nreads_first %d\n", fd->epoch_ns,
 		   fd->write_cost_ns, fios_reads_first(fd));
+	seq_printf(m, "epoch_slices_ns %llu\nlast_epoch_slices_ns %llu\n", fd->epoch_slices,
+		   fd->last_epoch_slices);
 	seq_printf(m, "timer %s\nshallow_depth %u of %u\n",
 		   hrtimer_is_queued(&fd->timer) ? "armed" : "idle", fd->shallow_depth,
 		   1U << fd->word_shift);
@@ -1706,10 +1854,11 @@ static void fios_task_show(struct fios_data *fd, struct seq_file *m, struct fios
 			   const char *who)
 {
 	seq_printf(m,
-		   "%s %d weight %u cg_weight %u left_ns %lld queued %u %u inflight %u service_ns %llu think_ns %llu%s\n",
+		   "%s %d weight %u cg_weight %u left_ns %lld queued %u %u inflight %u service_ns %llu think_ns %llu slowdown_x256 %u served %d%s\n",
 		   who, task->pid, task->weight, task->cg_weight, fios_remaining(fd, task),
 		   task->queued[FIOS_READ], task->queued[FIOS_WRITE], task->inflight,
-		   task->service_ns, task->think_ns, task->exited ? " exited" : "");
+		   task->service_ns, task->think_ns, task->slowdown, fios_served(fd, task),
+		   task->exited ? " exited" : "");
 }
 
 /*

@@ -357,6 +357,8 @@ def _scheduler_order(name: str) -> int:
 
 
 Tunables = dict[str, dict[str, int]]  # scheduler label -> queue/iosched/ values
+# the Tunables key of fios' costs calibrated on null_blk (Scenario.calibrate_null)
+NULL_CALIBRATED = "fios@nullb0"
 
 
 @dataclass(frozen=True)
@@ -372,6 +374,8 @@ class Scenario:
     ) = None
     cpus: int = 1  # the guest's vCPUs
     flash_params: str = FLASH_LIKE  # flashsim's, for the calibration boot too
+    # with calibrate: null_blk with this many hardware queues calibrated too (0: not)
+    calibrate_null: int = 0
     # guest seconds spent after each run per second of run (null-hooks reduces its trace)
     after_run: float = 0.0
 
@@ -861,6 +865,7 @@ def _review(
     variants: dict[str, tuple[dict[str, int], tuple[str, ...]]] = REVIEW_VARIANTS,
     flash: str = FLASH_STRIPED,
     null_queues: int = 0,
+    null_costs: dict[str, int] | None = None,
 ) -> Callable[[int, float, Tunables], tuple[str, dict[str, str]]]:
     """The workloads under each scheduler on flashsim (`flash`: its parameters), then each of
     fios' `variants` (its tunables over the review's, and the workloads it runs) — then
@@ -887,7 +892,13 @@ def _review(
         script += churn_script(seconds) + observe_script(seconds)
         unload = "echo none > /sys/block/flashsim0/queue/scheduler\n"
         if null_queues:
-            null_tunables = {"fios": {k: v for k, v in review.items() if k not in calibrate.POINTS}}
+            # calibrated as the agent would a scratch null_blk (in the calibration boot),
+            # else as given, else uncalibrated
+            null_fios = {k: v for k, v in review.items() if k not in calibrate.POINTS}
+            costs = null_costs or {
+                k: v for k, v in tunables.get(NULL_CALIBRATED, {}).items() if k in calibrate.POINTS
+            }
+            null_tunables = {"fios": {**null_fios, **costs}}
             more, more_files = fairness_files(
                 chosen, REVIEW_NULL_SCHEDULERS, seconds, null_tunables, dev="nullb0"
             )
@@ -950,6 +961,8 @@ def summarize_review(
             case["anticipation_hits"] = (
                 f"{counters['anticipation_hits']}/{counters['anticipations']}"
             )
+            if "lent" in counters:
+                case["lent"] = int(counters["lent"])  # requests issued on lent time
     weights = {}
     for label, result in parsed.items():
         if label.startswith("weights/"):
@@ -1006,22 +1019,35 @@ def summarize_review(
     return summary
 
 
-def calibration_files(seconds: float, params: str = FLASH_LIKE) -> tuple[str, dict[str, str]]:
-    """The agent's calibration runs (agent.calibrate) on flashsim under fios."""
-    target = BenchTarget(Path("/dev/flashsim0"), "flashsim0", False, False)
+def calibration_files(
+    seconds: float, params: str = FLASH_LIKE, null_queues: int = 0
+) -> tuple[str, dict[str, str]]:
+    """The agent's calibration runs (agent.calibrate) on flashsim under fios; with
+    `null_queues`, on null_blk with that many hardware queues too (labelled nullb0/POINT)."""
     script = FLASHSIM.format(params=params) + "insmod /lib/modules/fios.ko\n"
-    script += "echo fios > /sys/block/flashsim0/queue/scheduler\n"
+    devices = [("flashsim0", "")]
+    if null_queues:
+        script += "insmod /lib/modules/configfs.ko\n"
+        script += SMP_DEVICES["nullb0"].format(cpus=null_queues)
+        devices.append(("nullb0", "nullb0/"))
     files = {}
-    for tunable, spec in calibrate.workloads(seconds, warmup_s=0.3).items():
-        files[f"jobs/{tunable}.fio"] = fio_jobs.job_file(spec, target)
-        script += (
-            "before=$(cat /sys/block/flashsim0/stat)\n"
-            f"fio --eta=never --output-format=json+ --output=/tmp/out.json /jobs/{tunable}.fio\n"
-            f"echo BLKPILOT-RESULT-BEGIN {tunable}\ncat /tmp/out.json\necho BLKPILOT-RESULT-END\n"
-            f'echo BLKPILOT-STATS-BEGIN {tunable}\necho "before $before"\n'
-            'echo "after $(cat /sys/block/flashsim0/stat)"\necho BLKPILOT-STATS-END\n'
-        )
-    script += "echo none > /sys/block/flashsim0/queue/scheduler\nrmmod fios\nrmmod flashsim\n"
+    for dev, prefix in devices:
+        target = BenchTarget(Path(f"/dev/{dev}"), dev, False, False)
+        script += f"echo fios > /sys/block/{dev}/queue/scheduler\n"
+        for tunable, spec in calibrate.workloads(seconds, warmup_s=0.3).items():
+            label = f"{prefix}{tunable}"
+            files[f"jobs/{prefix.rstrip('/')}{tunable}.fio"] = fio_jobs.job_file(spec, target)
+            script += (
+                f"before=$(cat /sys/block/{dev}/stat)\n"
+                "fio --eta=never --output-format=json+ --output=/tmp/out.json"
+                f" /jobs/{prefix.rstrip('/')}{tunable}.fio\n"
+                f"echo BLKPILOT-RESULT-BEGIN {label}\ncat /tmp/out.json\n"
+                "echo BLKPILOT-RESULT-END\n"
+                f'echo BLKPILOT-STATS-BEGIN {label}\necho "before $before"\n'
+                f'echo "after $(cat /sys/block/{dev}/stat)"\necho BLKPILOT-STATS-END\n'
+            )
+        script += f"echo none > /sys/block/{dev}/queue/scheduler\n"
+    script += "rmmod fios\nrmmod flashsim\n"
     return script, files
 
 
@@ -1132,6 +1158,7 @@ for _cpus in (2, 4):
         script=_review(REVIEW_WORKLOADS, REVIEW_SCHEDULERS, flash=_flash, null_queues=_cpus),
         cpus=_cpus,
         flash_params=_flash,
+        calibrate_null=_cpus,
     )
 
 
@@ -1178,13 +1205,31 @@ def run(
     tunables: Tunables = {}
     problems: list[str] = []
     if scenario.calibrate:
-        script, files = calibration_files(min(seconds, 1.0), scenario.flash_params)
+        script, files = calibration_files(
+            min(seconds, 1.0), scenario.flash_params, scenario.calibrate_null
+        )
+        # on the vCPUs the scenario runs on, as the agent calibrates a node as it is
         booted, parsed = _boot(
-            f"{name}-calibrate", trio, root, modules, script, files, seconds, cache
+            f"{name}-calibrate",
+            trio,
+            root,
+            modules,
+            script,
+            files,
+            seconds,
+            cache,
+            cpus=scenario.cpus,
         )
         stat = {k: (v["before"], v["after"]) for k, v in booted.stats.items()}
-        costs, _ = calibrate.costs_from(parsed, stat)
-        tunables["fios"] = {"alpha_permille": calibrate.DEFAULT_ALPHA_PERMILLE, **costs}
+        for key, prefix in (("fios", ""), (NULL_CALIBRATED, "nullb0/")):
+            found = {k[len(prefix) :]: v for k, v in parsed.items() if k.startswith(prefix)}
+            found = {k: v for k, v in found.items() if "/" not in k}
+            if not found:
+                continue
+            costs, _ = calibrate.costs_from(
+                found, {k[len(prefix) :]: v for k, v in stat.items() if k.startswith(prefix)}
+            )
+            tunables[key] = {"alpha_permille": calibrate.DEFAULT_ALPHA_PERMILLE, **costs}
         problems += booted.kernel_problems()
     script, files = scenario.script(rounds, seconds, tunables)
     booted, parsed = _boot(
