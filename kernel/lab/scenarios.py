@@ -856,6 +856,8 @@ REVIEW_VARIANTS: dict[str, tuple[dict[str, int], tuple[str, ...]]] = {
         ("fios-1r-think1ms-4w", "fios-deep-writers", "fios-1r7w"),
     ),
     "fios+nowd": ({"write_depth": 0}, ("fios-1r-think1ms-4w",)),
+    # without lending (the paper's: a spent task waits however little the others use)
+    "fios+nolend": ({"lend_permille": 0}, ("fios-4k-vs-128k", "fios-1r7w")),
 }
 
 
@@ -870,8 +872,9 @@ def _review(
     """The workloads under each scheduler on flashsim (`flash`: its parameters), then each of
     fios' `variants` (its tunables over the review's, and the workloads it runs) — then
     weights, churn and fios observed. With `null_queues`, the workloads again on null_blk with
-    that many hardware queues (REVIEW_NULL_SCHEDULERS; fios uncalibrated there: its charge is
-    the time on the device over the parallelism, equation 1)."""
+    that many hardware queues (REVIEW_NULL_SCHEDULERS; fios with `null_costs`, else with the
+    costs the calibration boot found there — Scenario.calibrate_null — else uncalibrated: its
+    charge then the time on the device over the parallelism, equation 1)."""
 
     def make(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
         chosen = [w for w in fios() if w.name in workloads]
