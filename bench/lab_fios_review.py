@@ -7,7 +7,8 @@
   mq-deadline, bfq and fios (calibrated, 20 ms slices, a fresh instance per workload: its epochs
   and anticipations are that run's; on the 1 ms, deep-writer and one-against-seven cases also
   `fios+paper`, the paper's anticipation without weigh_idle, and on the 1 ms case
-  `fios+nowd`, write_depth lifted); I/O priorities (best effort 0 against 4:
+  `fios+nowd`, write_depth lifted; on 4 KB vs 128 KB and one against seven `fios+nolend`,
+  lending off — the paper's rule); I/O priorities (best effort 0 against 4:
   weights 2:1), and cgroups at 200 and 100 (io.fios.weight, io.bfq.weight), under none, bfq
   and fios; short-lived readers started one after another
   against one writer;
@@ -21,7 +22,9 @@ TCG inflates every absolute number; compare within a run. Records bench/results/
     python -m bench.lab_fios_review                   # 4 s runs
     python -m bench.lab_fios_review --cpus 2 --seconds 6   # the review's cases on two vCPUs,
                                                            # flashsim and null_blk with a queue
-                                                           # per vCPU (lab_fios_review_cpus2.*)
+                                                           # per vCPU (lab_fios_review_cpus2.*;
+                                                           # fios calibrated on both, as the
+                                                           # agent calibrates a scratch device)
     python -m bench.lab_fios_review --cpus 4 --seconds 6   # four (lab_fios_review_cpus4.*)
 
 Each case's concurrent efficiency (the sum of its tasks' IOPS over their IOPS alone) is
