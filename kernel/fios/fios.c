@@ -119,7 +119,7 @@
 /* rq->elv.priv[1] flags; priv[0] holds the issue time in ns */
 #define FIOS_RQ_INFLIGHT 0x2UL /* issued, completion not seen yet */
 #define FIOS_RQ_CHARGED 0x4UL  /* cost charged at issue (calibrated model) */
-#define FIOS_RQ_LENT 0x8UL     /* issued on lent time: charged to no one (fios_lend) */
+#define FIOS_RQ_LENT 0x8UL     /* issued on lent time: charged to no one (lending) */
 #define FIOS_RQ_PAR_SHIFT 8    /* parallelism at issue */
 
 enum { FIOS_READ = 0, FIOS_WRITE = 1 };
@@ -198,7 +198,7 @@ struct fios_stats {
 				 * a slice
 				 */
 	u64 rescues;		/* waits nothing could have ended (a bug): the oldest went */
-	u64 lent;		/* requests issued on lent time (fios_lend) */
+	u64 lent;		/* requests issued on lent time (lending) */
 };
 
 struct fios_data {
@@ -676,9 +676,9 @@ static inline bool fios_owns_fields(struct request *rq)
 }
 
 /* The eligible task with the most slice left that has a queued request of `dir`
- * (-1: either).
+ * (-1: either); with `spent`, the task that owes least whether eligible or not (lending).
  */
-static struct fios_task *fios_pick_task(struct fios_data *fd, int dir)
+static struct fios_task *fios_pick_task(struct fios_data *fd, int dir, bool spent)
 {
 	struct fios_task *task;
 	s64 left;
@@ -693,8 +693,8 @@ static struct fios_task *fios_pick_task(struct fios_data *fd, int dir)
 	} else {
 		task = fios_head(fd, dir);
 	}
-	if (!task)
-		return NULL;
+	if (!task || spent)
+		return task;
 	left = fios_remaining(fd, task);
 	if (left <= 0)
 		return NULL; /* not eligible: nor is any other */
@@ -932,19 +932,22 @@ static unsigned int fios_write_held(struct fios_data *fd, u64 now)
 	return 0;
 }
 
-static struct request *fios_choose(struct fios_data *fd, u64 now)
+/* The request to issue among the eligible tasks' — or, to go on lent time (`lend`), among
+ * the spent ones' — or NULL: reads first and write blocking where fios_reads_first says so.
+ */
+static struct request *fios_choose(struct fios_data *fd, u64 now, bool lend)
 {
 	struct fios_task *task;
 	unsigned int why;
 
 	if (!fios_reads_first(fd)) {
-		task = fios_pick_task(fd, -1);
+		task = fios_pick_task(fd, -1, lend);
 		return task ? fios_first(task) : NULL;
 	}
-	task = fios_pick_task(fd, FIOS_READ);
+	task = fios_pick_task(fd, FIOS_READ, lend);
 	if (task)
 		return list_first_entry(&task->fifo[FIOS_READ], struct request, queuelist);
-	task = fios_pick_task(fd, FIOS_WRITE);
+	task = fios_pick_task(fd, FIOS_WRITE, lend);
 	if (!task)
 		return NULL;
 	why = fios_write_held(fd, now);
@@ -1001,38 +1004,6 @@ static bool fios_holders_served(struct fios_data *fd)
 	return any;
 }
 
-/*
- * A spent task's request to go on lent time, chosen as fios_choose would among the tasks
- * with slice left (the one that owes least first; reads first, write blocking), or NULL.
- */
-static struct request *fios_lend(struct fios_data *fd, u64 now)
-{
-	struct fios_task *task;
-	unsigned int why;
-
-	if (!fios_reads_first(fd)) {
-		struct fios_task *r = fios_head(fd, FIOS_READ), *w = fios_head(fd, FIOS_WRITE);
-
-		if (r && w)
-			task = r->place[FIOS_READ].left >= w->place[FIOS_WRITE].left ? r : w;
-		else
-			task = r ? r : w;
-		return task ? fios_first(task) : NULL;
-	}
-	task = fios_head(fd, FIOS_READ);
-	if (task)
-		return list_first_entry(&task->fifo[FIOS_READ], struct request, queuelist);
-	task = fios_head(fd, FIOS_WRITE);
-	if (!task)
-		return NULL;
-	why = fios_write_held(fd, now);
-	if (why) {
-		fd->wait_why |= why;
-		return NULL;
-	}
-	return list_first_entry(&task->fifo[FIOS_WRITE], struct request, queuelist);
-}
-
 /* The queued request that came first, of any task (a scan: only for a wait nothing ends). */
 static struct request *fios_oldest(struct fios_data *fd)
 {
@@ -1081,8 +1052,8 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 	if (fd->antic_task && now >= fd->antic_deadline_ns)
 		fios_end_anticipation(fd, now, false);
 
-	rq = fios_choose(fd, now);
-	if (!rq && !fios_pick_task(fd, -1)) {
+	rq = fios_choose(fd, now, false);
+	if (!rq && !fios_pick_task(fd, -1, false)) {
 		/*
 		 * Everything queued belongs to tasks whose slice is used up. Keep the epoch while
 		 * a task with slice left is anticipated or has requests on the device; otherwise
@@ -1095,7 +1066,7 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 			 * goes on lent time
 			 */
 			if (fd->lend_permille && fios_holders_served(fd)) {
-				rq = fios_lend(fd, now);
+				rq = fios_choose(fd, now, true);
 				lent = !!rq;
 			}
 			if (!rq) {
@@ -1104,9 +1075,9 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 			}
 		} else {
 			fios_new_epoch(fd, now);
-			rq = fios_choose(fd, now);
+			rq = fios_choose(fd, now, false);
 		}
-		if (!rq && !fios_pick_task(fd, -1)) {
+		if (!rq && !fios_pick_task(fd, -1, false)) {
 			/*
 			 * Every queued task owes more than a slice: charges at completion can go
 			 * that deep (each request in flight when a slice runs out is charged
@@ -1117,7 +1088,7 @@ static struct request *fios_dispatch_request(struct blk_mq_hw_ctx *hctx)
 			 */
 			fios_new_epoch(fd, now);
 			fd->stats.debt_epochs++;
-			rq = fios_choose(fd, now);
+			rq = fios_choose(fd, now, false);
 		}
 	}
 	if (!rq) {
