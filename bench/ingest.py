@@ -122,17 +122,6 @@ async def client_run(base: str, token: str, bodies: list[bytes], latencies: list
     return stored
 
 
-def _copy_text(value: Any) -> str:
-    """A value in COPY's text format."""
-    if value is None:
-        return "\\N"
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, list | dict):
-        value = json.dumps(value)
-    return str(value).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
-
-
 def raw_copy_rate(url: str, clients: list[list[bytes]]) -> float:
     """Rows per second of COPY alone — the database's pace: the windows of these bodies as the
     service stores them, for devices of their own, formatted as COPY text before the clock
@@ -140,21 +129,18 @@ def raw_copy_rate(url: str, clients: list[list[bytes]]) -> float:
     from psycopg import connect
     from sqlalchemy import make_url
 
-    from agent.contract.wire import TelemetryBatch
-    from service.telemetry.repository import COPY_COLUMNS, RAW
-    from service.telemetry.service import window_row
+    from service.telemetry.repository import COPY_COLUMNS, RAW, copy_text
+    from service.telemetry.service import BATCHES, window_row
 
     devices: dict[tuple[int, str], uuid.UUID] = {}
     rows = []
     for client, bodies in enumerate(clients):
         for body in bodies:
-            batch = TelemetryBatch.model_validate_json(body)
+            batch = BATCHES.decode(body)
             for w in batch.windows:
                 device = devices.setdefault((client, w.device), uuid.uuid4())
                 rows.append(window_row(w, device, batch.batch_id))
-    data = "".join(
-        "\t".join(_copy_text(row.get(c)) for c in COPY_COLUMNS) + "\n" for row in rows
-    ).encode()
+    data, _ = copy_text(rows)  # the service's own formatting, before the clock starts
     conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     statement = f"COPY {RAW} ({', '.join(COPY_COLUMNS)}) FROM STDIN"
     with connect(conninfo) as connection:
@@ -172,13 +158,11 @@ def raw_copy_rate(url: str, clients: list[list[bytes]]) -> float:
 
 def python_stage_costs(bodies: list[bytes]) -> dict[str, float]:
     """Microseconds per window of the service's own Python stages, on one core, in this
-    process: parsing and validating a batch (pydantic, as the endpoint does), turning its
-    windows into table rows, and into COPY's values. Their sum bounds what one `serve`
+    process: parsing and validating a batch (msgspec, as the endpoint does), turning its
+    windows into table rows, and the rows into COPY's text. Their sum bounds what one `serve`
     process can ingest however fast the database is: 1e6 / sum windows per second."""
-    from agent.contract.base import nul_free_json
-    from agent.contract.wire import TelemetryBatch
-    from service.telemetry.repository import copy_row
-    from service.telemetry.service import window_row
+    from service.telemetry.repository import copy_text
+    from service.telemetry.service import BATCHES, window_row
 
     windows = 0
     clock = {"validate": 0.0, "row": 0.0, "copy_values": 0.0}
@@ -187,13 +171,11 @@ def python_stage_costs(bodies: list[bytes]) -> dict[str, float]:
     # other processes' turns too (5.6-23k/s read against 28-68k recorded quiet)
     for body in bodies:
         started = time.process_time()
-        with nul_free_json(body):
-            batch = TelemetryBatch.model_validate_json(body)
+        batch = BATCHES.decode(body)
         validated = time.process_time()
         rows = [window_row(w, device, batch.batch_id) for w in batch.windows]
         built = time.process_time()
-        for row in rows:
-            copy_row(row)
+        copy_text(rows)
         done = time.process_time()
         clock["validate"] += validated - started
         clock["row"] += built - validated

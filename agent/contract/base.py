@@ -110,6 +110,12 @@ _WALKED: ContextVar[bool] = ContextVar("blkpilot_nul_walked", default=False)
 _ESCAPED_UNSTORABLE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
 
 
+def may_hold_unstorable(raw: bytes) -> bool:
+    """Whether the JSON document `raw` may hold a string with NUL or a lone surrogate: only
+    through an escape (\\u0000, \\ud800-\\udfff), as JSON allows neither raw."""
+    return _ESCAPED_UNSTORABLE.search(raw) is not None
+
+
 @contextmanager
 def nul_free_json(raw: bytes) -> Iterator[None]:
     """Around validating the JSON document `raw`: when its bytes hold no \\u0000 and no
@@ -117,7 +123,7 @@ def nul_free_json(raw: bytes) -> Iterator[None]:
     control characters in strings, and UTF-8 bytes cannot encode a surrogate), and the
     messages need not walk it. A false alarm (an escaped backslash before "u0000", a valid
     surrogate pair) only costs the walk."""
-    if _ESCAPED_UNSTORABLE.search(raw):
+    if may_hold_unstorable(raw):
         yield
         return
     token = _WALKED.set(True)

@@ -293,7 +293,8 @@ class TelemetryWindow(WireModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        self._distributions_consistent()
+        # reads only the fields, no methods: service.fastwire runs it on its own structs too
+        _distributions_consistent(self)
         if self.start < EARLIEST_WINDOW:
             raise ValueError(f"a window starts after {EARLIEST_WINDOW:%Y-%m-%d}")
         span = self.end - self.start
@@ -321,30 +322,36 @@ class TelemetryWindow(WireModel):
             raise ValueError("power_scope given without a power reading")
         return self
 
-    def _distributions_consistent(self) -> None:
-        if self.latency_source is LatencySource.DISKSTATS:
-            if self.operations:
-                raise ValueError("a diskstats window carries means only, no distributions")
-            return
-        ops = [o.op for o in self.operations]
-        if len(set(ops)) != len(ops):
-            raise ValueError("one entry per operation")
-        fixed, share = COUNT_SLACK
-        for op, ios in ((IoOperation.READ, self.read_ios), (IoOperation.WRITE, self.write_ios)):
-            count = next((o.count for o in self.operations if o.op is op), 0)
-            if abs(count - ios) > max(fixed, share * ios):
-                raise ValueError(f"{op} latency counts {count} I/Os where diskstats counts {ios}")
-
     def percentiles_us(self) -> dict[str, float | None]:
         """Device-time p50, p99 and p99.9 over reads and writes, from the merged histograms;
         None without eBPF — never a percentile made up from a mean."""
-        if not self.operations:
-            return {"p50_us": None, "p99_us": None, "p999_us": None}
-        merged = histograms.merge(
-            o.device_ns for o in self.operations if o.op in (IoOperation.READ, IoOperation.WRITE)
-        )
-        found = histograms.percentiles_us(merged)
-        return {f"{name}_us": found.get(name) for name in ("p50", "p99", "p999")}
+        return window_percentiles_us(self)
+
+
+def window_percentiles_us(window: TelemetryWindow) -> dict[str, float | None]:
+    """TelemetryWindow.percentiles_us, of anything with a window's fields (service.fastwire)."""
+    if not window.operations:
+        return {"p50_us": None, "p99_us": None, "p999_us": None}
+    merged = histograms.merge(
+        o.device_ns for o in window.operations if o.op in (IoOperation.READ, IoOperation.WRITE)
+    )
+    found = histograms.percentiles_us(merged)
+    return {f"{name}_us": found.get(name) for name in ("p50", "p99", "p999")}
+
+
+def _distributions_consistent(window: TelemetryWindow) -> None:
+    if window.latency_source is LatencySource.DISKSTATS:
+        if window.operations:
+            raise ValueError("a diskstats window carries means only, no distributions")
+        return
+    ops = [o.op for o in window.operations]
+    if len(set(ops)) != len(ops):
+        raise ValueError("one entry per operation")
+    fixed, share = COUNT_SLACK
+    for op, ios in ((IoOperation.READ, window.read_ios), (IoOperation.WRITE, window.write_ios)):
+        count = next((o.count for o in window.operations if o.op is op), 0)
+        if abs(count - ios) > max(fixed, share * ios):
+            raise ValueError(f"{op} latency counts {count} I/Os where diskstats counts {ios}")
 
 
 class TelemetryBatch(WireModel):

@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response, status
 
 from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt
-from service.bodies import json_body, request_schema
+from service.bodies import fast_json_body, request_schema
 from service.deps import (
     API_PREFIX,
     AnyPrincipal,
@@ -45,7 +45,7 @@ router = APIRouter(prefix=f"{API_PREFIX}", tags=["telemetry"], route_class=AuthF
     openapi_extra=request_schema(TelemetryBatch),
 )
 async def ingest_batch(
-    body: Annotated[TelemetryBatch, Depends(json_body(TelemetryBatch))],
+    body: Annotated[Any, Depends(fast_json_body(service.BATCHES))],
     request: Request,
     node: CurrentNode,
     response: Response,

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from operator import itemgetter
 from typing import Any
 
+import msgspec
 import psycopg
-from psycopg.types.json import Jsonb
 from sqlalchemy import delete, func, select, table, text, update
+from sqlalchemy import types as sa_types
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
@@ -33,7 +35,6 @@ SET_ASIDE = TELEMETRY_WINDOWS_SET_ASIDE.name
 # what COPY writes, in order; JSONB columns are wrapped for psycopg
 COPY_COLUMNS = tuple(c.name for c in TelemetryWindowRow.__table__.columns)
 _VALUES = itemgetter(*COPY_COLUMNS)
-_JSONB_AT = [COPY_COLUMNS.index(c) for c in ("power_readings", "operations")]
 # one advisory lock for partition DDL (any process, any replica)
 PARTITION_LOCK = 0x626C6B70  # "blkp"
 _DAY_NAME = re.compile(rf"^{RAW}_p(\d{{8}})$")
@@ -89,24 +90,90 @@ def copy_windows(session: Session, rows: Iterable[dict[str, Any]]) -> int:
         ) from error
 
 
-def copy_row(row: dict[str, Any]) -> list[Any]:
-    """A row's values in COPY_COLUMNS' order (every column given), JSON columns wrapped."""
-    values = list(_VALUES(row))
-    for index in _JSONB_AT:
-        if values[index] is not None:
-            values[index] = Jsonb(values[index])
-    return values
+def copy_text(rows: Iterable[dict[str, Any]]) -> tuple[bytes, int]:
+    """The rows as COPY's text format, every column in COPY_COLUMNS' order, and how many.
+
+    Formatted here in bulk, where psycopg's write_row formats value by value through its
+    adapters (7 µs a window, a fifth of serve's CPU in bench.ingest): one expression per row
+    made from the columns' types (_line_format) — a float as repr (it reads back as the same
+    double), an integer as str, text escaped as COPY reads it (backslash, tab, newline,
+    carriage return), JSON as msgspec's, None as \\N — and the values a batch repeats (its
+    id, each device's id, the windows' bounds, shared by its devices) formatted once."""
+    memo = _Memo()
+    line = _LINE
+    lines = [line(_VALUES(row), memo) for row in rows]
+    lines.append("")
+    return "\n".join(lines).encode(), len(lines) - 1
 
 
 def copy_rows(connection: psycopg.Connection[Any], rows: Iterable[dict[str, Any]]) -> int:
     """COPY on a psycopg connection, in its transaction; returns the rows written."""
-    count = 0
+    data, count = copy_text(rows)
     statement = f"COPY {RAW} ({', '.join(COPY_COLUMNS)}) FROM STDIN"
     with connection.cursor() as cursor, cursor.copy(statement) as copy:
-        for row in rows:
-            copy.write_row(copy_row(row))
-            count += 1
+        copy.write(data)
     return count
+
+
+_COPY_ESCAPES = re.compile(r"[\\\t\n\r]")
+_ESCAPED = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _copy_str(value: str) -> str:
+    if _COPY_ESCAPES.search(value) is None:
+        return value
+    return _COPY_ESCAPES.sub(lambda m: _ESCAPED[m.group()], value)
+
+
+def _copy_json(value: Any) -> str:
+    return _copy_str(msgspec.json.encode(value).decode())
+
+
+class _Memo(dict[Any, str]):
+    """UUIDs and timestamps as COPY text, each formatted once (str of a UUID and isoformat
+    cost 0.5-0.8 µs a value)."""
+
+    def __missing__(self, value: Any) -> str:
+        if isinstance(value, datetime):
+            if value.tzinfo is None:
+                raise ValueError("a naive timestamp: the raw table stores instants")
+            text = value.isoformat()
+        elif isinstance(value, uuid.UUID):
+            text = str(value)
+        else:
+            raise TypeError(f"no COPY text kept for {type(value).__name__}")
+        self[value] = text
+        return text
+
+
+def _line_format(columns: Sequence[Any]) -> Callable[[tuple[Any, ...], _Memo], str]:
+    """A function of (values, memo) to one COPY line: an f-string per column type, compiled
+    once (a call per value cost more than the formatting)."""
+    parts = []
+    for index, column in enumerate(columns):
+        kind, value = column.type, f"v[{index}]"
+        if isinstance(kind, sa_types.Uuid | sa_types.DateTime):
+            text = f"m[{value}]"
+        elif isinstance(kind, sa_types.BigInteger):
+            text = f"str({value})"
+        elif isinstance(kind, sa_types.Float):
+            text = f"repr({value})"
+        elif isinstance(kind, JSONB):
+            text = f"json({value})"
+        elif isinstance(kind, sa_types.String):
+            text = f"escape({value})"
+        else:
+            raise TypeError(f"{column.name}: no COPY text for {kind!r}")
+        if column.nullable:
+            text = f"(NULL if {value} is None else {text})"
+        parts.append("{" + text + "}")
+    source = 'lambda v, m: f"' + "\\t".join(parts) + '"'
+    names = {"NULL": "\\N", "json": _copy_json, "escape": _copy_str}
+    made: Callable[[tuple[Any, ...], _Memo], str] = eval(source, names)  # noqa: S307
+    return made
+
+
+_LINE = _line_format(list(TelemetryWindowRow.__table__.columns))
 
 
 # --- partitions -------------------------------------------------------------------------------
