@@ -3,8 +3,10 @@ PostgreSQL, with asyncio clients playing the nodes.
 
 1. Enrollment: every node takes an enrollment token, enrolls and reports a real inventory of
    --devices devices (NVMe, SATA SSD, HDD and ULL classes mixed as a fleet has them).
-2. Telemetry in compressed time: each node posts a batch per simulated 10 s interval holding
-   one window per device, --intervals times, as fast as the service acknowledges; plus one
+2. Telemetry in compressed time: each node has a window per device per simulated 10 s
+   interval, --intervals of them, and posts them as the agent does — a batch per push, every
+   push_interval_s (30 s by default: 48 windows of 16 devices; --push-intervals 1 posts each
+   interval on its own) — as fast as the service acknowledges; plus one
    benchmark observation per node. Recorded: windows per second held, the batch p99, and
    whether that keeps up with the fleet's real-time rate (nodes x devices / 10 s).
 3. Size: the bytes a window and an hourly rollup row take in their partitions (after a
@@ -38,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from agent.config import AgentConfig
 from agent.contract.wire import DeviceClass
 from bench.cpu import cpu_seconds, postmaster_pid, tree_cpu_seconds
 from bench.http import LeanClient
@@ -46,7 +49,11 @@ from tests.factories import device_inventory
 from tests.proc import BLKPILOT, clean_env, start_replicas, stop
 
 READ_P95_TARGET_MS = 300.0
-WINDOW_SECONDS = 10
+_AGENT = AgentConfig()
+WINDOW_SECONDS = round(_AGENT.interval_s)
+# intervals an agent's push holds at its defaults (30 s / 10 s: a push of 48 windows from 16
+# devices, the cadence issue 35 sizes the service for)
+PUSH_INTERVALS = max(1, round(_AGENT.push_interval_s / _AGENT.interval_s))
 RAW_DAYS, HOURLY_DAYS = 14, 400  # the service's default retention
 # a fleet's mix of device classes, per 16 slots
 MIX = [DeviceClass.NVME_FLASH] * 8 + [DeviceClass.SATA_SSD] * 4 + [DeviceClass.HDD] * 2
@@ -156,17 +163,19 @@ async def post_telemetry(
     start: datetime,
     clients: int,
     timer: Timer,
+    push_intervals: int = PUSH_INTERVALS,
 ) -> int:
     stored = 0
     bases = sorted({b for b, _, _ in fleet})
     sessions = {b: LeanClient(b, clients) for b in bases}
 
-    async def node_interval(base: str, token: str, interval: int, seed: int) -> int:
-        at = start + timedelta(seconds=WINDOW_SECONDS * interval)
-        body = {
-            "batch_id": str(uuid.uuid4()),
-            "windows": [_window(d, at, seed + i) for i, d in enumerate(devices)],
-        }
+    async def node_push(base: str, token: str, first: int, seed: int) -> int:
+        """One push: the node's windows of intervals first .. first + push_intervals - 1."""
+        windows = []
+        for interval in range(first, min(first + push_intervals, intervals)):
+            at = start + timedelta(seconds=WINDOW_SECONDS * interval)
+            windows += [_window(d, at, seed + i) for i, d in enumerate(devices)]
+        body = {"batch_id": str(uuid.uuid4()), "windows": windows}
         began = time.perf_counter()
         status, reply = await sessions[base].post(
             "/api/v1/telemetry/batches", json.dumps(body).encode(), token
@@ -178,8 +187,8 @@ async def post_telemetry(
         return count
 
     try:
-        for interval in range(intervals):  # every node's interval, then the next interval
-            jobs = [node_interval(b, t, interval, n) for n, (b, t, _) in enumerate(fleet)]
+        for first in range(0, intervals, push_intervals):  # every node's push, then the next
+            jobs = [node_push(b, t, first, n) for n, (b, t, _) in enumerate(fleet)]
             stored += sum(await _bounded(clients, jobs))
     finally:
         for session in sessions.values():
@@ -302,6 +311,12 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--devices", type=int, default=16, help="devices per node")
     parser.add_argument("--intervals", type=int, default=3, help="simulated 10 s intervals")
+    parser.add_argument(
+        "--push-intervals",
+        type=int,
+        default=PUSH_INTERVALS,
+        help="intervals to a push (default: the agent's push_interval_s / interval_s)",
+    )
     parser.add_argument("--clients", type=int, default=64, help="requests in flight")
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--reads", type=int, default=20, help="timed requests per read path")
@@ -357,11 +372,17 @@ def main() -> int:
 
         start = (datetime.now(UTC) - timedelta(minutes=30)).replace(microsecond=0)
         timer = Timer()
-        print(f"telemetry: {args.intervals} intervals of every device ...", flush=True)
+        print(
+            f"telemetry: {args.intervals} intervals of every device,"
+            f" {args.push_intervals} to a push ...",
+            flush=True,
+        )
         serve_cpu0 = sum(cpu_seconds(s.pid) for s in servers)
         began = time.perf_counter()
         stored = asyncio.run(
-            post_telemetry(fleet, names, args.intervals, start, args.clients, timer)
+            post_telemetry(
+                fleet, names, args.intervals, start, args.clients, timer, args.push_intervals
+            )
         )
         elapsed = time.perf_counter() - began
         serve_cpu = sum(cpu_seconds(s.pid) for s in servers) - serve_cpu0
@@ -378,7 +399,7 @@ def main() -> int:
             "batch_p50_ms": round(timer.p("batch", 0.5), 1),
             "batch_p99_ms": round(timer.p("batch", 0.99), 1),
             # CPU time of the `serve` replicas (from /proc), which holds on a busy host
-            "windows_per_request": args.devices,
+            "windows_per_request": round(sent / len(timer.samples["batch"]), 1),
             "serve_cpu_ms_per_request": round(1e3 * serve_cpu / len(timer.samples["batch"]), 3),
             "serve_cpu_us_per_window": round(1e6 * serve_cpu / sent, 1),
         }
@@ -443,6 +464,7 @@ def main() -> int:
                 "windows/s": "windows_per_second",
                 "real-time need": "real_time_windows_per_second",
                 "batch p99 ms": "batch_p99_ms",
+                "windows/request": "windows_per_request",
                 "serve CPU ms/request": "serve_cpu_ms_per_request",
                 "raw GiB/day": "raw_gib_per_day",
                 "steady GiB (14 d raw + 400 d hours)": "steady_state_gib_with_rollups",

@@ -42,6 +42,8 @@ def _run(*args: str) -> dict[str, object]:
 def test_a_small_fleet_enrolls_posts_and_reads() -> None:
     result = _run("bench.fleet", "--nodes", "30", "--intervals", "2", "--reads", "2")
     assert result["windows"] == 30 * 16 * 2
+    # as an agent at its defaults pushes (30 s of 10 s windows): both intervals in one request
+    assert result["windows_per_request"] == 16 * 2
     assert isinstance(result["raw_bytes_per_window"], float)
     assert 50 < result["raw_bytes_per_window"] < 5_000
     assert 0 < result["hourly_bytes_per_row"] < 5_000  # type: ignore[operator]
