@@ -15,6 +15,8 @@ from service.devices.schemas import DeviceRead
 from service.errors import Forbidden, NotFound, Unprocessable
 from service.fastwire import FastDecoder
 from service.nodes import repository as node_repository
+from service.nodes.cache import NODES
+from service.ops.transactions import on_commit
 from service.security import Principal, Role
 from service.tables import Device
 
@@ -136,6 +138,11 @@ def replace_inventory(
     audit.record_many(session, node, "device.discovered", discovered)
     devices += new_rows
     read = sorted((DeviceRead.model_validate(d) for d in devices), key=lambda d: d.name)
+    # the node's whole device map, known to this process from the commit: its first push
+    # needs no lookup of its own (a map only grows: devices are never deleted, and a name a
+    # map lacks is looked up again before a window naming it is refused)
+    ids = {d.name: d.id for d in read}
+    on_commit(session, lambda: NODES.remember_devices(node_id, ids))
     return read, added, updated, gone
 
 

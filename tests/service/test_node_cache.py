@@ -79,7 +79,7 @@ def test_a_cached_token_is_not_used_past_its_expiry() -> None:
     assert NODES.principal("d", datetime.now(UTC)) is None
 
 
-def test_a_node_just_enrolled_is_known_without_a_lookup(
+def test_a_node_just_enrolled_and_its_devices_are_known_without_a_lookup(
     client: TestClient, session: Session
 ) -> None:
     """Enrolment is three calls, and the third (the inventory) comes with the node token at
@@ -101,6 +101,19 @@ def test_a_node_just_enrolled_is_known_without_a_lookup(
         headers=bearer(enrolled["node_token"]),
     )
     assert response.status_code == 200, response.text
+    # and its devices from the inventory's commit: the first push needs no lookup either
+    node_id = uuid.UUID(enrolled["node"]["id"])
+    devices = NODES.devices(node_id)
+    assert devices is not None
+    assert devices == {d["name"]: uuid.UUID(d["id"]) for d in response.json()["devices"]}
+
+    # an inventory rolled back leaves no map behind
+    node, _ = create_node(session)
+    rolled_back = node.id
+    NODES.clear()
+    report_inventory(session, node, device_inventory("loop7"))
+    session.rollback()
+    assert NODES.devices(rolled_back) is None
 
     # an enrolment rolled back leaves nothing behind
     request = EnrollRequest(enrollment_token=create_enrollment_token(session), hostname="gone")
