@@ -262,6 +262,14 @@ class OperationLatency(WireModel):
         return self
 
 
+# read on every window a batch holds: a module constant is a global lookup, where
+# timedelta(0) is an object made each time and an enum member read off its class costs
+# ~100 ns (a 500-window batch is checked in ~1.5 ms: service.fastwire)
+_NO_TIME = timedelta(0)
+_DISKSTATS = LatencySource.DISKSTATS
+_READ, _WRITE = IoOperation.READ, IoOperation.WRITE
+
+
 class TelemetryWindow(WireModel):
     """One device over one interval, from /proc/diskstats deltas, /proc/stat and the node's
     power sources. power_* is the reading that speaks for the node (the widest scope);
@@ -298,7 +306,7 @@ class TelemetryWindow(WireModel):
         if self.start < EARLIEST_WINDOW:
             raise ValueError(f"a window starts after {EARLIEST_WINDOW:%Y-%m-%d}")
         span = self.end - self.start
-        if span <= timedelta(0):
+        if span <= _NO_TIME:
             raise ValueError("end must be after start")
         if span > MAX_WINDOW_SPAN:
             raise ValueError(f"a window spans at most {MAX_WINDOW_SPAN}")
@@ -332,15 +340,13 @@ def window_percentiles_us(window: TelemetryWindow) -> dict[str, float | None]:
     """TelemetryWindow.percentiles_us, of anything with a window's fields (service.fastwire)."""
     if not window.operations:
         return {"p50_us": None, "p99_us": None, "p999_us": None}
-    merged = histograms.merge(
-        o.device_ns for o in window.operations if o.op in (IoOperation.READ, IoOperation.WRITE)
-    )
+    merged = histograms.merge(o.device_ns for o in window.operations if o.op in (_READ, _WRITE))
     found = histograms.percentiles_us(merged)
     return {f"{name}_us": found.get(name) for name in ("p50", "p99", "p999")}
 
 
 def _distributions_consistent(window: TelemetryWindow) -> None:
-    if window.latency_source is LatencySource.DISKSTATS:
+    if window.latency_source is _DISKSTATS:
         if window.operations:
             raise ValueError("a diskstats window carries means only, no distributions")
         return
@@ -348,7 +354,7 @@ def _distributions_consistent(window: TelemetryWindow) -> None:
     if len(set(ops)) != len(ops):
         raise ValueError("one entry per operation")
     fixed, share = COUNT_SLACK
-    for op, ios in ((IoOperation.READ, window.read_ios), (IoOperation.WRITE, window.write_ios)):
+    for op, ios in ((_READ, window.read_ios), (_WRITE, window.write_ios)):
         count = next((o.count for o in window.operations if o.op is op), 0)
         if abs(count - ios) > max(fixed, share * ios):
             raise ValueError(f"{op} latency counts {count} I/Os where diskstats counts {ios}")
