@@ -72,10 +72,11 @@ def test_percentiles_agree_with_fio_for_the_same_io(
     reads = next(o for o in window.operations if o.op is IoOperation.READ)
     job = report["jobs"][0]["read"]
     # the same I/Os: every read fio made reached the device once (no cache, direct I/O); the
-    # filesystem may add a few metadata reads of its own. One read below fio's count was seen
-    # once in the full suite (122,442 of 122,443; fio stopped by a signal may count a read
-    # whose completion the collector's last read of the map missed): two reads' slack
-    assert job["total_ios"] - 2 <= reads.count <= job["total_ios"] * 1.01 + 16
+    # filesystem may add a few metadata reads of its own. A few reads below fio's count have
+    # been seen in the full suite — 1 of 122,443 once, 3 of 120,158 once (94ac755), with no
+    # request left untimed — so the floor is fio's count less 1 in 10,000 (and two): a
+    # collector that loses events at any rate that matters (0.1 %) still fails here
+    assert job["total_ios"] * 0.9999 - 2 <= reads.count <= job["total_ios"] * 1.01 + 16
 
     def percentiles(kind: str) -> dict[str, float]:
         found = job[kind]["percentile"]
