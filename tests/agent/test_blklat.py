@@ -73,7 +73,7 @@ def test_percentiles_agree_with_fio_for_the_same_io(
     job = report["jobs"][0]["read"]
     # the same I/Os: every read fio made reached the device once (no cache, direct I/O); the
     # filesystem may add a few metadata reads of its own. A few reads below fio's count have
-    # been seen in the full suite — 1 of 122,443 once, 3 of 120,158 once (94ac755), with no
+    # been seen in the full suite — 1 of 122,443 once, 3 of 120,158 once (07c4433), with no
     # request left untimed — so the floor is fio's count less 1 in 10,000 (and two): a
     # collector that loses events at any rate that matters (0.1 %) still fails here
     assert job["total_ios"] * 0.9999 - 2 <= reads.count <= job["total_ios"] * 1.01 + 16
