@@ -123,9 +123,9 @@ def _paths(document: dict[str, Any]) -> list[tuple[Any, ...]]:
     return found
 
 
-@st.composite
-def mutated(draw: st.DrawFn) -> bytes:
-    document = json.loads(json.dumps(_document()))  # tuples as JSON has them: lists
+def _mutate(draw: st.DrawFn, document: dict[str, Any]) -> bytes:
+    """One to three changes to a valid document: a value replaced by one of VALUES, a key
+    deleted, an unknown key added."""
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
         places = _paths(document)[1:]  # where the last change left it
         if not places:  # every key deleted
@@ -142,6 +142,11 @@ def mutated(draw: st.DrawFn) -> bytes:
         elif isinstance(parent, dict):
             parent[draw(st.sampled_from(["extra", "Device", "start "]))] = draw(VALUES)
     return json.dumps(document).encode()
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> bytes:
+    return _mutate(draw, json.loads(json.dumps(_document())))  # tuples as JSON has them
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -250,20 +255,7 @@ def _inventory() -> dict[str, Any]:
 
 @st.composite
 def mutated_inventory(draw: st.DrawFn) -> bytes:
-    document = _inventory()
-    for _ in range(draw(st.integers(min_value=1, max_value=3))):
-        places = _paths(document)[1:]
-        if not places:  # every key deleted
-            break
-        path = draw(st.sampled_from(places))
-        parent = document
-        for step in path[:-1]:
-            parent = parent[step]
-        if draw(st.booleans()) or not isinstance(parent, dict):
-            parent[path[-1]] = draw(VALUES)
-        else:
-            parent.pop(path[-1], None)
-    return json.dumps(document).encode()
+    return _mutate(draw, _inventory())
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
