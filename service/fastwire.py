@@ -182,7 +182,7 @@ class _Builder:
 
 
 class FastDecoder(Generic[M]):
-    """Decodes a JSON document as `model`'s struct; `errors` of the model when it is refused."""
+    """Decodes a JSON document as `model`'s struct, or leaves it to the model (None)."""
 
     def __init__(self, model: type[M]) -> None:
         self.model = model
