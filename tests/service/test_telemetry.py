@@ -159,6 +159,42 @@ class TestIngestBatch:
         ).one()
         assert (powered.energy_joules, powered.power_scope) == (125.0, "cpu_package")
 
+    def test_text_and_json_that_copy_must_escape_are_stored_as_sent(
+        self, client: TestClient, session: Session, node: tuple[Node, str]
+    ) -> None:
+        """COPY's text is formatted by the service (repository.copy_text): a backslash, tab,
+        newline or carriage return in free text or inside a JSON column comes back as sent,
+        and every number as the same double."""
+        _, token = node
+        note = 'no eBPF: C:\\path\ttab\nnewline\rreturn "quoted" \u00e9'
+        zone = "zone\\with\tescapes"
+        window = telemetry_window(
+            "loop0",
+            latency_note=note,
+            power_watts=17.123456789012345,
+            energy_joules=1e-7,
+            power_scope="cpu_package",
+            power_source="rapl",
+            power_readings=[
+                {
+                    "source": "rapl",
+                    "zone": zone,
+                    "scope": "cpu_package",
+                    "watts": 17.123456789012345,
+                    "energy_joules": 1e-7,
+                }
+            ],
+        )
+        response = client.post(URL, json=_batch(window), headers=bearer(token))
+        assert response.status_code == 201, response.text
+        stored = session.scalars(select(TelemetryWindowRow)).one()
+        assert stored.latency_note == note
+        assert stored.power_watts == 17.123456789012345
+        assert stored.energy_joules == 1e-7
+        assert stored.power_readings is not None
+        assert stored.power_readings[0]["zone"] == zone
+        assert stored.power_readings[0]["watts"] == 17.123456789012345
+
     def test_a_repeated_batch_is_accepted_once(
         self, client: TestClient, session: Session, node: tuple[Node, str]
     ) -> None:
