@@ -9,8 +9,8 @@ with the command that reproduces it in bench/results/ingest.json and ingest.md.
 In the same run, the database's own pace: the same number of the same rows (as the service
 would store them) COPYed in one transaction straight into the partitioned table. The ratio of
 the two says how much of the database the HTTP path uses. And the service's own Python per
-window, timed alone (validation, row, COPY values): its sum bounds what one `serve` process can
-ingest, however fast the database is.
+window, timed alone (validation, row, the JSON stored): its sum bounds what one `serve`
+process can ingest, however fast the database is.
 
     python -m bench.ingest                       # defaults: 4 clients x 100 batches x 500 windows
     python -m bench.ingest --clients 8 --batches 20
@@ -129,7 +129,8 @@ def raw_copy_rate(url: str, clients: list[list[bytes]]) -> float:
     from psycopg import connect
     from sqlalchemy import make_url
 
-    from service.telemetry.repository import COPY_COLUMNS, RAW, copy_text
+    from bench.copytext import copy_text
+    from service.telemetry.repository import RAW, WINDOW_COLUMNS
     from service.telemetry.service import BATCHES, window_row
 
     devices: dict[tuple[int, str], uuid.UUID] = {}
@@ -140,9 +141,9 @@ def raw_copy_rate(url: str, clients: list[list[bytes]]) -> float:
             for w in batch.windows:
                 device = devices.setdefault((client, w.device), uuid.uuid4())
                 rows.append(window_row(w, device, batch.batch_id))
-    data, _ = copy_text(rows)  # the service's own formatting, before the clock starts
+    data, _ = copy_text(rows)  # formatted before the clock starts
     conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-    statement = f"COPY {RAW} ({', '.join(COPY_COLUMNS)}) FROM STDIN"
+    statement = f"COPY {RAW} ({', '.join(WINDOW_COLUMNS)}) FROM STDIN"
     with connect(conninfo) as connection:
         started = time.perf_counter()
         with connection.cursor() as cursor:
@@ -159,13 +160,14 @@ def raw_copy_rate(url: str, clients: list[list[bytes]]) -> float:
 def python_stage_costs(bodies: list[bytes]) -> dict[str, float]:
     """Microseconds per window of the service's own Python stages, on one core, in this
     process: parsing and validating a batch (msgspec, as the endpoint does), turning its
-    windows into table rows, and the rows into COPY's text. Their sum bounds what one `serve`
-    process can ingest however fast the database is: 1e6 / sum windows per second."""
-    from service.telemetry.repository import copy_text
+    windows into table rows, and the rows into the JSON the storing statement reads. Their sum
+    bounds what one `serve` process can ingest however fast the database is: 1e6 / sum
+    windows per second."""
+    from service.telemetry.repository import encode_rows
     from service.telemetry.service import BATCHES, window_row
 
     windows = 0
-    clock = {"validate": 0.0, "row": 0.0, "copy_values": 0.0}
+    clock = {"validate": 0.0, "row": 0.0, "encode": 0.0}
     device = uuid.uuid4()
     # this process's CPU time, not the wall clock: on a busy host the wall clock counts the
     # other processes' turns too (5.6-23k/s read against 28-68k recorded quiet)
@@ -175,11 +177,11 @@ def python_stage_costs(bodies: list[bytes]) -> dict[str, float]:
         validated = time.process_time()
         rows = [window_row(w, device, batch.batch_id) for w in batch.windows]
         built = time.process_time()
-        copy_text(rows)
+        encode_rows(rows)
         done = time.process_time()
         clock["validate"] += validated - started
         clock["row"] += built - validated
-        clock["copy_values"] += done - built
+        clock["encode"] += done - built
         windows += len(batch.windows)
     return {f"{stage}_us_per_window": round(1e6 * t / windows, 2) for stage, t in clock.items()}
 
@@ -302,7 +304,7 @@ def main() -> int:
         "replicas": args.replicas,
         "windows_per_batch": args.windows,
         "database": "external" if args.database_url else "embedded pgserver (PostgreSQL 16)",
-        "storage": "day-partitioned telemetry_windows, COPY (migration 0008)",
+        "storage": "day-partitioned telemetry_windows; claim and windows in one statement",
         **provenance("ingest.py"),
     }
     print(json.dumps(result, indent=2))

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from operator import itemgetter
 from typing import Any
 
 import msgspec
 import psycopg
 from sqlalchemy import delete, func, select, table, text, update
-from sqlalchemy import types as sa_types
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict
@@ -32,27 +29,12 @@ from service.tables import (
 RAW = TelemetryWindowRow.__tablename__
 HOURLY = TelemetryHourlyRow.__tablename__
 SET_ASIDE = TELEMETRY_WINDOWS_SET_ASIDE.name
-# what COPY writes, in order; JSONB columns are wrapped for psycopg
-COPY_COLUMNS = tuple(c.name for c in TelemetryWindowRow.__table__.columns)
-_VALUES = itemgetter(*COPY_COLUMNS)
+# a raw window's columns, in the table's order: every one is in each row ingest stores
+WINDOW_COLUMNS = tuple(c.name for c in TelemetryWindowRow.__table__.columns)
 # one advisory lock for partition DDL (any process, any replica)
 PARTITION_LOCK = 0x626C6B70  # "blkp"
 _DAY_NAME = re.compile(rf"^{RAW}_p(\d{{8}})$")
 _MONTH_NAME = re.compile(rf"^{HOURLY}_p(\d{{6}})$")
-
-
-def claim_batch(
-    session: Session, batch_id: uuid.UUID, node_id: uuid.UUID, windows: int, digest: str
-) -> bool:
-    """Record the batch id; False if it was recorded before (by this transaction or another).
-
-    A concurrent insert of the same id waits on the primary key until the other commits.
-    """
-    # on the session's own connection and transaction, as the COPY after it (psycopg
-    # prepares it after its fifth use): the ORM's insert was 8 % of serve's Python time a push
-    with _driver(session).cursor() as cursor:
-        cursor.execute(_CLAIM, (batch_id, node_id, windows, digest))
-        return cursor.fetchone() is not None
 
 
 _CLAIM = (
@@ -62,11 +44,58 @@ _CLAIM = (
 assert TelemetryBatchRow.__tablename__ == "telemetry_batches"  # the statement's table
 
 
-def _driver(session: Session) -> psycopg.Connection[Any]:
-    """The psycopg connection under the session, in the session's transaction."""
-    raw = session.connection().connection.driver_connection
+def store_batch(
+    session: Session,
+    batch_id: uuid.UUID,
+    node_id: uuid.UUID,
+    digest: str,
+    rows: Sequence[dict[str, Any]],
+) -> int | None:
+    """Claim the batch id and store its windows, in one statement: the number stored, or None
+    if the id was claimed before (nothing stored). A concurrent claim of the same id waits on
+    the primary key until the other commits; a window stored before under another batch
+    aborts the statement, claim and all (Conflict). The rows carry every WINDOW_COLUMNS key.
+
+    When the session has used no connection yet (its node's devices and the windows' days
+    known without a lookup: every push but the first of a day) the statement is committed on
+    its own, so a push is one round trip where BEGIN, the claim, COPY's two and COMMIT were
+    five: 2.2-2.8 → 1.65 ms of serve's CPU a 48-window push (bench/results/ingest.md)."""
+    # not in a transaction the session joined (a test's, rolled back at its end)
+    autocommit = isinstance(session.get_bind(), Engine) and not session.in_transaction()
+    options = {"isolation_level": "AUTOCOMMIT"} if autocommit else {}
+    raw = session.connection(execution_options=options).connection.driver_connection
     assert isinstance(raw, psycopg.Connection)
-    return raw
+    data = encode_rows(rows)
+    try:
+        with raw.cursor() as cursor:
+            cursor.execute(_STORE, (batch_id, node_id, len(rows), digest, data))
+            claimed, stored = cursor.fetchone() or (0, 0)
+    except psycopg.errors.UniqueViolation as error:
+        raise Conflict(
+            "a window for the same device and interval was ingested before in another batch"
+        ) from error
+    return stored if claimed else None
+
+
+# the names are the table's own (service.tables), not input; the rows are the one parameter
+_COLUMNS = ", ".join(WINDOW_COLUMNS)
+_STORE = f"""
+WITH claim AS ({_CLAIM}),
+stored AS (
+    INSERT INTO {RAW} ({_COLUMNS})
+    SELECT {_COLUMNS} FROM json_populate_recordset(NULL::{RAW}, %s::json)
+    WHERE EXISTS (SELECT FROM claim)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM claim), (SELECT count(*) FROM stored)
+"""  # noqa: S608
+
+
+def encode_rows(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as the JSON array store_batch's statement reads (msgspec: a float as the
+    shortest text that reads back as the same double, an instant in RFC 3339, a UUID as text;
+    the contract admits no NaN or infinity)."""
+    return msgspec.json.encode(rows).decode()
 
 
 def claimed_batch(session: Session, batch_id: uuid.UUID) -> tuple[uuid.UUID, str | None] | None:
@@ -77,103 +106,6 @@ def claimed_batch(session: Session, batch_id: uuid.UUID) -> tuple[uuid.UUID, str
         )
     ).one_or_none()
     return (row.node_id, row.digest) if row is not None else None
-
-
-def copy_windows(session: Session, rows: Iterable[dict[str, Any]]) -> int:
-    """COPY the rows into the raw table inside the session's transaction (whole or not at all:
-    an error aborts the transaction). Their days' partitions must exist (ensure_days)."""
-    try:
-        return copy_rows(_driver(session), rows)
-    except psycopg.errors.UniqueViolation as error:
-        raise Conflict(
-            "a window for the same device and interval was ingested before in another batch"
-        ) from error
-
-
-def copy_text(rows: Iterable[dict[str, Any]]) -> tuple[bytes, int]:
-    """The rows as COPY's text format, every column in COPY_COLUMNS' order, and how many.
-
-    Formatted here in bulk, where psycopg's write_row formats value by value through its
-    adapters (7 µs a window, a fifth of serve's CPU in bench.ingest): one expression per row
-    made from the columns' types (_line_format) — a float as repr (it reads back as the same
-    double), an integer as str, text escaped as COPY reads it (backslash, tab, newline,
-    carriage return), JSON as msgspec's, None as \\N — and the values a batch repeats (its
-    id, each device's id, the windows' bounds, shared by its devices) formatted once."""
-    memo = _Memo()
-    line = _LINE
-    lines = [line(_VALUES(row), memo) for row in rows]
-    lines.append("")
-    return "\n".join(lines).encode(), len(lines) - 1
-
-
-def copy_rows(connection: psycopg.Connection[Any], rows: Iterable[dict[str, Any]]) -> int:
-    """COPY on a psycopg connection, in its transaction; returns the rows written."""
-    data, count = copy_text(rows)
-    statement = f"COPY {RAW} ({', '.join(COPY_COLUMNS)}) FROM STDIN"
-    with connection.cursor() as cursor, cursor.copy(statement) as copy:
-        copy.write(data)
-    return count
-
-
-_COPY_ESCAPES = re.compile(r"[\\\t\n\r]")
-_ESCAPED = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
-
-
-def _copy_str(value: str) -> str:
-    if _COPY_ESCAPES.search(value) is None:
-        return value
-    return _COPY_ESCAPES.sub(lambda m: _ESCAPED[m.group()], value)
-
-
-def _copy_json(value: Any) -> str:
-    return _copy_str(msgspec.json.encode(value).decode())
-
-
-class _Memo(dict[Any, str]):
-    """UUIDs and timestamps as COPY text, each formatted once (str of a UUID and isoformat
-    cost 0.5-0.8 µs a value)."""
-
-    def __missing__(self, value: Any) -> str:
-        if isinstance(value, datetime):
-            if value.tzinfo is None:
-                raise ValueError("a naive timestamp: the raw table stores instants")
-            text = value.isoformat()
-        elif isinstance(value, uuid.UUID):
-            text = str(value)
-        else:
-            raise TypeError(f"no COPY text kept for {type(value).__name__}")
-        self[value] = text
-        return text
-
-
-def _line_format(columns: Sequence[Any]) -> Callable[[tuple[Any, ...], _Memo], str]:
-    """A function of (values, memo) to one COPY line: an f-string per column type, compiled
-    once (a call per value cost more than the formatting)."""
-    parts = []
-    for index, column in enumerate(columns):
-        kind, value = column.type, f"v[{index}]"
-        if isinstance(kind, sa_types.Uuid | sa_types.DateTime):
-            text = f"m[{value}]"
-        elif isinstance(kind, sa_types.BigInteger):
-            text = f"str({value})"
-        elif isinstance(kind, sa_types.Float):
-            text = f"repr({value})"
-        elif isinstance(kind, JSONB):
-            text = f"json({value})"
-        elif isinstance(kind, sa_types.String):
-            text = f"escape({value})"
-        else:
-            raise TypeError(f"{column.name}: no COPY text for {kind!r}")
-        if column.nullable:
-            text = f"(NULL if {value} is None else {text})"
-        parts.append("{" + text + "}")
-    source = 'lambda v, m: f"' + "\\t".join(parts) + '"'
-    names = {"NULL": "\\N", "json": _copy_json, "escape": _copy_str}
-    made: Callable[[tuple[Any, ...], _Memo], str] = eval(source, names)  # noqa: S307
-    return made
-
-
-_LINE = _line_format(list(TelemetryWindowRow.__table__.columns))
 
 
 # --- partitions -------------------------------------------------------------------------------

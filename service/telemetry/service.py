@@ -76,10 +76,9 @@ def ingest(
         raise Unprocessable("the batch holds the same device and interval twice")
 
     digest = batch_digest(batch)
-    claimed = repository.claim_batch(
-        session, batch.batch_id, node.node_id, len(batch.windows), digest
-    )
-    if not claimed:
+    rows = [window_row(w, device_ids[w.device], batch.batch_id) for w in batch.windows]
+    count = repository.store_batch(session, batch.batch_id, node.node_id, digest, rows)
+    if count is None:
         owner, earlier = repository.claimed_batch(session, batch.batch_id) or (None, None)
         if owner != node.node_id:
             raise Conflict(f"batch id {batch.batch_id} was already used by another node")
@@ -91,8 +90,6 @@ def ingest(
         on_commit(session, lambda: metrics.TELEMETRY_BATCHES.labels(outcome="duplicate").inc())
         return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=False, windows=0)
 
-    rows = [window_row(w, device_ids[w.device], batch.batch_id) for w in batch.windows]
-    count = repository.copy_windows(session, rows)
     p99s = [p99 for row in rows if (p99 := row["p99_us"]) is not None]
 
     def count_ingested() -> None:

@@ -159,12 +159,12 @@ class TestIngestBatch:
         ).one()
         assert (powered.energy_joules, powered.power_scope) == (125.0, "cpu_package")
 
-    def test_text_and_json_that_copy_must_escape_are_stored_as_sent(
+    def test_text_and_json_that_need_escaping_are_stored_as_sent(
         self, client: TestClient, session: Session, node: tuple[Node, str]
     ) -> None:
-        """COPY's text is formatted by the service (repository.copy_text): a backslash, tab,
-        newline or carriage return in free text or inside a JSON column comes back as sent,
-        and every number as the same double."""
+        """The rows go to PostgreSQL as JSON the service encodes (repository.encode_rows): a
+        backslash, tab, newline, carriage return or quote in free text or inside a JSON
+        column comes back as sent, and every number as the same double."""
         _, token = node
         note = 'no eBPF: C:\\path\ttab\nnewline\rreturn "quoted" \u00e9'
         zone = "zone\\with\tescapes"
