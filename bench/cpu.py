@@ -55,3 +55,11 @@ def tree_cpu_seconds(root: int) -> float:
 def postmaster_pid(data_dir: Path) -> int:
     """The postmaster of the PostgreSQL cluster in data_dir (postmaster.pid's first line)."""
     return int((data_dir / "postmaster.pid").read_text().split()[0])
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The most resident memory the process has held (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024  # kB
+    raise ValueError(f"no VmHWM for {pid}")

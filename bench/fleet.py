@@ -42,7 +42,7 @@ import httpx
 
 from agent.config import AgentConfig
 from agent.contract.wire import DeviceClass
-from bench.cpu import cpu_seconds, postmaster_pid, tree_cpu_seconds
+from bench.cpu import cpu_seconds, peak_rss_mib, postmaster_pid, tree_cpu_seconds
 from bench.http import LeanClient
 from bench.record import provenance, record
 from tests.factories import device_inventory
@@ -402,6 +402,8 @@ def main() -> int:
             "windows_per_request": round(sent / len(timer.samples["batch"]), 1),
             "serve_cpu_ms_per_request": round(1e3 * serve_cpu / len(timer.samples["batch"]), 3),
             "serve_cpu_us_per_window": round(1e6 * serve_cpu / sent, 1),
+            # what holding 10,000 nodes' tokens and device maps costs a replica in memory
+            "serve_peak_rss_mib": round(max(peak_rss_mib(s.pid) for s in servers)),
         }
         with httpx.Client(base_url=bases[0], headers={"Authorization": f"Bearer {admin}"}) as c:
             device_ids: dict[str, list[str]] = {}
