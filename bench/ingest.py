@@ -37,7 +37,7 @@ import httpx
 from bench.cpu import cpu_seconds, postmaster_pid, tree_cpu_seconds
 from bench.http import LeanClient
 from bench.record import provenance, record
-from tests.factories import device_inventory
+from tests.factories import device_inventory, operation_latency
 from tests.proc import BLKPILOT, clean_env, start_replicas, stop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,14 +50,17 @@ FLEET_WINDOWS_PER_SECOND = 10_000 * 16 / 10  # 10,000 nodes x 16 devices, a wind
 T0 = (datetime.now(UTC) - timedelta(hours=12)).replace(minute=0, second=0, microsecond=0)
 
 
-def _window(device: str, index: int) -> dict[str, Any]:
+def _window(device: str, index: int, ebpf: bool = False) -> dict[str, Any]:
+    """A window as an agent reads it from diskstats — or, with ebpf, with the read and write
+    latency and size distributions an agent with eBPF adds."""
     start = T0 + timedelta(seconds=10 * index)
-    return {
+    reads, writes = 12_000 + index % 97, 3_000 + index % 13
+    window: dict[str, Any] = {
         "device": device,
         "start": start.isoformat(),
         "end": (start + timedelta(seconds=10)).isoformat(),
-        "read_ios": 12_000 + index % 97,
-        "write_ios": 3_000 + index % 13,
+        "read_ios": reads,
+        "write_ios": writes,
         "read_bytes": 4096 * 12_000,
         "write_bytes": 4096 * 3_000,
         "iops": 1_500.0,
@@ -70,16 +73,25 @@ def _window(device: str, index: int) -> dict[str, Any]:
         "energy_joules": 175.0,
         "power_scope": "cpu_package",
     }
+    if ebpf:
+        window["latency_source"] = "ebpf"
+        window["operations"] = [
+            operation_latency("read", reads, 80.0),
+            operation_latency("write", writes, 120.0),
+        ]
+    return window
 
 
-def build_batches(devices: list[str], batches: int, windows: int) -> list[bytes]:
+def build_batches(
+    devices: list[str], batches: int, windows: int, ebpf: bool = False
+) -> list[bytes]:
     """Distinct (device, interval) pairs across all batches, as the agent would send them."""
     bodies = []
     per_device = -(-windows // len(devices))  # each device's windows in a batch, at most
     for b in range(batches):
         # consecutive 10 s windows per device: hours of telemetry, none in the future
         rows = [
-            _window(devices[i % len(devices)], b * per_device + i // len(devices))
+            _window(devices[i % len(devices)], b * per_device + i // len(devices), ebpf)
             for i in range(windows)
         ]
         bodies.append(json.dumps({"batch_id": str(uuid.uuid4()), "windows": rows}).encode())
@@ -209,6 +221,11 @@ def main() -> int:
     parser.add_argument(
         "--replicas", type=int, default=1, help="`serve` processes on the one database"
     )
+    parser.add_argument(
+        "--ebpf",
+        action="store_true",
+        help="windows carry read and write distributions, as an agent with eBPF sends them",
+    )
     parser.add_argument("--database-url", default=None, help="default: embedded PostgreSQL")
     parser.add_argument("--no-record", action="store_true", help="do not write bench/results")
     args = parser.parse_args()
@@ -239,7 +256,10 @@ def main() -> int:
         devices = [f"loop{i}" for i in range(args.devices)]
         tokens = [enroll(base, admin, f"bench-{c}", devices) for c in range(args.clients)]
         print(f"building {args.clients * (args.batches + args.warmup)} batches ...", flush=True)
-        work = [build_batches(devices, args.batches + args.warmup, args.windows) for _ in tokens]
+        work = [
+            build_batches(devices, args.batches + args.warmup, args.windows, args.ebpf)
+            for _ in tokens
+        ]
 
         async def phase(bodies: list[list[bytes]], latencies: list[float]) -> int:
             # client c posts to replica c mod replicas
@@ -303,6 +323,7 @@ def main() -> int:
         "clients": args.clients,
         "replicas": args.replicas,
         "windows_per_batch": args.windows,
+        "windows_carry": "eBPF distributions" if args.ebpf else "diskstats only",
         "database": "external" if args.database_url else "embedded pgserver (PostgreSQL 16)",
         "storage": "day-partitioned telemetry_windows; claim and windows in one statement",
         **provenance("ingest.py"),
