@@ -6,11 +6,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import msgspec
 from sqlalchemy.orm import Session
 
 from agent.contract.base import MAX_CLOCK_SKEW
-from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt, window_percentiles_us
+from agent.contract.wire import OperationLatency, TelemetryBatch, TelemetryBatchReceipt
 from service.devices import repository as device_repository
 from service.devices import service as device_service
 from service.errors import Conflict, Unprocessable
@@ -20,12 +19,16 @@ from service.ops import metrics
 from service.ops.transactions import on_commit
 from service.security import Principal
 from service.tables import TelemetryHourlyRow, TelemetryWindowRow
-from service.telemetry import repository, retention
+from service.telemetry import distributions, repository, retention
 from service.telemetry.retention import RetentionPolicy
 
 # a batch as it arrives: TelemetryBatch's fields in a msgspec struct (service.fastwire), which
-# mypy knows only as Any
-BATCHES = FastDecoder(TelemetryBatch)
+# mypy knows only as Any; each operation's histograms are checked batch-wide, in arrays
+BATCHES = FastDecoder(
+    TelemetryBatch,
+    deferred=[OperationLatency._consistent],
+    whole=distributions.consistent,
+)
 
 
 def ingest(
@@ -76,7 +79,7 @@ def ingest(
         raise Unprocessable("the batch holds the same device and interval twice")
 
     digest = batch_digest(batch)
-    rows = [window_row(w, device_ids[w.device], batch.batch_id) for w in batch.windows]
+    rows = window_rows(batch, device_ids)
     count = repository.store_batch(session, batch.batch_id, node.node_id, digest, rows)
     if count is None:
         owner, earlier = repository.claimed_batch(session, batch.batch_id) or (None, None)
@@ -127,8 +130,20 @@ def pydantic_digest(batch: Any) -> str:
     return hashlib.sha256(model.model_dump_json().encode()).hexdigest()
 
 
-def window_row(w: Any, device_id: uuid.UUID, batch_id: uuid.UUID) -> dict[str, Any]:
-    """A window as the raw table stores it."""
+def window_rows(batch: Any, device_ids: dict[str, uuid.UUID]) -> list[dict[str, Any]]:
+    """The batch's windows as the raw table stores them, each with its device-time
+    percentiles (the batch's histograms merged and read in arrays: distributions)."""
+    summaries = distributions.window_summaries(batch.windows)
+    return [
+        window_row(w, device_ids[w.device], batch.batch_id, summary)
+        for w, summary in zip(batch.windows, summaries, strict=True)
+    ]
+
+
+def window_row(
+    w: Any, device_id: uuid.UUID, batch_id: uuid.UUID, percentiles: dict[str, float | None]
+) -> dict[str, Any]:
+    """A window as the raw table stores it; percentiles: window_percentiles_us's."""
     return {
         "device_id": device_id,
         "batch_id": batch_id,
@@ -150,11 +165,12 @@ def window_row(w: Any, device_id: uuid.UUID, batch_id: uuid.UUID) -> dict[str, A
         "cpu_utilisation": w.cpu_utilisation,
         "context_switches_per_s": w.context_switches_per_s,
         "power_source": w.power_source and w.power_source.value,
-        "power_readings": msgspec.to_builtins(w.power_readings) or None,
+        # structs as they came: encode_rows writes them as JSON, as they were sent
+        "power_readings": w.power_readings or None,
         "latency_source": w.latency_source.value,
         "latency_note": w.latency_note,
-        "operations": msgspec.to_builtins(w.operations) or None,
-        **window_percentiles_us(w),
+        "operations": w.operations or None,
+        **percentiles,
     }
 
 
