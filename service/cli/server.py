@@ -102,6 +102,10 @@ def serve(
                 port=port or settings.port,
                 log_level="info",
                 log_config=None,  # uvicorn's lines through the same (JSON) handler
+                # C parsing and libuv (the server extra installs both): a telemetry push's
+                # 30-90 KB body went through h11's Python parser and asyncio's selector loop
+                loop="uvloop",
+                http="httptools",
                 access_log=False,  # RequestIdMiddleware writes one, with the request id
                 timeout_keep_alive=settings.keep_alive_seconds,
                 ssl_certfile=settings.tls_certfile,
