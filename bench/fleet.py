@@ -44,6 +44,7 @@ from agent.config import AgentConfig
 from agent.contract.wire import DeviceClass
 from bench.cpu import cpu_seconds, peak_rss_mib, postmaster_pid, tree_cpu_seconds
 from bench.http import LeanClient
+from bench.ingest import with_distributions
 from bench.record import provenance, record
 from tests.factories import device_inventory
 from tests.proc import BLKPILOT, clean_env, start_replicas, stop
@@ -75,9 +76,9 @@ def _inventory(devices: int) -> dict[str, Any]:
     return {"kernel_version": "6.1.0-18-amd64", "devices": found}
 
 
-def _window(device: str, start: datetime, seed: int) -> dict[str, Any]:
+def _window(device: str, start: datetime, seed: int, ebpf: bool = False) -> dict[str, Any]:
     reads, writes = 900 + seed % 200, 200 + seed % 50
-    return {
+    window = {
         "device": device,
         "start": start.isoformat(),
         "end": (start + timedelta(seconds=WINDOW_SECONDS)).isoformat(),
@@ -92,6 +93,7 @@ def _window(device: str, start: datetime, seed: int) -> dict[str, Any]:
         "queue_depth": 1.5,
         "utilisation": 0.3,
     }
+    return with_distributions(window, seed) if ebpf else window
 
 
 class Timer:
@@ -164,6 +166,7 @@ async def post_telemetry(
     clients: int,
     timer: Timer,
     push_intervals: int = PUSH_INTERVALS,
+    ebpf: bool = False,
 ) -> int:
     stored = 0
     bases = sorted({b for b, _, _ in fleet})
@@ -174,7 +177,7 @@ async def post_telemetry(
         windows = []
         for interval in range(first, min(first + push_intervals, intervals)):
             at = start + timedelta(seconds=WINDOW_SECONDS * interval)
-            windows += [_window(d, at, seed + i) for i, d in enumerate(devices)]
+            windows += [_window(d, at, seed + i, ebpf) for i, d in enumerate(devices)]
         body = {"batch_id": str(uuid.uuid4()), "windows": windows}
         began = time.perf_counter()
         status, reply = await sessions[base].post(
@@ -321,6 +324,11 @@ def main() -> int:
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--reads", type=int, default=20, help="timed requests per read path")
     parser.add_argument("--database-url", default=None, help="default: embedded PostgreSQL")
+    parser.add_argument(
+        "--ebpf",
+        action="store_true",
+        help="windows carry the read and write histograms our collector recorded (bench.ingest)",
+    )
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
 
@@ -381,7 +389,14 @@ def main() -> int:
         began = time.perf_counter()
         stored = asyncio.run(
             post_telemetry(
-                fleet, names, args.intervals, start, args.clients, timer, args.push_intervals
+                fleet,
+                names,
+                args.intervals,
+                start,
+                args.clients,
+                timer,
+                args.push_intervals,
+                args.ebpf,
             )
         )
         elapsed = time.perf_counter() - began
@@ -400,6 +415,7 @@ def main() -> int:
             "batch_p99_ms": round(timer.p("batch", 0.99), 1),
             # CPU time of the `serve` replicas (from /proc), which holds on a busy host
             "windows_per_request": round(sent / len(timer.samples["batch"]), 1),
+            "windows_carry": "eBPF distributions (recorded)" if args.ebpf else "diskstats only",
             "serve_cpu_ms_per_request": round(1e3 * serve_cpu / len(timer.samples["batch"]), 3),
             "serve_cpu_us_per_window": round(1e6 * serve_cpu / sent, 1),
             # what holding 10,000 nodes' tokens and device maps costs a replica in memory

@@ -79,16 +79,23 @@ def _window(device: str, index: int, ebpf: bool = False) -> dict[str, Any]:
         "power_scope": "cpu_package",
     }
     if ebpf:
-        recorded = recorded_histograms()
-        read_ns = recorded[(2 * index) % len(recorded)]
-        write_ns = recorded[(2 * index + 1) % len(recorded)]
-        window["latency_source"] = "ebpf"
-        window["read_ios"] = sum(count for _, count in read_ns)
-        window["write_ios"] = sum(count for _, count in write_ns)
-        window["operations"] = [
-            _operation("read", read_ns, window["read_ios"]),
-            _operation("write", write_ns, window["write_ios"]),
-        ]
+        with_distributions(window, index)
+    return window
+
+
+def with_distributions(window: dict[str, Any], index: int) -> dict[str, Any]:
+    """The window as an agent with eBPF sends it: a read and a write device-time histogram
+    from recorded_histograms (picked by index), its I/O counts theirs."""
+    recorded = recorded_histograms()
+    read_ns = recorded[(2 * index) % len(recorded)]
+    write_ns = recorded[(2 * index + 1) % len(recorded)]
+    window["latency_source"] = "ebpf"
+    window["read_ios"] = sum(count for _, count in read_ns)
+    window["write_ios"] = sum(count for _, count in write_ns)
+    window["operations"] = [
+        _operation("read", read_ns, window["read_ios"]),
+        _operation("write", write_ns, window["write_ios"]),
+    ]
     return window
 
 
