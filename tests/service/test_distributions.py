@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from agent.contract import histograms
 from agent.contract.wire import OperationLatency, TelemetryBatch, window_percentiles_us
-from bench.ingest import recorded_histograms
+from bench.ingest import with_distributions
 from service.fastwire import FastDecoder
 from service.telemetry import distributions
 from service.telemetry.service import BATCHES
@@ -126,26 +126,9 @@ def test_each_window_is_summarised_as_the_contract_summarises_it(raw: bytes) -> 
 def test_recorded_histograms_are_taken_and_summarised_exactly() -> None:
     """Our collector's histograms from pgbench and db_bench (24-76 slots): the fast path takes
     the batch, and every stored percentile is the contract's float."""
-    recorded = recorded_histograms()
-    windows = []
-    for index in range(48):
-        read_ns, write_ns = recorded[7 * index], recorded[7 * index + 3]
-        window = ebpf_window(
-            f"nvme{index % 16}n1",
-            index=index,
-            read_ios=sum(c for _, c in read_ns),
-            write_ios=sum(c for _, c in write_ns),
-        )
-        for operation, hist in zip(window["operations"], (read_ns, write_ns), strict=True):
-            total = sum(c for _, c in hist)
-            found = histograms.percentiles_us(hist)
-            operation.update(
-                count=total,
-                device_ns=hist,
-                size_bytes=[(13, total)],
-                **{f"{name}_us": value for name, value in found.items()},
-            )
-        windows.append(window)
+    windows = [
+        with_distributions(ebpf_window(f"nvme{i % 16}n1", index=i), 7 * i) for i in range(48)
+    ]
     raw = json.dumps({"batch_id": str(uuid.uuid4()), "windows": windows}).encode()
     batch = BATCHES.decode(raw)
     assert batch is not None
