@@ -77,7 +77,7 @@ class LiveSettings:
     guard_p99_us: float | None = None  # or an absolute limit
     guard_checks: int = 4  # guard checks per candidate interval
     # baseline intervals (of min_ios each) before the guard judges: its limit is a multiple
-    # of the largest p99 among them
+    # of the largest p99 among them but one
     guard_min_intervals: int = 4
     rules: tuple[MetricRule, ...] = LIVE_RULES
     rate_rule: MetricRule | None = RATE_RULE  # can fail a candidate, never pass one

@@ -103,7 +103,11 @@ def test_nightly_trains_recommends_schedules_and_an_operator_decides(
         assert set(rec.evidence["agreement"]) == set(rec.objectives)
         assert rec.evidence["intervals"]["claimed"] == 0.8
         assert set(rec.predictions) == set(OBJECTIVES)
-        assert 0 < rec.confidence <= 1
+        # the share of the ensemble's members ranking the pick first: 0 is a real answer
+        # (noisy loop-device data, the pick the current configuration for want of evidence, while
+        # each member prefers some other one: a CI run on a busy host had it)
+        assert 0 <= rec.confidence <= 1
+        assert rec.evidence["agreement"][rec.objective] == round(rec.confidence, 3)
         assert rec.reason
         assert "most observed workload" in rec.workload_basis
         assert rec.current_config == {"scheduler": "none", "scheduler_tunables": {}}
