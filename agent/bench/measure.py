@@ -3,7 +3,7 @@ FIOS fairness metrics when several tasks share the device."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,6 +22,8 @@ class Measurement:
     started_at: datetime
     finished_at: datetime
     tasks: list[fio.TaskResult]
+    # each job's single task run by itself, where fairness was measured (by job name)
+    alone: dict[str, Alone] = field(default_factory=dict)
 
 
 def measure(
@@ -60,4 +62,4 @@ def measure(
     metrics.update(energy_metrics(energy, metrics["ios"], metrics["io_bytes"]))
     if alone:
         metrics.update(fairness(tasks, alone))
-    return Measurement(workload, metrics, started, finished, tasks)
+    return Measurement(workload, metrics, started, finished, tasks, alone)

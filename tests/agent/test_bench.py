@@ -201,12 +201,25 @@ class TestRealRuns:
     def test_fairness_of_a_reader_and_a_writer(
         self, loop_device: LoopFactory, tmp_path: Path
     ) -> None:
+        """FAST '12's metrics from the run's own tasks and each job's task run alone. Their
+        magnitudes are the lab's (tests/kernel): in 0.4 s runs on a loop device an alone run
+        the host slowed makes efficiency anything (5.16 for two tasks in one CI run)."""
         target = device_target(HostPaths(), loop_device())
-        m = measure(short("fios-1r1w"), target, workdir=tmp_path).metrics
+        run = measure(short("fios-1r1w"), target, workdir=tmp_path)
+        m = run.metrics
+        assert set(run.alone) == {"reader", "writer"}
         assert m["proportional_slowdown"] == 2
+        for task in run.tasks:
+            alone = run.alone[task.job]
+            assert alone.iops > 0
+            assert alone.mean_latency_us > 0
+            slowdown = task.mean_latency_us / alone.mean_latency_us
+            assert m[f"slowdown_{task.job}_{task.index}"] == pytest.approx(slowdown)
         assert m["worst_slowdown"] == max(m["slowdown_reader_0"], m["slowdown_writer_0"])
         assert m["worst_slowdown_over_proportional"] == pytest.approx(m["worst_slowdown"] / 2)
-        assert 0 < m["concurrent_efficiency"] < 4
+        efficiency = sum(t.iops / run.alone[t.job].iops for t in run.tasks)
+        assert m["concurrent_efficiency"] == pytest.approx(efficiency)
+        assert efficiency > 0
 
     def test_energy_from_a_meter_over_the_run(
         self, loop_device: LoopFactory, tmp_path: Path
