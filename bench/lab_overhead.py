@@ -37,16 +37,18 @@ def main() -> int:
         **{f"{s}_vs_none": v for s, v in relative.items()},
         "added_over_none_per_round": result.summary["added_over_none_per_round"],
         "fios_minus_mq_deadline": result.summary["fios_minus_mq_deadline"],
+        "fios_minus_bfq": result.summary["fios_minus_bfq"],
         "paper_hotstorage23_vs_none": {"mq-deadline": 1.069, "kyber": 1.073, "bfq": 1.199},
         "kernel_problems": len(result.kernel_problems),
         "rounds": args.rounds,
         "seconds": args.seconds,
         **provenance("lab_overhead.py"),
     }
-    paired = doc["fios_minus_mq_deadline"]
-    doc["fios_minus_mq_deadline_ci"] = (
-        f"{paired['mean']:+.4f} [{paired['low']:+.4f}, {paired['high']:+.4f}]"
-    )
+    for other in ("mq_deadline", "bfq"):
+        paired = doc[f"fios_minus_{other}"]
+        doc[f"fios_minus_{other}_ci"] = (
+            f"{paired['mean']:+.4f} [{paired['low']:+.4f}, {paired['high']:+.4f}]"
+        )
     doc["rounds_seconds"] = f"{args.rounds} x {args.seconds:g}"
     print(json.dumps(doc, indent=2))
     if not args.no_record:
@@ -60,6 +62,7 @@ def main() -> int:
                 "bfq": "bfq_vs_none",
                 "fios": "fios_vs_none",
                 "fios - mq-deadline (95 % CI, of none)": "fios_minus_mq_deadline_ci",
+                "fios - bfq (95 % CI, of none)": "fios_minus_bfq_ci",
                 "rounds x s": "rounds_seconds",
                 "kernel": "kernel",
             },

@@ -324,13 +324,15 @@ def summarize_overhead(runs: dict[str, dict[str, float]]) -> dict[str, Any]:
         # per round, each scheduler's added latency over none in that round; the median
         "added_over_none_per_round": {s: round(v, 3) for s, v in added.items()},
     }
-    if {"fios", "mq-deadline"} <= set(schedulers) and len(rounds) >= 3:
-        differences = [
-            (runs[f"fios/{r}"]["lat_mean_us"] - runs[f"mq-deadline/{r}"]["lat_mean_us"])
-            / runs[f"none/{r}"]["lat_mean_us"]
-            for r in rounds
-        ]
-        summary["fios_minus_mq_deadline"] = paired_difference(differences)
+    for other in ("mq-deadline", "bfq"):
+        if {"fios", other} <= set(schedulers) and len(rounds) >= 3:
+            differences = [
+                (runs[f"fios/{r}"]["lat_mean_us"] - runs[f"{other}/{r}"]["lat_mean_us"])
+                / runs[f"none/{r}"]["lat_mean_us"]
+                for r in rounds
+            ]
+            key = "fios_minus_" + other.replace("-", "_")
+            summary[key] = paired_difference(differences)
     return summary
 
 
