@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+import uvicorn
 
 from service import db
 from service.embedded import EmbeddedPostgres
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# serve's exit status when the server could not start (uvicorn.run's: the port taken, a
+# certificate unreadable)
+STARTUP_FAILURE = 3
 
 
 @contextmanager
@@ -58,3 +65,27 @@ def exit_cleanly_on_signals() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, which on shutdown first drops the connections with nothing in flight.
+
+    uvicorn ends an idle keep-alive connection on shutdown with `transport.close()`. Over TLS
+    that sends close_notify and waits for the client's — up to asyncio's ssl_shutdown_timeout,
+    30 s — and a client that is not reading (an agent between two pushes, its connection
+    pooled) never answers: a TLS `serve` with one agent connected took 30.6 s to stop, each
+    time (tests/agent/test_tls.py), where plain HTTP takes under a second. A connection whose
+    last response is complete and written out has nothing to lose: it is aborted, and the
+    client's pool finds it closed and opens another. One still sending, or mid-request, is
+    left to uvicorn's graceful shutdown."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for connection in list(self.server_state.connections):
+            # uvicorn's HTTP protocols: `cycle` is the request in progress or the last one
+            cycle = getattr(connection, "cycle", None)
+            transport = getattr(connection, "transport", None)
+            if transport is None or (cycle is not None and not cycle.response_complete):
+                continue
+            if transport.get_write_buffer_size() == 0:
+                transport.abort()
+        await super().shutdown(sockets)

@@ -18,7 +18,7 @@ from agent.contract.wire import Heartbeat, InventoryReport, TelemetryBatch, Tele
 from agent.errors import ServiceRejected, ServiceUnreachable
 from agent.state import NodeState
 from tests.factories import device_inventory, telemetry_window
-from tests.proc import ServiceProcess, clean_env, free_port, run
+from tests.proc import BLKPILOT, ServiceProcess, clean_env, free_port, run
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +45,26 @@ def test_binds_loopback_by_default(served: ServiceProcess) -> None:
     assert served.base_url.startswith("http://127.0.0.1:")
     assert httpx.get(f"{served.base_url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{served.base_url}/readyz").json()["status"] == "ok"
+
+
+def test_a_port_already_taken_ends_serve_with_uvicorns_startup_failure(
+    served: ServiceProcess, tmp_path: Path
+) -> None:
+    """serve runs uvicorn's Server itself (service.runtime.Server): when it cannot bind, it
+    still exits as uvicorn.run does — status 3, the reason in its log — and stops the
+    embedded PostgreSQL it started."""
+    port = int(served.base_url.rsplit(":", 1)[1])
+    done = subprocess.run(
+        [BLKPILOT, "serve", "--port", str(port)],
+        env=clean_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "address already in use" in (done.stdout + done.stderr).lower()
+    assert not (tmp_path / "postgres" / "postmaster.pid").exists()
 
 
 def test_an_idle_connection_outlives_the_clients_keep_alive(served: ServiceProcess) -> None:

@@ -62,7 +62,12 @@ def serve(
     import uvicorn
 
     from service.app import create_app
-    from service.runtime import exit_cleanly_on_signals, open_database
+    from service.runtime import (
+        STARTUP_FAILURE,
+        Server,
+        exit_cleanly_on_signals,
+        open_database,
+    )
 
     with exit_cleanly_on_signals(), open_database(settings) as database:
         app = create_app(settings, database)
@@ -96,21 +101,26 @@ def serve(
         # 89.7-97.0 → 100-101 nodes/s (bench/results/fleet.md)
         gc.set_threshold(*GC_THRESHOLDS)
         try:
-            uvicorn.run(
-                app,
-                host=host or settings.host,
-                port=port or settings.port,
-                log_level="info",
-                log_config=None,  # uvicorn's lines through the same (JSON) handler
-                # C parsing and libuv (the server extra installs both): a telemetry push's
-                # 30-90 KB body went through h11's Python parser and asyncio's selector loop
-                loop="uvloop",
-                http="httptools",
-                access_log=False,  # RequestIdMiddleware writes one, with the request id
-                timeout_keep_alive=settings.keep_alive_seconds,
-                ssl_certfile=settings.tls_certfile,
-                ssl_keyfile=settings.tls_keyfile,
+            server = Server(
+                uvicorn.Config(
+                    app,
+                    host=host or settings.host,
+                    port=port or settings.port,
+                    log_level="info",
+                    log_config=None,  # uvicorn's lines through the same (JSON) handler
+                    # C parsing and libuv (the server extra installs both): a telemetry push's
+                    # 30-90 KB body went through h11's Python parser and asyncio's selector loop
+                    loop="uvloop",
+                    http="httptools",
+                    access_log=False,  # RequestIdMiddleware writes one, with the request id
+                    timeout_keep_alive=settings.keep_alive_seconds,
+                    ssl_certfile=settings.tls_certfile,
+                    ssl_keyfile=settings.tls_keyfile,
+                )
             )
+            server.run()
+            if not server.started:  # as uvicorn.run ends: the port taken, a certificate unread
+                raise SystemExit(STARTUP_FAILURE)
         finally:
             token_changes.stop()
             upkeep.stop()
