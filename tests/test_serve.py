@@ -18,7 +18,7 @@ from agent.contract.wire import Heartbeat, InventoryReport, TelemetryBatch, Tele
 from agent.errors import ServiceRejected, ServiceUnreachable
 from agent.state import NodeState
 from tests.factories import device_inventory, telemetry_window
-from tests.proc import BLKPILOT, ServiceProcess, clean_env, free_port, run
+from tests.proc import ServiceProcess, clean_env, free_port, run
 
 pytestmark = pytest.mark.slow
 
@@ -54,14 +54,7 @@ def test_a_port_already_taken_ends_serve_with_uvicorns_startup_failure(
     still exits as uvicorn.run does — status 3, the reason in its log — and stops the
     embedded PostgreSQL it started."""
     port = int(served.base_url.rsplit(":", 1)[1])
-    done = subprocess.run(
-        [BLKPILOT, "serve", "--port", str(port)],
-        env=clean_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run("serve", "--port", str(port), env=clean_env(tmp_path))
     assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]
     assert "address already in use" in (done.stdout + done.stderr).lower()
     assert not (tmp_path / "postgres" / "postmaster.pid").exists()

@@ -263,7 +263,7 @@ def test_fios_is_fair_and_efficient(flash_fairness: LabResult, workload: str) ->
     fios = cases["fios"]
     # FAST '12's bound is 1.5, and fios measured 0.91-1.09 here; with the host's two cores
     # busy besides QEMU (the suite beside other work) one run measured 1.67 for 4 + 4 — TCG's
-    # clock then runs in bursts. Held to 2.0, and to being fairer than every stock scheduler
+    # clock then runs in bursts. Held to 2.0, and to being fairer than the stock schedulers
     assert fios["worst_over_proportional"] <= 2.0, fios
     bound = max(1.5, fios["worst_over_proportional"])
     # none of the stock schedulers holds that bound with 4 + 4 tasks (2.4-5.7 measured). With
