@@ -72,8 +72,10 @@ docs:
 typecheck:
 	mypy
 
+# two workers (this machine's cores), a test file to each at a time: module fixtures (a lab
+# boot, a fleet) are set up once, and much of the suite waits on processes and devices
 unit:
-	pytest
+	pytest --numprocesses 2 --dist loadfile
 
 bench: setup
 	python -m bench.ingest

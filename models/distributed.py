@@ -27,7 +27,10 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
             ray.init(address=address, log_to_driver=False)
             where = f"the Ray cluster at {address}"
         else:
+            # "local": a Ray of the job's own. With no address at all, ray.init joins the
+            # newest cluster a `ray start` left on this machine (/tmp/ray/ray_current_cluster)
             ray.init(
+                address="local",
                 num_cpus=num_cpus,
                 include_dashboard=False,
                 log_to_driver=False,

@@ -28,6 +28,32 @@ from service.settings import Settings
 from service.telemetry.retention import RetentionPolicy, maintain
 from tests.proc import ServiceProcess
 
+# The longest files, longest first (bench/results/suite_time.md, per file from the JUnit report):
+# `make test` runs the suite on two workers, a file to a worker (pytest-xdist, --dist loadfile),
+# and a long file started last would leave one worker running it alone at the end.
+LONGEST_FIRST = (
+    "tests/kernel/test_lab.py",
+    "tests/test_rollouts.py",
+    "tests/models/test_transfer.py",
+    "tests/test_dashboard_browser.py",
+    "tests/test_soak.py",
+    "tests/agent/test_live_canary.py",
+    "tests/test_service_role.py",
+    "tests/agent/test_canary.py",
+    "tests/models/test_evaluate.py",
+    "tests/agent/test_live_apps.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    root = config.rootpath
+
+    def key(item: pytest.Item) -> int:
+        return rank.get(item.path.relative_to(root).as_posix(), len(rank))
+
+    items.sort(key=key)  # stable: the order within a file, and among the rest, is kept
+
 
 @pytest.fixture(scope="session")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

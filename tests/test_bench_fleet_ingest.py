@@ -6,6 +6,8 @@ sizes and read paths are measured. The figures themselves belong to the recorded
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,22 +21,27 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(*args: str) -> dict[str, object]:
-    scratch = Path(tempfile.gettempdir())
-    before = set(scratch.glob("blkpilot-*"))
-    done = subprocess.run(
-        [sys.executable, "-m", *args, "--no-record"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode in (0, 1), done.stderr[-3000:]  # 1: below a target, not an error
-    start = done.stdout.index("{\n")
-    end = done.stdout.rindex("\n}") + 2
-    result: dict[str, object] = json.loads(done.stdout[start:end])
-    # its database and logs are gone (a run used to leave 283 MB behind)
-    assert set(scratch.glob("blkpilot-*")) <= before, set(scratch.glob("blkpilot-*")) - before
+    # a temporary directory of the run's own (the suite's other workers make theirs in /tmp
+    # at the same time), short enough for PostgreSQL's socket path
+    scratch = Path(tempfile.mkdtemp(prefix="bench-", dir="/tmp"))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", *args, "--no-record"],
+            cwd=ROOT,
+            env={**os.environ, "TMPDIR": str(scratch)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert done.returncode in (0, 1), done.stderr[-3000:]  # 1: below a target, not an error
+        start = done.stdout.index("{\n")
+        end = done.stdout.rindex("\n}") + 2
+        result: dict[str, object] = json.loads(done.stdout[start:end])
+        # its database and logs are gone (a run used to leave 283 MB behind)
+        assert not list(scratch.iterdir()), list(scratch.iterdir())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return result
 
 

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,7 +38,8 @@ BUCKET = 0.125
 @pytest.fixture(scope="module")
 def device(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DataDevice]:
     mount = tmp_path_factory.mktemp("data")
-    with data_device(TMPFS / f"blkpilot-test-blklat-{id(mount)}.img", 512 << 20, mount) as dev:
+    backing = TMPFS / f"blkpilot-test-blklat-{uuid.uuid4().hex[:8]}.img"  # unique per worker
+    with data_device(backing, 512 << 20, mount) as dev:
         yield dev
     assert dev.fsck == "", dev.fsck
 

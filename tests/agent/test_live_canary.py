@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,7 +45,8 @@ pytestmark = pytest.mark.timeout(900)
 @pytest.fixture(scope="module")
 def device(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DataDevice]:
     mount = tmp_path_factory.mktemp("live")
-    with data_device(TMPFS / f"blkpilot-test-live-{id(mount)}.img", 512 << 20, mount) as dev:
+    backing = TMPFS / f"blkpilot-test-live-{uuid.uuid4().hex[:8]}.img"  # unique per worker
+    with data_device(backing, 512 << 20, mount) as dev:
         yield dev
     assert dev.fsck == "", f"fsck -n found: {dev.fsck}"
     assert dev.files_intact
