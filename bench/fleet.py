@@ -44,7 +44,7 @@ from agent.config import AgentConfig
 from agent.contract.wire import DeviceClass
 from bench.cpu import cpu_seconds, peak_rss_mib, postmaster_pid, tree_cpu_seconds
 from bench.http import LeanClient
-from bench.ingest import with_distributions
+from bench.ingest import AGENT_JSON, with_distributions
 from bench.record import provenance, record
 from tests.factories import device_inventory
 from tests.proc import BLKPILOT, clean_env, start_replicas, stop
@@ -181,7 +181,7 @@ async def post_telemetry(
         body = {"batch_id": str(uuid.uuid4()), "windows": windows}
         began = time.perf_counter()
         status, reply = await sessions[base].post(
-            "/api/v1/telemetry/batches", json.dumps(body).encode(), token
+            "/api/v1/telemetry/batches", json.dumps(body, separators=AGENT_JSON).encode(), token
         )
         timer.add("batch", time.perf_counter() - began)
         if status != 201:

@@ -54,6 +54,9 @@ FLEET_WINDOWS_PER_SECOND = 10_000 * 16 / 10  # 10,000 nodes x 16 devices, a wind
 # inside the raw retention whenever the benchmark runs (windows run forward from here)
 T0 = (datetime.now(UTC) - timedelta(hours=12)).replace(minute=0, second=0, microsecond=0)
 
+# the agent sends compact JSON (pydantic's model_dump_json): no space after "," or ":"
+AGENT_JSON = (",", ":")
+
 
 def _window(device: str, index: int, ebpf: bool = False) -> dict[str, Any]:
     """A window as an agent reads it from diskstats — or, with ebpf, with the read and write
@@ -137,7 +140,8 @@ def build_batches(
             _window(devices[i % len(devices)], b * per_device + i // len(devices), ebpf)
             for i in range(windows)
         ]
-        bodies.append(json.dumps({"batch_id": str(uuid.uuid4()), "windows": rows}).encode())
+        body = {"batch_id": str(uuid.uuid4()), "windows": rows}
+        bodies.append(json.dumps(body, separators=AGENT_JSON).encode())
     return bodies
 
 

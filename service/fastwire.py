@@ -75,10 +75,16 @@ def _meta(metadata: list[Any], where: str) -> dict[str, Any]:
 
 
 class _Builder:
-    def __init__(self, deferred: frozenset[object] = frozenset()) -> None:
+    def __init__(
+        self,
+        deferred: frozenset[object] = frozenset(),
+        raw: Collection[tuple[type[BaseModel], str]] = (),
+    ) -> None:
         self.structs: dict[type[BaseModel], type[msgspec.Struct]] = {}
         self.deferred = deferred  # after-validators the decoder runs on the whole document
         self.found: set[object] = set()
+        self.raw = frozenset(raw)  # (model, field) left as their JSON for the whole check
+        self.raw_found: set[tuple[type[BaseModel], str]] = set()
 
     def type_of(self, annotation: Any, metadata: list[Any], where: str) -> Any:
         """The msgspec type for a pydantic annotation with its field's constraints."""
@@ -138,10 +144,12 @@ class _Builder:
         if decorators.field_validators or decorators.validators or decorators.root_validators:
             raise TypeError(f"{model.__name__}: field validators have no msgspec equal")
         checks: list[Callable[[Any], Any]] = []
+        deferring = False
         for name, decorator in decorators.model_validators.items():
             mode = decorator.info.mode
             if mode == "after" and decorator.func in self.deferred:
                 self.found.add(decorator.func)
+                deferring = True
                 continue
             if mode == "after":
                 checks.append(decorator.func)
@@ -154,6 +162,19 @@ class _Builder:
                 raise TypeError(f"{model.__name__}.{name}: aliases are not translated")
             kind = self.type_of(info.annotation, list(info.metadata), f"{model.__name__}.{name}")
             factory: Any = info.default_factory
+            if (model, name) in self.raw:
+                # its JSON, valid but undecoded: the check that runs in place of the model's
+                # deferred validator answers for everything its annotation says, too
+                if not deferring:
+                    raise TypeError(f"{model.__name__}.{name}: raw, but no validator deferred")
+                if factory not in (None, list) or (factory is None and not info.is_required()):
+                    raise TypeError(f"{model.__name__}.{name}: a raw field defaults to [] or none")
+                self.raw_found.add((model, name))
+                if factory is list:
+                    fields.append((name, msgspec.Raw, msgspec.Raw(b"[]")))
+                else:
+                    fields.append((name, msgspec.Raw, msgspec.NODEFAULT))
+                continue
             if isinstance(factory, type) and issubclass(factory, BaseModel):
                 factory = self.struct(factory)  # a message's defaults, as its struct
             elif factory is not None and factory not in (list, dict):
@@ -193,21 +214,27 @@ class FastDecoder(Generic[M]):
     the decoded document in their place, and must be True only where every one of them would
     pass (False leaves the document to the model) — a check that loops in Python over
     thousands of values per document is done in a few array operations instead
-    (service.telemetry.distributions)."""
+    (service.telemetry.distributions). `raw` fields of the models whose validators are
+    deferred are not decoded at all: they hold their JSON (msgspec.Raw, its syntax checked),
+    and `whole` must also be True only where each is what its annotation says (decoding a
+    histogram's pairs into tuples cost more than checking the whole window did)."""
 
     def __init__(
         self,
         model: type[M],
         deferred: Collection[object] = (),  # the models' after-validators, as functions
         whole: Callable[[Any], bool] | None = None,
+        raw: Collection[tuple[type[BaseModel], str]] = (),  # fields of the deferring models
     ) -> None:
         if bool(deferred) != (whole is not None):
             raise TypeError("deferred validators need the check that runs in their place")
         self.model = model
-        builder = _Builder(frozenset(deferred))
+        builder = _Builder(frozenset(deferred), raw)
         self.struct = builder.struct(model)
         if missing := set(deferred) - builder.found:
             raise TypeError(f"{model.__name__} has no after-validator {missing}")
+        if missing_fields := set(raw) - builder.raw_found:
+            raise TypeError(f"{model.__name__} has no field {missing_fields}")
         self._decoder = msgspec.json.Decoder(self.struct)
         self._whole = whole
 

@@ -24,13 +24,15 @@ which judges it and says why — never True where it would refuse
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
+from functools import lru_cache
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from agent.contract import histograms
+from agent.contract.base import MAX_IOS_PER_WINDOW
 from agent.contract.wire import IoOperation
 
 _LOW, _HIGH = (
@@ -45,6 +47,15 @@ _LIMITS = (histograms.LATENCY_SLOTS, histograms.SIZE_SLOTS, histograms.LATENCY_S
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
+
+_DIGITS = b"0123456789"
+_ALPHABET = b"[]," + _DIGITS
+
+
+@lru_cache(maxsize=512)
+def _punctuation(pairs: int) -> bytes:
+    """A histogram of `pairs` pairs written compact, its digits left out: [[,],[,]]."""
+    return b"[]" if pairs <= 0 else b"[" + b"[,]," * (pairs - 1) + b"[,]]"
 
 
 class _EndToEnd:
@@ -61,18 +72,36 @@ class _EndToEnd:
         self.totals: Ints = self.running[self.ends] - self.running[self.starts]
 
     @classmethod
-    def of(cls, sparse: Sequence[Sequence[tuple[int, int]]]) -> _EndToEnd:
-        """OverflowError for a number past int64 (the model judges those)."""
-        lengths = np.fromiter(map(len, sparse), dtype=np.int64, count=len(sparse))
-        pairs = np.fromiter(
-            chain.from_iterable(chain.from_iterable(sparse)),
-            dtype=np.int64,
-            count=2 * int(lengths.sum()),
+    def parse(cls, sent: Sequence[bytes | msgspec.Raw]) -> _EndToEnd | None:
+        """Histograms as they were sent (JSON the decoder found well-formed, msgspec.Raw), or
+        None unless each is written compact as an array of [integer, integer] pairs of
+        digits alone — what the agent sends (anything else, spaces included, the model
+        judges). Past int64 a number is read as int64's largest, which no check takes."""
+        texts = [bytes(one) for one in sent]
+        lengths = np.empty(len(texts), dtype=np.int64)
+        for index, text in enumerate(texts):
+            if text.translate(None, _ALPHABET):
+                return None
+            # valid JSON of these characters alone: digits, and arrays of them. Its
+            # punctuation is a pair's exactly where every element is an array of two numbers
+            punctuation = text.translate(None, _DIGITS)
+            pairs = punctuation.count(b"[") - 1
+            if punctuation != _punctuation(pairs):
+                return None
+            lengths[index] = pairs
+        joined = b",".join(t for t in texts if t != b"[]").translate(None, b"[]")
+        values = (
+            np.fromstring(joined, dtype=np.int64, sep=",")  # text mode: not deprecated
+            if joined
+            else np.zeros(0, dtype=np.int64)
         )
-        return cls(pairs[0::2], pairs[1::2], lengths)
+        if values.size != 2 * int(lengths.sum()):
+            return None
+        return cls(values[0::2], values[1::2], lengths)
 
     def well_formed(self, limits: Ints) -> bool:
-        """Every histogram's slots strictly increasing within [0, its limit), counts > 0."""
+        """Every histogram's slots strictly increasing within [0, its limit), counts within
+        (0, MAX_IOS_PER_WINDOW] (the contract's Histogram)."""
         if not self.slots.size:
             return True
         first = np.zeros(self.slots.size, dtype=bool)
@@ -80,6 +109,7 @@ class _EndToEnd:
         rising = np.diff(self.slots) > 0
         return bool(
             (self.counts > 0).all()
+            and (self.counts <= MAX_IOS_PER_WINDOW).all()
             and (self.slots >= 0).all()
             and (self.slots < np.repeat(limits, self.lengths)).all()
             and (rising | first[1:]).all()
@@ -112,13 +142,12 @@ def consistent(batch: Any) -> bool:
     if not operations:
         return True
     n = len(operations)
-    try:
-        laid = _EndToEnd.of(
-            [o.device_ns for o in operations]
-            + [o.size_bytes for o in operations]
-            + [o.queue_ns for o in operations]
-        )
-    except (OverflowError, ValueError, TypeError):
+    laid = _EndToEnd.parse(
+        [o.device_ns for o in operations]
+        + [o.size_bytes for o in operations]
+        + [o.queue_ns for o in operations]
+    )
+    if laid is None:
         return False
     limits = np.repeat(np.array(_LIMITS, dtype=np.int64), n)
     if not laid.well_formed(limits):
@@ -138,14 +167,16 @@ def window_summaries(windows: Sequence[Any]) -> list[dict[str, float | None]]:
     device time merged; None where it has neither (or no eBPF). Of windows the contract
     took (`consistent`): slots in range."""
     owner: list[int] = []
-    sparse: list[Sequence[tuple[int, int]]] = []
+    sent: list[msgspec.Raw] = []
     for index, window in enumerate(windows):
         for o in window.operations:
             if o.op in _MERGED:
                 owner.append(index)
-                sparse.append(o.device_ns)
+                sent.append(o.device_ns)
     found: list[dict[str, float | None]] = [dict(_NONE) for _ in windows]
-    laid = _EndToEnd.of(sparse)
+    laid = _EndToEnd.parse(sent)
+    if laid is None:
+        raise ValueError("window_summaries takes histograms `consistent` took")
     if not laid.slots.size:
         return found
     # each window's histograms merged: one entry per (window, slot), counts summed, sorted

@@ -23,11 +23,13 @@ from service.telemetry import distributions, repository, retention
 from service.telemetry.retention import RetentionPolicy
 
 # a batch as it arrives: TelemetryBatch's fields in a msgspec struct (service.fastwire), which
-# mypy knows only as Any; each operation's histograms are checked batch-wide, in arrays
+# mypy knows only as Any; each operation's histograms are kept as the JSON they came in and
+# checked batch-wide, in arrays
 BATCHES = FastDecoder(
     TelemetryBatch,
     deferred=[OperationLatency._consistent],
     whole=distributions.consistent,
+    raw=[(OperationLatency, name) for name in ("device_ns", "queue_ns", "size_bytes")],
 )
 
 

@@ -12,10 +12,11 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from agent.contract import histograms
 from agent.contract.wire import OperationLatency, TelemetryBatch, window_percentiles_us
-from bench.ingest import with_distributions
+from bench.ingest import AGENT_JSON, with_distributions
 from service.fastwire import FastDecoder
 from service.telemetry import distributions
 from service.telemetry.service import BATCHES
@@ -85,7 +86,12 @@ def batches(draw: st.DrawFn) -> bytes:
         )
         window["operations"] = made
         windows.append(window)
-    return json.dumps({"batch_id": str(uuid.uuid4()), "windows": windows}).encode()
+    # compact, as the agent writes it (spaces leave a batch to the model: tested below)
+    return _compact({"batch_id": str(uuid.uuid4()), "windows": windows})
+
+
+def _compact(document: Any) -> bytes:
+    return json.dumps(document, separators=AGENT_JSON).encode()
 
 
 def _struct(raw: bytes) -> Any:
@@ -97,30 +103,79 @@ def _struct(raw: bytes) -> Any:
         assume(False)
 
 
-def _contract_takes(batch: Any) -> bool:
+def _contract(raw: bytes) -> TelemetryBatch | None:
+    """The batch as the contract takes it, or None. The struct took it (`_struct`): its own
+    checks are the model's, but for the deferred validator and what the histograms' type
+    says (the struct keeps them as their JSON)."""
     try:
-        for window in batch.windows:
-            for operation in window.operations:
-                CONTRACT_CHECK(operation)  # reads only fields: runs on a struct too
+        return TelemetryBatch.model_validate_json(raw)
     except ValueError:
-        return False
-    return True
+        return None
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
 def test_the_array_check_says_what_the_contract_says(raw: bytes) -> None:
     batch = _struct(raw)
-    assert distributions.consistent(batch) == _contract_takes(batch)
+    assert distributions.consistent(batch) == (_contract(raw) is not None)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
 def test_each_window_is_summarised_as_the_contract_summarises_it(raw: bytes) -> None:
     batch = _struct(raw)
-    assume(_contract_takes(batch))  # what is stored: what the contract took
-    expected = [window_percentiles_us(window) for window in batch.windows]
+    taken = _contract(raw)
+    assume(taken is not None)  # what is stored: what the contract took
+    assert taken is not None
+    expected = [window_percentiles_us(window) for window in taken.windows]
     assert distributions.window_summaries(batch.windows) == expected
+
+
+@pytest.mark.parametrize(
+    ("histogram", "valid"),
+    [
+        (b"[[12,3],[40,1]]", True),  # as the agent sends it: the fast path's
+        (b"[ [12, 3], [40,1] ]", True),  # valid JSON with spaces: the model's to take
+        (b"[[12,3,4]]", False),
+        (b"[[12]]", False),
+        (b"[[[12,3]]]", False),
+        (b"[12,3]", False),
+        (b"[[12.0,3]]", False),
+        (b"[[12,3e0]]", False),
+        (b"[[-1,3]]", False),
+        (b"[[12,-3]]", False),
+        (b"[[12,0]]", False),
+        (b'[[12,"3"]]', False),
+        (b"[[12,true]]", False),
+        (b"[[12,null]]", False),
+        (b"{}", False),
+        (b'"[[12,3]]"', False),
+        (b"[[12,360000000001]]", False),  # past MAX_IOS_PER_WINDOW
+        (b"[[12,99999999999999999999]]", False),  # past int64: read as int64's largest
+        (b"[[99999999999999999999,3]]", False),
+    ],
+)
+def test_a_histogram_not_written_as_the_agent_writes_it_is_the_models(
+    histogram: bytes, valid: bool
+) -> None:
+    """Histograms stay the JSON they came in until the batch-wide check reads them: that
+    takes only pairs of plain integers written compact; the rest goes to the model, which
+    takes what the contract takes and says why it refuses the rest."""
+    window = ebpf_window("nvme0n1")
+    window["operations"][0]["queue_ns"] = ["HISTOGRAM"]
+    raw = _compact({"batch_id": str(uuid.uuid4()), "windows": [window]})
+    raw = raw.replace(b'["HISTOGRAM"]', histogram)
+    fast = BATCHES.decode(raw)
+    if histogram == b"[[12,3],[40,1]]":
+        assert fast is not None
+        assert bytes(fast.windows[0].operations[0].queue_ns) == histogram  # stored as sent
+    else:
+        assert fast is None
+    if valid:
+        TelemetryBatch.model_validate_json(raw)
+    else:
+        with pytest.raises(ValidationError):
+            TelemetryBatch.model_validate_json(raw)
 
 
 def test_recorded_histograms_are_taken_and_summarised_exactly() -> None:
@@ -129,18 +184,19 @@ def test_recorded_histograms_are_taken_and_summarised_exactly() -> None:
     windows = [
         with_distributions(ebpf_window(f"nvme{i % 16}n1", index=i), 7 * i) for i in range(48)
     ]
-    raw = json.dumps({"batch_id": str(uuid.uuid4()), "windows": windows}).encode()
+    raw = _compact({"batch_id": str(uuid.uuid4()), "windows": windows})
     batch = BATCHES.decode(raw)
     assert batch is not None
     summaries = distributions.window_summaries(batch.windows)
-    assert summaries == [window_percentiles_us(w) for w in batch.windows]
+    taken = TelemetryBatch.model_validate_json(raw)
+    assert summaries == [window_percentiles_us(w) for w in taken.windows]
     assert all(s["p99_us"] is not None for s in summaries)
 
 
 def test_a_percentile_off_its_histogram_is_left_to_the_model_which_says_why() -> None:
     window = ebpf_window("nvme0n1")
     window["operations"][1]["p99_us"] *= 1.01
-    raw = json.dumps({"batch_id": str(uuid.uuid4()), "windows": [window]}).encode()
+    raw = _compact({"batch_id": str(uuid.uuid4()), "windows": [window]})
     assert UNCHECKED.decode(raw) is not None  # the struct's own checks take it
     assert BATCHES.decode(raw) is None
     with pytest.raises(ValueError, match=r"p99_us is not the histogram's"):
@@ -150,7 +206,7 @@ def test_a_percentile_off_its_histogram_is_left_to_the_model_which_says_why() ->
 def test_a_slot_past_int64_is_left_to_the_model() -> None:
     window = ebpf_window("nvme0n1")
     window["operations"][0]["queue_ns"] = [[2**64, 1]]
-    raw = json.dumps({"batch_id": str(uuid.uuid4()), "windows": [window]}).encode()
+    raw = _compact({"batch_id": str(uuid.uuid4()), "windows": [window]})
     assert BATCHES.decode(raw) is None
     with pytest.raises(ValueError, match="histogram slots"):
         TelemetryBatch.model_validate_json(raw)
