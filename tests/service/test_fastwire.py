@@ -101,6 +101,9 @@ SPECIAL: st.SearchStrategy[Any] = st.sampled_from(
         None,
     ]
 )
+# each a copy: `[]`, `[[0, 1]]` and `{}` above are one object each, and a later change inside
+# one (a key added to the `{}`, given that same `{}`) changed every example after it — and
+# once made it hold itself (RecursionError, and hypothesis' FlakyStrategyDefinition)
 VALUES = st.one_of(
     SPECIAL,
     st.none(),
@@ -108,7 +111,7 @@ VALUES = st.one_of(
     st.integers(min_value=-(2**66), max_value=2**66),
     st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=6),
-)
+).map(copy.deepcopy)
 
 
 def _paths(document: dict[str, Any]) -> list[tuple[Any, ...]]:
