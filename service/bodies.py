@@ -63,24 +63,28 @@ def json_body(model: type[M]) -> Callable[[Request], Awaitable[M]]:
     return read
 
 
-def fast_json_body(decoder: FastDecoder[M]) -> Callable[[Request], Awaitable[Any]]:
+def fast_json_body(
+    decoder: FastDecoder[M], checked: bool = False
+) -> Callable[[Request], Awaitable[Any]]:
     """A dependency returning the request's body as `decoder`'s struct (service.fastwire):
     msgspec where it takes the body, else the model's verdict — its errors, as json_body's,
-    or what it took, as the struct."""
+    or what it took, as the struct. With `checked`: (struct, what the decoder's whole check
+    found of it), the second None where the model judged the body."""
     judge = json_body(decoder.model)
 
     async def read(request: Request) -> Any:
-        fast = decoder.decode(await _raw_body(request))
+        fast = decoder.decode_checked(await _raw_body(request))
         if fast is not None:
-            return fast
+            return fast if checked else fast[0]
         validated = await judge(request)  # the body is read once: Starlette keeps it
         try:
-            return decoder.from_model(validated)
+            document = decoder.from_model(validated)
         except msgspec.ValidationError as error:
             # the model took what its struct cannot hold: refused, with msgspec's reason
             raise RequestValidationError(
                 [{"type": "value_error", "loc": ("body",), "msg": str(error), "input": None}]
             ) from None
+        return (document, None) if checked else document
 
     read.__name__ = f"{decoder.model.__name__}_fast_body"
     return read

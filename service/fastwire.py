@@ -211,8 +211,9 @@ class FastDecoder(Generic[M]):
     """Decodes a JSON document as `model`'s struct, or leaves it to the model (None).
 
     `deferred` after-validators are not run struct by struct: `whole(document)` runs once on
-    the decoded document in their place, and must be True only where every one of them would
-    pass (False leaves the document to the model) — a check that loops in Python over
+    the decoded document in their place, and must be neither None nor False only where every
+    one of them would pass (None or False leaves the document to the model; anything else it
+    returns is kept with the document: `decode_checked`) — a check that loops in Python over
     thousands of values per document is done in a few array operations instead
     (service.telemetry.distributions). `raw` fields of the models whose validators are
     deferred are not decoded at all: they hold their JSON (msgspec.Raw, its syntax checked),
@@ -223,7 +224,7 @@ class FastDecoder(Generic[M]):
         self,
         model: type[M],
         deferred: Collection[object] = (),  # the models' after-validators, as functions
-        whole: Callable[[Any], bool] | None = None,
+        whole: Callable[[Any], object] | None = None,
         raw: Collection[tuple[type[BaseModel], str]] = (),  # fields of the deferring models
     ) -> None:
         if bool(deferred) != (whole is not None):
@@ -242,15 +243,24 @@ class FastDecoder(Generic[M]):
         """The document as the struct, or None: the model must judge it (msgspec refused it,
         the deferred check was not sure of it, or its bytes hold an escape only the model's
         NUL walk checks)."""
+        found = self.decode_checked(raw)
+        return None if found is None else found[0]
+
+    def decode_checked(self, raw: bytes) -> tuple[Any, Any] | None:
+        """decode's document with what the whole check found of it — its result, for a
+        caller that reads the same values again (None without a whole check)."""
         if may_hold_unstorable(raw):
             return None
         try:
             decoded = self._decoder.decode(raw)
         except msgspec.DecodeError:  # ValidationError is one
             return None
-        if self._whole is not None and not self._whole(decoded):
+        if self._whole is None:
+            return decoded, None
+        checked = self._whole(decoded)
+        if checked is None or checked is False:
             return None
-        return decoded
+        return decoded, checked
 
     def from_model(self, validated: BaseModel) -> Any:
         """What the model took, as the struct (msgspec.ValidationError if the struct cannot

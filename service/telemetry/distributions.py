@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from itertools import compress, repeat
 from typing import Any
 
 import msgspec
@@ -49,7 +50,7 @@ Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
 
 _DIGITS = b"0123456789"
-_ALPHABET = b"[]," + _DIGITS
+_ALPHABET_JOINED = b"[],|" + _DIGITS  # a histogram's, and the separator of the joined
 
 
 @lru_cache(maxsize=512)
@@ -71,25 +72,38 @@ class _EndToEnd:
         self.running: Ints = np.concatenate(([0], np.cumsum(counts)))
         self.totals: Ints = self.running[self.ends] - self.running[self.starts]
 
+    def head(self, n: int) -> _EndToEnd:
+        """The first n histograms."""
+        pairs = int(self.ends[n - 1]) if n else 0
+        return _EndToEnd(self.slots[:pairs], self.counts[:pairs], self.lengths[:n])
+
     @classmethod
-    def parse(cls, sent: Sequence[bytes | msgspec.Raw]) -> _EndToEnd | None:
+    def parse(cls, sent: Sequence[bytes | msgspec.Raw], taken: bool = False) -> _EndToEnd | None:
         """Histograms as they were sent (JSON the decoder found well-formed, msgspec.Raw), or
         None unless each is written compact as an array of [integer, integer] pairs of
         digits alone — what the agent sends (anything else, spaces included, the model
-        judges). Past int64 a number is read as int64's largest, which no check takes."""
-        texts = [bytes(one) for one in sent]
-        lengths = np.empty(len(texts), dtype=np.int64)
-        for index, text in enumerate(texts):
-            if text.translate(None, _ALPHABET):
-                return None
-            # valid JSON of these characters alone: digits, and arrays of them. Its
-            # punctuation is a pair's exactly where every element is an array of two numbers
-            punctuation = text.translate(None, _DIGITS)
-            pairs = punctuation.count(b"[") - 1
-            if punctuation != _punctuation(pairs):
-                return None
-            lengths[index] = pairs
-        joined = b",".join(t for t in texts if t != b"[]").translate(None, b"[]")
+        judges). Past int64 a number is read as int64's largest, which no check takes.
+        `taken`: histograms `consistent` took, whose form is not checked again.
+
+        The histograms are read together, joined by "|" (which no JSON outside a string holds),
+        in a few passes over the bytes: no histogram is looked at on its own in Python."""
+        if not sent:
+            return cls(*(np.zeros(0, dtype=np.int64) for _ in range(3)))
+        joined = b"|".join(sent)
+        # valid JSON of these characters alone: digits, and arrays of them
+        if not taken and joined.translate(None, _ALPHABET_JOINED):
+            return None
+        # its punctuation is a pair's exactly where every element is an array of two numbers
+        punctuation = joined.translate(None, _DIGITS)
+        each = punctuation.split(b"|")
+        if len(each) != len(sent):
+            return None
+        pairs = [opened - 1 for opened in map(bytes.count, each, repeat(b"[", len(each)))]
+        if not taken and b"|".join(map(_punctuation, pairs)) != punctuation:
+            return None
+        lengths = np.array(pairs, dtype=np.int64)
+        # the numbers of the histograms that have any, comma-separated, in one parse
+        joined = b",".join(compress(sent, pairs)).translate(None, b"[]")
         values = (
             np.fromstring(joined, dtype=np.int64, sep=",")  # text mode: not deprecated
             if joined
@@ -135,12 +149,11 @@ class _EndToEnd:
         return np.where(empty, 0.0, found)
 
 
-def consistent(batch: Any) -> bool:
-    """True if every operation of every window passes OperationLatency's checks; False if
-    any might not (the model then judges the batch)."""
+def check(batch: Any) -> _EndToEnd | None:
+    """Every operation's device-time histogram, in the batch's order, if every operation of
+    every window passes OperationLatency's checks; None if any might not (the model then
+    judges the batch). What it returns is what window_summaries reads."""
     operations = [o for w in batch.windows for o in w.operations]
-    if not operations:
-        return True
     n = len(operations)
     laid = _EndToEnd.parse(
         [o.device_ns for o in operations]
@@ -148,48 +161,65 @@ def consistent(batch: Any) -> bool:
         + [o.queue_ns for o in operations]
     )
     if laid is None:
-        return False
+        return None
     limits = np.repeat(np.array(_LIMITS, dtype=np.int64), n)
     if not laid.well_formed(limits):
-        return False
+        return None
     counts = np.fromiter((o.count for o in operations), dtype=np.int64, count=n)
     if not ((laid.totals[:n] == counts) & (laid.totals[n : 2 * n] == counts)).all():
-        return False
+        return None
+    device_ns = laid.head(n)
+    if not n:
+        return device_ns
     given = np.array([(o.p50_us, o.p95_us, o.p99_us, o.p999_us) for o in operations])
     if not (np.diff(given, axis=1) >= 0).all():
-        return False
-    computed = laid.percentiles_us()[:n]  # the device-time histograms' (sizes' slots < 64)
-    return bool((np.abs(computed - given) <= 1e-6 * np.maximum(1.0, given)).all())
+        return None
+    computed = device_ns.percentiles_us()
+    if not (np.abs(computed - given) <= 1e-6 * np.maximum(1.0, given)).all():
+        return None
+    return device_ns
 
 
-def window_summaries(windows: Sequence[Any]) -> list[dict[str, float | None]]:
+def consistent(batch: Any) -> bool:
+    """True if every operation of every window passes OperationLatency's checks; False if
+    any might not."""
+    return check(batch) is not None
+
+
+def window_summaries(
+    windows: Sequence[Any], device_ns: _EndToEnd | None = None
+) -> list[dict[str, float | None]]:
     """window_percentiles_us of each window — p50, p99 and p99.9 of its reads' and writes'
     device time merged; None where it has neither (or no eBPF). Of windows the contract
-    took (`consistent`): slots in range."""
+    took: `device_ns`, what `check` returned of them, or read here again."""
     owner: list[int] = []
+    merged_op: list[bool] = []
     sent: list[msgspec.Raw] = []
     for index, window in enumerate(windows):
         for o in window.operations:
-            if o.op in _MERGED:
-                owner.append(index)
-                sent.append(o.device_ns)
+            owner.append(index)
+            merged_op.append(o.op in _MERGED)
+            sent.append(o.device_ns)
     found: list[dict[str, float | None]] = [dict(_NONE) for _ in windows]
-    laid = _EndToEnd.parse(sent)
-    if laid is None:
-        raise ValueError("window_summaries takes histograms `consistent` took")
+    laid = device_ns if device_ns is not None else _EndToEnd.parse(sent, taken=True)
+    if laid is None or laid.lengths.size != len(sent):
+        raise ValueError("window_summaries takes the device-time histograms `check` took")
     if not laid.slots.size:
         return found
-    # each window's histograms merged: one entry per (window, slot), counts summed, sorted
+    # each window's read and write histograms merged: counts summed per (window, slot) in one
+    # dense array (as floats: exact, for counts of at most MAX_IOS_PER_WINDOW, 3.6e11, far
+    # below 2**53), then its non-empty slots in order, laid end to end again
     keys = np.repeat(np.array(owner, dtype=np.int64), laid.lengths) * histograms.LATENCY_SLOTS
     keys += laid.slots
-    order = np.argsort(keys, kind="stable")
-    keys = keys[order]
-    firsts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-    unique = keys[firsts]
+    weights = np.where(np.repeat(np.array(merged_op), laid.lengths), laid.counts, 0)
+    dense = np.bincount(
+        keys, weights=weights, minlength=len(windows) * histograms.LATENCY_SLOTS
+    ).astype(np.int64)
+    held = np.flatnonzero(dense)
     merged = _EndToEnd(
-        unique % histograms.LATENCY_SLOTS,
-        np.add.reduceat(laid.counts[order], firsts),
-        np.bincount(unique // histograms.LATENCY_SLOTS, minlength=len(windows)),
+        held % histograms.LATENCY_SLOTS,
+        dense[held],
+        np.bincount(held // histograms.LATENCY_SLOTS, minlength=len(windows)),
     )
     values = merged.percentiles_us()[:, _SUMMARY].tolist()
     for index in np.flatnonzero(merged.lengths).tolist():

@@ -45,7 +45,7 @@ router = APIRouter(prefix=f"{API_PREFIX}", tags=["telemetry"], route_class=AuthF
     openapi_extra=request_schema(TelemetryBatch),
 )
 async def ingest_batch(
-    body: Annotated[Any, Depends(fast_json_body(service.BATCHES))],
+    body: Annotated[tuple[Any, Any], Depends(fast_json_body(service.BATCHES, checked=True))],
     request: Request,
     node: CurrentNode,
     response: Response,
@@ -53,7 +53,10 @@ async def ingest_batch(
 ) -> TelemetryBatchReceipt:
     """Windows from the calling node's devices, stored whole or not at all."""
     try:
-        receipt = await in_session(request, service.ingest, node, body, settings.retention)
+        batch, checked = body
+        receipt = await in_session(
+            request, service.ingest, node, batch, settings.retention, checked
+        )
     except BlkpilotError:
         metrics.TELEMETRY_BATCHES.labels(outcome="rejected").inc()
         raise

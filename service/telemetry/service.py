@@ -28,7 +28,7 @@ from service.telemetry.retention import RetentionPolicy
 BATCHES = FastDecoder(
     TelemetryBatch,
     deferred=[OperationLatency._consistent],
-    whole=distributions.consistent,
+    whole=distributions.check,
     raw=[(OperationLatency, name) for name in ("device_ns", "queue_ns", "size_bytes")],
 )
 
@@ -38,8 +38,11 @@ def ingest(
     node: Principal,
     batch: Any,
     policy: RetentionPolicy | None = None,
+    checked: Any = None,
 ) -> TelemetryBatchReceipt:
     """Store a batch whole or not at all; a batch id seen before is acknowledged, not stored.
+    `checked`: what BATCHES' whole check returned of the batch (its device-time histograms,
+    read once), or None: read again here.
 
     Windows may name devices the node no longer has (spooled before they went away);
     only names the node never reported are unknown.
@@ -81,7 +84,7 @@ def ingest(
         raise Unprocessable("the batch holds the same device and interval twice")
 
     digest = batch_digest(batch)
-    rows = window_rows(batch, device_ids)
+    rows = window_rows(batch, device_ids, checked)
     count = repository.store_batch(session, batch.batch_id, node.node_id, digest, rows)
     if count is None:
         owner, earlier = repository.claimed_batch(session, batch.batch_id) or (None, None)
@@ -132,10 +135,13 @@ def pydantic_digest(batch: Any) -> str:
     return hashlib.sha256(model.model_dump_json().encode()).hexdigest()
 
 
-def window_rows(batch: Any, device_ids: dict[str, uuid.UUID]) -> list[dict[str, Any]]:
+def window_rows(
+    batch: Any, device_ids: dict[str, uuid.UUID], checked: Any = None
+) -> list[dict[str, Any]]:
     """The batch's windows as the raw table stores them, each with its device-time
-    percentiles (the batch's histograms merged and read in arrays: distributions)."""
-    summaries = distributions.window_summaries(batch.windows)
+    percentiles (the batch's histograms merged and read in arrays: distributions, from
+    `checked`, what its check returned, where given)."""
+    summaries = distributions.window_summaries(batch.windows, checked)
     return [
         window_row(w, device_ids[w.device], batch.batch_id, summary)
         for w, summary in zip(batch.windows, summaries, strict=True)

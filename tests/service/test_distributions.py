@@ -128,6 +128,10 @@ def test_each_window_is_summarised_as_the_contract_summarises_it(raw: bytes) -> 
     assume(taken is not None)  # what is stored: what the contract took
     assert taken is not None
     expected = [window_percentiles_us(window) for window in taken.windows]
+    # from what the check read (the endpoint's way) and read again (a batch the model took)
+    checked = distributions.check(batch)
+    assert checked is not None
+    assert distributions.window_summaries(batch.windows, checked) == expected
     assert distributions.window_summaries(batch.windows) == expected
 
 
@@ -185,12 +189,29 @@ def test_recorded_histograms_are_taken_and_summarised_exactly() -> None:
         with_distributions(ebpf_window(f"nvme{i % 16}n1", index=i), 7 * i) for i in range(48)
     ]
     raw = _compact({"batch_id": str(uuid.uuid4()), "windows": windows})
-    batch = BATCHES.decode(raw)
-    assert batch is not None
-    summaries = distributions.window_summaries(batch.windows)
+    decoded = BATCHES.decode_checked(raw)
+    assert decoded is not None
+    batch, checked = decoded
+    summaries = distributions.window_summaries(batch.windows, checked)
     taken = TelemetryBatch.model_validate_json(raw)
     assert summaries == [window_percentiles_us(w) for w in taken.windows]
+    assert distributions.window_summaries(batch.windows) == summaries
     assert all(s["p99_us"] is not None for s in summaries)
+
+
+def test_summaries_refuse_histograms_read_of_another_batch() -> None:
+    one = _compact({"batch_id": str(uuid.uuid4()), "windows": [ebpf_window("nvme0n1")]})
+    two = _compact(
+        {
+            "batch_id": str(uuid.uuid4()),
+            "windows": [ebpf_window("nvme0n1", index=i) for i in (0, 1)],
+        }
+    )
+    first, second = BATCHES.decode_checked(one), BATCHES.decode_checked(two)
+    assert first is not None
+    assert second is not None
+    with pytest.raises(ValueError, match="histograms `check` took"):
+        distributions.window_summaries(second[0].windows, first[1])
 
 
 def test_a_percentile_off_its_histogram_is_left_to_the_model_which_says_why() -> None:
