@@ -50,7 +50,6 @@ Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
 
 _DIGITS = b"0123456789"
-_ALPHABET_JOINED = b"[],|" + _DIGITS  # a histogram's, and the separator of the joined
 
 
 @lru_cache(maxsize=512)
@@ -83,17 +82,16 @@ class _EndToEnd:
         None unless each is written compact as an array of [integer, integer] pairs of
         digits alone — what the agent sends (anything else, spaces included, the model
         judges). Past int64 a number is read as int64's largest, which no check takes.
-        `taken`: histograms `consistent` took, whose form is not checked again.
+        `taken`: histograms `check` took, whose form is not checked again.
 
         The histograms are read together, joined by "|" (which no JSON outside a string holds),
         in a few passes over the bytes: no histogram is looked at on its own in Python."""
         if not sent:
             return cls(*(np.zeros(0, dtype=np.int64) for _ in range(3)))
         joined = b"|".join(sent)
-        # valid JSON of these characters alone: digits, and arrays of them
-        if not taken and joined.translate(None, _ALPHABET_JOINED):
-            return None
-        # its punctuation is a pair's exactly where every element is an array of two numbers
+        # valid JSON whose characters but its digits are those of compact arrays of
+        # [integer, integer] pairs is such arrays (anything else, a space, a sign, a point,
+        # an exponent, a quote, is left in the punctuation and differs from the expected)
         punctuation = joined.translate(None, _DIGITS)
         each = punctuation.split(b"|")
         if len(each) != len(sent):
