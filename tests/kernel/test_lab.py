@@ -317,17 +317,11 @@ def test_polling_completes_only_when_the_device_is_done(polling: LabResult) -> N
             # few ms moves a mean (CI once: polling's mean 353 µs against interrupts' 299,
             # where the recorded runs give polling 0.53-0.66 of interrupts' mean)
             assert poll["lat_p50_us"] < irq["lat_p50_us"], (device, size, poll, irq)
-    # with interrupts the submitter sleeps once per I/O, where the device takes longer than
-    # the path from submission to the wait: the flash-like device (80 µs) more often than the
-    # ULL-like one (5 µs), which often completes before fio waits under TCG's slow CPU. How
-    # often is the host's: flash 0.8 and more switches per I/O on a quiet host, 0.65 and 0.49
-    # with make test's other worker busy beside QEMU; ULL at 4 KiB 0.05-0.32. Held at 4 KiB
-    # only: at 128 KiB TCG's copy of the data, not the model's 7.6 µs, is the ULL device's
-    # service time (polled median 130-175 µs, flash's at 4 KiB 100), so it slept on 0.96 of
-    # its I/Os in a CI run where flash slept on 0.60: a comparison of the emulator, not of the
-    # devices. At 4 KiB: flash 0.51 against ULL 0.27 with a hog on one core
-    flash = summary["flash/4k/interrupt"]["context_switches_per_io"]
-    assert flash > summary["ull/4k/interrupt"]["context_switches_per_io"], summary
+    # How often the interrupt-driven submitter sleeps is held only against polling (above):
+    # which device sleeps more often is the emulator's. Under TCG the ULL-like device's 5 µs
+    # are not what the guest sees (its interrupt-driven median 150 µs at 4 KiB), and runs
+    # measured flash 0.49-0.94 switches per I/O against ULL 0.05-0.32, but ULL 0.96-0.97 in
+    # two CI runs of 2026-11-28 (at 128 KiB in one, 4 KiB in the other; flash 0.60 and 0.89)
     # the flash-like device's 80 µs read time shows through polling: no instant completions
     assert summary["flash/4k/classic"]["lat_p50_us"] > 80
 
