@@ -216,7 +216,10 @@ def test_the_agent_calibration_sets_fios_costs(flash_fairness: LabResult) -> Non
     # write/read ratio swung 9.7-11.7x between runs); that overhead is in both, the device's
     # difference is not: a write costs at least 3.5 ms more than a read (measured 3.98-4.05)
     assert tunables["cost_read_128k_ns"] > tunables["cost_read_4k_ns"] > 250_000
-    assert tunables["cost_write_128k_ns"] > tunables["cost_write_4k_ns"] > 4_000_000
+    # a 128 KiB write adds 124 µs to flashsim's 4 ms, within the noise of a measurement that
+    # read 4.1-6.6 ms: where it measured below the 4 KiB one, the calibration charges the two
+    # alike (agent.calibrate.monotonic_in_size; a CI run of 2026-11-28: both 6,580,247 ns)
+    assert tunables["cost_write_128k_ns"] >= tunables["cost_write_4k_ns"] > 4_000_000
     assert tunables["cost_write_4k_ns"] - tunables["cost_read_4k_ns"] > 3_500_000, tunables
     # the stats fios prints say it used them
     stats = flash_fairness.stats["fios-1r1w/fios/together"]
