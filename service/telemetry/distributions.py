@@ -192,15 +192,16 @@ def window_summaries(
     took: `device_ns`, what `check` returned of them, or read here again."""
     owner: list[int] = []
     merged_op: list[bool] = []
-    sent: list[msgspec.Raw] = []
     for index, window in enumerate(windows):
         for o in window.operations:
             owner.append(index)
             merged_op.append(o.op in _MERGED)
-            sent.append(o.device_ns)
     found: list[dict[str, float | None]] = [dict(_NONE) for _ in windows]
-    laid = device_ns if device_ns is not None else _EndToEnd.parse(sent, taken=True)
-    if laid is None or laid.lengths.size != len(sent):
+    laid = device_ns
+    if laid is None:  # a batch the model took: its histograms read here
+        sent = [o.device_ns for window in windows for o in window.operations]
+        laid = _EndToEnd.parse(sent, taken=True)
+    if laid is None or laid.lengths.size != len(owner):
         raise ValueError("window_summaries takes the device-time histograms `check` took")
     if not laid.slots.size:
         return found
