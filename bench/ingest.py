@@ -218,6 +218,39 @@ def raw_copy_rate(url: str, clients: list[list[bytes]]) -> float:
     return written / elapsed
 
 
+def roll_up_cost(
+    url: str, postmaster: int | None, windows: int, per_device: int
+) -> dict[str, float | None]:
+    """What the hourly roll-up (service.telemetry.repository.roll_up, as the upkeep runs it)
+    costs PostgreSQL for the windows just ingested: every hour they cover rolled up in one
+    transaction, the database's CPU time from /proc per window. Part of a window's cost to
+    the database as much as storing it: an eBPF window's histograms are read again there."""
+    from service.db import create_db_engine
+    from service.telemetry.repository import roll_up
+
+    engine = create_db_engine(url, pool_size=1, max_overflow=0)
+    hours = per_device // 360 + 1  # of a device's 10 s windows, from T0
+    try:
+        before = tree_cpu_seconds(postmaster) if postmaster else 0.0
+        started, python = time.perf_counter(), time.process_time()
+        with engine.begin() as connection:
+            rolled = roll_up(connection, T0, T0 + timedelta(hours=hours))
+        elapsed, python = time.perf_counter() - started, time.process_time() - python
+        cpu = tree_cpu_seconds(postmaster) - before if postmaster else None
+    finally:
+        engine.dispose()
+    assert rolled > 0, "the roll-up found no windows"
+    return {
+        "rollup_device_hours": rolled,
+        "rollup_seconds": round(elapsed, 2),
+        "postgres_rollup_cpu_us_per_window": round(1e6 * cpu / windows, 1)
+        if cpu is not None
+        else None,
+        # the upkeep's own CPU (this process: it merges each device-hour's histograms)
+        "upkeep_rollup_cpu_us_per_window": round(1e6 * python / windows, 1),
+    }
+
+
 def python_stage_costs(bodies: list[bytes]) -> dict[str, float]:
     """Microseconds per window of the service's own Python stages, on one core, in this
     process: parsing and validating a batch (msgspec, as the endpoint does), turning its
@@ -333,6 +366,11 @@ def main() -> int:
         serve_cpu = sum(cpu_seconds(s.pid) for s in servers) - serve_cpu0
         postgres_cpu = tree_cpu_seconds(postmaster) - postgres_cpu0 if postmaster else None
         counted = sum(ingested_total(b) for b in bases) - before
+        # before COPY's rows (for devices of their own) join the table
+        print("the hourly roll-up of those windows ...", flush=True)
+        total_windows = args.clients * (args.batches + args.warmup) * args.windows
+        per_device = -(-args.windows // args.devices) * (args.batches + args.warmup)
+        rollup = roll_up_cost(url, postmaster, total_windows, per_device)
         print("COPY alone, the same rows ...", flush=True)
         copy_rate = raw_copy_rate(url, [w[args.warmup :] for w in work])
         stages = python_stage_costs([b for w in work for b in w[args.warmup :]])
@@ -363,6 +401,8 @@ def main() -> int:
         "postgres_cpu_us_per_window": round(1e6 * postgres_cpu / sent, 1)
         if postgres_cpu is not None
         else None,
+        # the hourly roll-up of every window stored (the warm-up's too), per window
+        **rollup,
         # serve cores that 10,000 nodes x 16 devices, a 10 s window each pushed every 30 s
         # (333 requests a second of 48 windows), would need at this cost per window
         "serve_cores_for_10k_nodes": round(FLEET_WINDOWS_PER_SECOND * serve_cpu / sent, 2),
@@ -401,6 +441,8 @@ def main() -> int:
                 "serve CPU µs/window": "serve_cpu_us_per_window",
                 "PostgreSQL CPU µs/window": "postgres_cpu_us_per_window",
                 "serve cores for 10k nodes": "serve_cores_for_10k_nodes",
+                "PostgreSQL roll-up CPU µs/window": "postgres_rollup_cpu_us_per_window",
+                "upkeep roll-up CPU µs/window": "upkeep_rollup_cpu_us_per_window",
             },
         )
     ok = rate >= TARGET_WINDOWS_PER_SECOND and rate / copy_rate >= TARGET_SHARE_OF_COPY

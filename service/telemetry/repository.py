@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from itertools import groupby
 from typing import Any
 
 import msgspec
@@ -25,6 +26,7 @@ from service.tables import (
     TelemetryRollupFailure,
     TelemetryWindowRow,
 )
+from service.telemetry import hourly
 
 RAW = TelemetryWindowRow.__tablename__
 HOURLY = TelemetryHourlyRow.__tablename__
@@ -239,48 +241,49 @@ ON CONFLICT (device_id, hour) DO UPDATE SET
     operations = NULL, rolled_up_at = now()
 """  # noqa: S608
 
-# the hour's eBPF histograms, merged slot by slot per operation and kind
-_MERGE_HISTOGRAMS = f"""
-WITH slots AS (
-    SELECT w.device_id,
-        date_trunc('hour', w.window_start AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hour,
-        o ->> 'op' AS op, k.kind, (p ->> 0)::int AS slot, sum((p ->> 1)::bigint) AS n
-    FROM {RAW} w
-    CROSS JOIN LATERAL jsonb_array_elements(w.operations) AS o
-    CROSS JOIN LATERAL (VALUES ('device_ns'), ('queue_ns'), ('size_bytes')) AS k(kind)
-    CROSS JOIN LATERAL jsonb_array_elements(coalesce(o -> k.kind, '[]'::jsonb)) AS p
-    WHERE w.operations IS NOT NULL AND w.window_start >= :low AND w.window_start < :high
-    GROUP BY 1, 2, 3, 4, 5
-), kinds AS (
-    SELECT device_id, hour, op, kind,
-        jsonb_agg(jsonb_build_array(slot, n) ORDER BY slot) AS histogram,
-        sum(n) AS total
-    FROM slots GROUP BY 1, 2, 3, 4
-), ops AS (
-    SELECT device_id, hour, op,
-        jsonb_build_object('op', op,
-            'count', max(total) FILTER (WHERE kind = 'device_ns'),
-            'device_ns', coalesce(jsonb_object_agg(kind, histogram) -> 'device_ns', '[]'),
-            'queue_ns', coalesce(jsonb_object_agg(kind, histogram) -> 'queue_ns', '[]'),
-            'size_bytes', coalesce(jsonb_object_agg(kind, histogram) -> 'size_bytes', '[]'))
-            AS operation
-    FROM kinds GROUP BY 1, 2, 3
-), merged AS (
-    SELECT device_id, hour, jsonb_agg(operation ORDER BY op) AS operations
-    FROM ops GROUP BY 1, 2
-)
-UPDATE {HOURLY} h SET operations = merged.operations
-FROM merged WHERE h.device_id = merged.device_id AND h.hour = merged.hour
+# each device-hour's eBPF histograms, merged in Python (service.telemetry.hourly): the raw
+# windows' operations as stored, a device's hours one after another
+_HOUR_OPERATIONS = f"""
+SELECT w.device_id,
+    date_trunc('hour', w.window_start AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hour,
+    w.operations::text AS operations
+FROM {RAW} w
+WHERE w.operations IS NOT NULL AND w.window_start >= :low AND w.window_start < :high
+ORDER BY w.device_id, w.window_start
 """  # noqa: S608
+_SET_HOUR_OPERATIONS = f"""
+UPDATE {HOURLY} h SET operations = v.operations
+FROM json_to_recordset(CAST(:rows AS json)) AS v(device_id uuid, hour timestamptz, operations jsonb)
+WHERE h.device_id = v.device_id AND h.hour = v.hour
+"""  # noqa: S608
+_HOURS_PER_UPDATE = 1000  # device-hours' merged histograms sent in one statement
 
 
 def roll_up(connection: Connection, low: datetime, high: datetime) -> int:
     """(Re)compute the hourly rows of every hour in [low, high) from the raw windows there.
-    Returns the number of device-hours written."""
+    Returns the number of device-hours written. hourly.UnreadableHistograms if a window's
+    stored histograms do not parse (the hour cannot be rolled up, as a failing statement)."""
     bounds = {"low": low, "high": high}
     written = connection.execute(text(_ROLL_UP), bounds).rowcount
-    connection.execute(text(_MERGE_HISTOGRAMS), bounds)
+    rows = connection.execute(
+        text(_HOUR_OPERATIONS), bounds, execution_options={"yield_per": 2000}
+    )  # a server-side cursor: a few thousand windows in memory, not the hours
+    merged: list[dict[str, Any]] = []
+    for (device_id, hour), group in groupby(rows, key=lambda row: (row[0], row[1])):
+        operations = hourly.merge_hour(row[2] for row in group)
+        if not operations:  # no histogram has a pair: the hour's operations stay NULL
+            continue
+        merged.append({"device_id": device_id, "hour": hour, "operations": operations})
+        if len(merged) >= _HOURS_PER_UPDATE:
+            _set_hour_operations(connection, merged)
+            merged = []
+    if merged:
+        _set_hour_operations(connection, merged)
     return int(written or 0)
+
+
+def _set_hour_operations(connection: Connection, merged: list[dict[str, Any]]) -> None:
+    connection.execute(text(_SET_HOUR_OPERATIONS), {"rows": msgspec.json.encode(merged).decode()})
 
 
 def last_rolled_hour(connection: Connection) -> datetime | None:

@@ -31,9 +31,13 @@ from service.errors import Unprocessable
 from service.ops import metrics
 from service.ops.transactions import on_commit
 from service.telemetry import repository
+from service.telemetry.hourly import UnreadableHistograms
 from service.telemetry.repository import HOURLY, RAW, Partition
 
 log = logging.getLogger(__name__)
+# what makes an hour fail to roll up: a statement the database refuses (a row whose sums do
+# not fit) or stored histograms that do not parse
+_CANNOT_ROLL_UP = (DBAPIError, UnreadableHistograms)
 
 MAINTENANCE_LOCK = 0x626C6B71
 # an hour is rolled up this long after it ends (windows still on their way)
@@ -167,14 +171,19 @@ def _roll_up(engine: Engine, low: datetime, high: datetime, report: MaintenanceR
         with engine.begin() as connection:
             report.rolled_up += repository.roll_up(connection, low, high)
         return
-    except DBAPIError:
-        log.warning("telemetry rollup of %s … %s failed; trying hour by hour", low, high)
+    except _CANNOT_ROLL_UP as error:
+        log.warning(
+            "telemetry rollup of %s … %s failed (%s); trying hour by hour",
+            low,
+            high,
+            _reason(error),
+        )
     for hour in _hours(low, high):
         try:
             with engine.begin() as connection:
                 report.rolled_up += repository.roll_up(connection, hour, hour + timedelta(hours=1))
                 repository.clear_rollup_failure(connection, hour)
-        except DBAPIError as error:
+        except _CANNOT_ROLL_UP as error:
             with engine.begin() as connection:
                 repository.record_rollup_failure(connection, hour, _reason(error))
             _failed(report, hour)
@@ -189,21 +198,23 @@ def _roll_up_before_drop(
         with connection.begin_nested():
             report.rolled_up += repository.roll_up(connection, low, high)
         return
-    except DBAPIError:
+    except _CANNOT_ROLL_UP:
         pass
     for hour in _hours(low, high):
         try:
             with connection.begin_nested():
                 report.rolled_up += repository.roll_up(connection, hour, hour + timedelta(hours=1))
                 repository.clear_rollup_failure(connection, hour)
-        except DBAPIError as error:
+        except _CANNOT_ROLL_UP as error:
             repository.record_rollup_failure(connection, hour, _reason(error))
             report.windows_set_aside += repository.set_aside_hour(connection, hour)
             _failed(report, hour)
 
 
-def _reason(error: DBAPIError) -> str:
-    return str(error.orig).strip() if error.orig is not None else str(error)
+def _reason(error: Exception) -> str:
+    if isinstance(error, DBAPIError) and error.orig is not None:
+        return str(error.orig).strip()
+    return str(error)
 
 
 def _failed(report: MaintenanceReport, hour: datetime) -> None:
