@@ -17,7 +17,6 @@ from typing import Any
 
 import msgspec
 from sqlalchemy import types as sa_types
-from sqlalchemy.dialects.postgresql import JSONB
 
 from service.tables import TelemetryWindowRow
 from service.telemetry.repository import WINDOW_COLUMNS
@@ -84,7 +83,7 @@ def _line_format(columns: Sequence[Any]) -> Callable[[tuple[Any, ...], _Memo], s
             text = f"str({value})"
         elif isinstance(kind, sa_types.Float):
             text = f"repr({value})"
-        elif isinstance(kind, JSONB):
+        elif isinstance(kind, sa_types.JSON):  # json and jsonb
             text = f"json({value})"
         elif isinstance(kind, sa_types.String):
             text = f"escape({value})"

@@ -23,7 +23,7 @@ from sqlalchemy import (
     UniqueConstraint,
     func,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 OBJECTIVE_LENGTH = 64  # an objective's name, or a mix's label (energy_estimated filled 16)
@@ -173,7 +173,10 @@ class TelemetryWindowRow(Base):
     power_readings: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
     latency_source: Mapped[str] = mapped_column(String(16), server_default="diskstats")
     latency_note: Mapped[str] = mapped_column(Text, server_default="")
-    operations: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
+    # json, not jsonb (migration 0015): stored as sent, and read once, by the hourly roll-up
+    # (service.telemetry.hourly) — jsonb made PostgreSQL turn an eBPF window's ~9,000 numbers
+    # into numerics on every insert
+    operations: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     p50_us: Mapped[float | None] = mapped_column(Double)
     p99_us: Mapped[float | None] = mapped_column(Double)
     p999_us: Mapped[float | None] = mapped_column(Double)
