@@ -360,9 +360,9 @@ def main() -> int:
         postmaster = postmaster_pid(embedded.pgdata) if embedded is not None else None
         serve_cpu0 = sum(cpu_seconds(s.pid) for s in servers)
         postgres_cpu0 = tree_cpu_seconds(postmaster) if postmaster else 0.0
-        started = time.perf_counter()
+        started, clients_cpu = time.perf_counter(), time.process_time()
         stored = asyncio.run(phase([w[args.warmup :] for w in work], latencies))
-        elapsed = time.perf_counter() - started
+        elapsed, clients_cpu = time.perf_counter() - started, time.process_time() - clients_cpu
         serve_cpu = sum(cpu_seconds(s.pid) for s in servers) - serve_cpu0
         postgres_cpu = tree_cpu_seconds(postmaster) - postgres_cpu0 if postmaster else None
         counted = sum(ingested_total(b) for b in bases) - before
@@ -401,6 +401,8 @@ def main() -> int:
         "postgres_cpu_us_per_window": round(1e6 * postgres_cpu / sent, 1)
         if postgres_cpu is not None
         else None,
+        # the benchmark's own clients, on the same cores (agents would not be)
+        "clients_cpu_us_per_window": round(1e6 * clients_cpu / sent, 1),
         # the hourly roll-up of every window stored (the warm-up's too), per window
         **rollup,
         # serve cores that 10,000 nodes x 16 devices, a 10 s window each pushed every 30 s
