@@ -29,25 +29,21 @@ depends_on: str | Sequence[str] | None = None
 TABLES = ("telemetry_windows", "telemetry_windows_set_aside")
 
 
-def upgrade() -> None:
+def _retype(to: type[postgresql.JSON], existing: type[postgresql.JSON], using: str) -> None:
     for table in TABLES:
         op.alter_column(
             table,
             "operations",
-            type_=postgresql.JSON(),
-            existing_type=postgresql.JSONB(),
+            type_=to(),
+            existing_type=existing(),
             existing_nullable=True,
-            postgresql_using="operations::json",
+            postgresql_using=using,
         )
+
+
+def upgrade() -> None:
+    _retype(postgresql.JSON, postgresql.JSONB, "operations::json")
 
 
 def downgrade() -> None:
-    for table in TABLES:
-        op.alter_column(
-            table,
-            "operations",
-            type_=postgresql.JSONB(),
-            existing_type=postgresql.JSON(),
-            existing_nullable=True,
-            postgresql_using="operations::jsonb",
-        )
+    _retype(postgresql.JSONB, postgresql.JSON, "operations::jsonb")
