@@ -7,7 +7,8 @@ PostgreSQL more than storing the window had — 100-120 µs a window against 85-
 and 1.5 for a diskstats window's sums (bench/results/ingest.md, 2026-11-28). Here a window's
 operations are read as they were stored (msgspec, typed: a pair that is not two integers
 refuses the hour, as the SQL casts did) and summed slot by slot in dicts, device-hour by
-device-hour as the rows come, so memory holds one device-hour at a time.
+device-hour as the rows come: memory holds one device-hour's windows at a time (and the
+merged histograms of the thousand device-hours written back in one statement).
 
 What is written is what the SQL wrote: per operation, in order of its name, `count` (the
 device-time histogram's total; null without one) and the merged `device_ns`, `queue_ns` and
@@ -36,7 +37,7 @@ class StoredOperation(msgspec.Struct, frozen=True):
 
 
 _DECODER = msgspec.json.Decoder(list[StoredOperation])
-KINDS = ("device_ns", "queue_ns", "size_bytes")
+KINDS = ("device_ns", "queue_ns", "size_bytes")  # OperationLatency's histograms (a test holds it)
 
 
 class UnreadableHistograms(ValueError):

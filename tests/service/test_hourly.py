@@ -19,7 +19,7 @@ from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
 from agent.contract import histograms
-from agent.contract.wire import TelemetryBatch
+from agent.contract.wire import OperationLatency, TelemetryBatch
 from service.security import Principal
 from service.tables import TelemetryHourlyRow
 from service.telemetry import hourly, repository
@@ -189,6 +189,12 @@ def test_a_window_whose_histograms_do_not_parse_fails_its_hour_alone(scratch: En
     assert operations[0]["op"] == "read"
     assert failure.hour == poisoned
     assert "do not parse" in failure.error
+
+
+def test_the_kinds_merged_are_the_contracts_histograms() -> None:
+    assert set(hourly.KINDS) == OperationLatency._text_free_fields
+    assert set(hourly.KINDS) <= set(OperationLatency.model_fields)
+    assert set(hourly.StoredOperation.__struct_fields__) == {"op", *hourly.KINDS}
 
 
 _PAIRS = st.lists(
