@@ -1,6 +1,6 @@
 """COPY's text of raw telemetry windows, for bench.ingest's measure of the database's own
-pace: the rows the service stores (service.telemetry.service.window_row), COPYed into the
-partitioned table with nothing else in the way.
+pace: the rows the service stores (window_rows), COPYed into the partitioned table with
+nothing else in the way.
 
 The service formatted its pushes this way until it stored them with one statement
 (repository.store_batch, 2026-11-27); the formatter stays with the benchmark that still
@@ -19,6 +19,7 @@ import msgspec
 from sqlalchemy import types as sa_types
 
 from service.tables import TelemetryWindowRow
+from service.telemetry import distributions
 from service.telemetry.repository import WINDOW_COLUMNS
 
 _VALUES = itemgetter(*WINDOW_COLUMNS)
@@ -99,3 +100,52 @@ def _line_format(columns: Sequence[Any]) -> Callable[[tuple[Any, ...], _Memo], s
 
 
 _LINE = _line_format(list(TelemetryWindowRow.__table__.columns))
+
+
+def window_rows(
+    batch: Any, device_ids: dict[str, uuid.UUID], checked: Any = None
+) -> list[dict[str, Any]]:
+    """The batch's windows as the raw table stores them, each with its device-time
+    percentiles (the batch's histograms merged and read in arrays: distributions, from
+    `checked`, what its check returned, where given) — in Python, field by field: what
+    repository.store_batch's statement stores from the windows' JSON, written out (a test holds
+    the two to the same rows: tests/service/test_ingest_statement.py)."""
+    summaries = distributions.window_summaries(batch.windows, checked)
+    return [
+        window_row(w, device_ids[w.device], batch.batch_id, summary)
+        for w, summary in zip(batch.windows, summaries, strict=True)
+    ]
+
+
+def window_row(
+    w: Any, device_id: uuid.UUID, batch_id: uuid.UUID, percentiles: dict[str, float | None]
+) -> dict[str, Any]:
+    """A window as the raw table stores it; percentiles: window_percentiles_us's."""
+    return {
+        "device_id": device_id,
+        "batch_id": batch_id,
+        "window_start": w.start,
+        "window_end": w.end,
+        "read_ios": w.read_ios,
+        "write_ios": w.write_ios,
+        "read_bytes": w.read_bytes,
+        "write_bytes": w.write_bytes,
+        "iops": w.iops,
+        "read_share": w.read_share,
+        "mean_request_bytes": w.mean_request_bytes,
+        "mean_latency_us": w.mean_latency_us,
+        "queue_depth": w.queue_depth,
+        "utilisation": w.utilisation,
+        "power_watts": w.power_watts,
+        "energy_joules": w.energy_joules,
+        "power_scope": w.power_scope and w.power_scope.value,
+        "cpu_utilisation": w.cpu_utilisation,
+        "context_switches_per_s": w.context_switches_per_s,
+        "power_source": w.power_source and w.power_source.value,
+        # structs as they came: copy_text writes them as JSON, as they were sent
+        "power_readings": w.power_readings or None,
+        "latency_source": w.latency_source.value,
+        "latency_note": w.latency_note,
+        "operations": w.operations or None,
+        **percentiles,
+    }

@@ -14,10 +14,13 @@ from typing import Any
 import msgspec
 import psycopg
 from sqlalchemy import delete, func, select, table, text, update
+from sqlalchemy import types as sa_types
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
 
+from agent.contract.wire import TelemetryWindow
 from service.errors import Conflict
 from service.tables import (
     TELEMETRY_WINDOWS_SET_ASIDE,
@@ -39,11 +42,19 @@ _DAY_NAME = re.compile(rf"^{RAW}_p(\d{{8}})$")
 _MONTH_NAME = re.compile(rf"^{HOURLY}_p(\d{{6}})$")
 
 
-_CLAIM = (
-    "INSERT INTO telemetry_batches (batch_id, node_id, windows, digest)"
-    " VALUES (%s, %s, %s, %s) ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id"
-)
-assert TelemetryBatchRow.__tablename__ == "telemetry_batches"  # the statement's table
+class WindowExtra(msgspec.Struct, frozen=True, gc=False):
+    """What a stored window holds beyond its contract fields (store_batch's `extra`): its
+    device's id and its device-time percentiles, in µs (None without eBPF)."""
+
+    device_id: uuid.UUID
+    p50_us: float | None
+    p99_us: float | None
+    p999_us: float | None
+
+
+# WindowExtra's fields as store_batch's statement reads them
+EXTRA_FIELDS = {"device_id": "uuid", "p50_us": "float8", "p99_us": "float8", "p999_us": "float8"}
+assert tuple(EXTRA_FIELDS) == WindowExtra.__struct_fields__
 
 
 def store_batch(
@@ -51,12 +62,19 @@ def store_batch(
     batch_id: uuid.UUID,
     node_id: uuid.UUID,
     digest: str,
-    rows: Sequence[dict[str, Any]],
+    windows: bytes,
+    extra: bytes,
+    count: int,
 ) -> int | None:
     """Claim the batch id and store its windows, in one statement: the number stored, or None
     if the id was claimed before (nothing stored). A concurrent claim of the same id waits on
     the primary key until the other commits; a window stored before under another batch
-    aborts the statement, claim and all (Conflict). The rows carry every WINDOW_COLUMNS key.
+    aborts the statement, claim and all (Conflict).
+
+    `windows`: the batch's `count` windows as JSON, the contract's fields as the service
+    encoded them for its digest (service.telemetry.service.encode_batch); `extra`: a JSON
+    array of each window's WindowExtra, in the same order. The statement reads the two side
+    by side (_STORE), in one parse each: no row is built in Python.
 
     When the session has used no connection yet (its node's devices and the windows' days
     known without a lookup: every push but the first of a day) the statement is committed on
@@ -67,10 +85,18 @@ def store_batch(
     options = {"isolation_level": "AUTOCOMMIT"} if autocommit else {}
     raw = session.connection(execution_options=options).connection.driver_connection
     assert isinstance(raw, psycopg.Connection)
-    data = encode_rows(rows)
+    parameters = {
+        "batch_id": batch_id,
+        "node_id": node_id,
+        "count": count,
+        "digest": digest,
+        # text, not bytes: psycopg sends bytes as bytea
+        "windows": windows.decode(),
+        "extra": extra.decode(),
+    }
     try:
         with raw.cursor() as cursor:
-            cursor.execute(_STORE, (batch_id, node_id, len(rows), digest, data))
+            cursor.execute(_STORE, parameters)
             claimed, stored = cursor.fetchone() or (0, 0)
     except psycopg.errors.UniqueViolation as error:
         raise Conflict(
@@ -79,25 +105,59 @@ def store_batch(
     return stored if claimed else None
 
 
-# the names are the table's own (service.tables), not input; the rows are the one parameter
+def _stored_columns() -> tuple[str, str]:
+    """store_batch's column definitions for a window's JSON, and the value of each of
+    WINDOW_COLUMNS: a column named as a contract field (TelemetryWindow) reads that field,
+    with the column's type; the others are named here. Made from the table (service.tables),
+    so a column added there is read from the field of its name or fails at import."""
+    fields = set(TelemetryWindow.model_fields)
+    renamed = {"window_start": "start", "window_end": "end"}
+    given = {"batch_id": "%(batch_id)s", **{name: f"w.{name}" for name in EXTRA_FIELDS}}
+    dialect: Any = postgresql.dialect()  # type: ignore[no-untyped-call]
+    definitions, values = [], []
+    for column in TelemetryWindowRow.__table__.columns:
+        if column.name in given:
+            values.append(given[column.name])
+            continue
+        field = renamed.get(column.name, column.name)
+        if field not in fields:
+            raise TypeError(f"{RAW}.{column.name}: no contract field to store in it")
+        json_column = isinstance(column.type, sa_types.JSON)
+        kind = "json" if json_column else column.type.compile(dialect=dialect)
+        definitions.append(f'"{field}" {kind}')
+        value = f'w."{field}"'
+        if json_column:
+            # an empty list (the field's default) is stored as NULL, as it always was
+            cast = "::jsonb" if isinstance(column.type, postgresql.JSONB) else ""
+            value = f"CASE WHEN {value}::text = '[]' THEN NULL ELSE {value}{cast} END"
+        values.append(value)
+    return ", ".join(definitions), ", ".join(values)
+
+
+_DEFINITIONS, _VALUES = _stored_columns()
+_EXTRA = ", ".join(f"{name} {kind}" for name, kind in EXTRA_FIELDS.items())
+# the names are the table's own (service.tables), not input; the JSON is the one parameter
 _COLUMNS = ", ".join(WINDOW_COLUMNS)
+_CLAIM = (
+    "INSERT INTO telemetry_batches (batch_id, node_id, windows, digest)"
+    " VALUES (%(batch_id)s, %(node_id)s, %(count)s, %(digest)s)"
+    " ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id"
+)
+assert TelemetryBatchRow.__tablename__ == "telemetry_batches"  # the statement's table
 _STORE = f"""
 WITH claim AS ({_CLAIM}),
 stored AS (
     INSERT INTO {RAW} ({_COLUMNS})
-    SELECT {_COLUMNS} FROM json_populate_recordset(NULL::{RAW}, %s::json)
+    SELECT {_VALUES}
+    FROM ROWS FROM (
+        json_to_recordset(%(windows)s::json) AS ({_DEFINITIONS}),
+        json_to_recordset(%(extra)s::json) AS ({_EXTRA})
+    ) AS w  -- side by side: the n-th window with the n-th window's extra
     WHERE EXISTS (SELECT FROM claim)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM claim), (SELECT count(*) FROM stored)
 """  # noqa: S608
-
-
-def encode_rows(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows as the JSON array store_batch's statement reads (msgspec: a float as the
-    shortest text that reads back as the same double, an instant in RFC 3339, a UUID as text;
-    the contract admits no NaN or infinity)."""
-    return msgspec.json.encode(rows).decode()
 
 
 def claimed_batch(session: Session, batch_id: uuid.UUID) -> tuple[uuid.UUID, str | None] | None:

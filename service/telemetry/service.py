@@ -3,9 +3,11 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 from sqlalchemy.orm import Session
 
 from agent.contract.base import MAX_CLOCK_SKEW
@@ -83,14 +85,21 @@ def ingest(
     if len(set(keys)) != len(keys):
         raise Unprocessable("the batch holds the same device and interval twice")
 
-    digest = batch_digest(batch)
-    rows = window_rows(batch, device_ids, checked)
-    count = repository.store_batch(session, batch.batch_id, node.node_id, digest, rows)
+    encoded = encode_batch(batch, device_ids, checked)
+    count = repository.store_batch(
+        session,
+        batch.batch_id,
+        node.node_id,
+        encoded.digest,
+        encoded.windows,
+        encoded.extra,
+        len(batch.windows),
+    )
     if count is None:
         owner, earlier = repository.claimed_batch(session, batch.batch_id) or (None, None)
         if owner != node.node_id:
             raise Conflict(f"batch id {batch.batch_id} was already used by another node")
-        if earlier is not None and earlier not in (digest, pydantic_digest(batch)):
+        if earlier is not None and earlier not in (encoded.digest, pydantic_digest(batch)):
             raise Conflict(
                 f"batch id {batch.batch_id} was received before with other content: a batch id"
                 " names one batch; nothing from this one was stored"
@@ -98,7 +107,7 @@ def ingest(
         on_commit(session, lambda: metrics.TELEMETRY_BATCHES.labels(outcome="duplicate").inc())
         return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=False, windows=0)
 
-    p99s = [p99 for row in rows if (p99 := row["p99_us"]) is not None]
+    p99s = encoded.p99s
 
     def count_ingested() -> None:
         metrics.TELEMETRY_BATCHES.labels(outcome="accepted").inc()
@@ -121,9 +130,46 @@ def _device_ids(session: Session, node_id: uuid.UUID, names: set[str]) -> dict[s
     return found
 
 
+@dataclass(frozen=True)
+class EncodedBatch:
+    """A batch as store_batch takes it: its digest, its windows' JSON (the bytes the digest
+    covers) and each window's repository.WindowExtra (device id, percentiles), as JSON."""
+
+    digest: str
+    windows: bytes
+    extra: bytes
+    p99s: list[float]  # the windows' device-time p99s that there are, in µs
+
+
+_ENCODER = msgspec.json.Encoder()
+
+
+def encode_batch(batch: Any, device_ids: dict[str, uuid.UUID], checked: Any = None) -> EncodedBatch:
+    """The batch encoded once, for its digest and for the statement that stores it: the
+    windows' JSON is the batch's canonical JSON (batch_digest's) with the windows cut out,
+    written by the same encoder — the windows swapped for their own encoding (msgspec.Raw),
+    so the digest is batch_digest's by construction. Each window's device-time percentiles
+    come from the batch's histograms merged and read in arrays (distributions; `checked`:
+    what BATCHES' whole check returned of the batch, where given)."""
+    windows = _ENCODER.encode(batch.windows)
+    canonical = BATCHES.encode(msgspec.structs.replace(batch, windows=msgspec.Raw(windows)))
+    summaries = distributions.window_summaries(batch.windows, checked)
+    extra = [
+        repository.WindowExtra(device_ids[w.device], **s)
+        for w, s in zip(batch.windows, summaries, strict=True)
+    ]
+    return EncodedBatch(
+        digest=hashlib.sha256(canonical).hexdigest(),
+        windows=windows,
+        extra=_ENCODER.encode(extra),
+        p99s=[p99 for s in summaries if (p99 := s["p99_us"]) is not None],
+    )
+
+
 def batch_digest(batch: Any) -> str:
     """SHA-256 of the batch's canonical JSON (msgspec's, whatever the bytes sent): the same
-    batch resent by a spool has the same digest."""
+    batch resent by a spool has the same digest (encode_batch computes it without encoding
+    the windows twice)."""
     return hashlib.sha256(BATCHES.encode(batch)).hexdigest()
 
 
@@ -133,53 +179,6 @@ def pydantic_digest(batch: Any) -> str:
     (tests/service/test_fastwire.py), this covers any they do not."""
     model = TelemetryBatch.model_validate_json(BATCHES.encode(batch))
     return hashlib.sha256(model.model_dump_json().encode()).hexdigest()
-
-
-def window_rows(
-    batch: Any, device_ids: dict[str, uuid.UUID], checked: Any = None
-) -> list[dict[str, Any]]:
-    """The batch's windows as the raw table stores them, each with its device-time
-    percentiles (the batch's histograms merged and read in arrays: distributions, from
-    `checked`, what its check returned, where given)."""
-    summaries = distributions.window_summaries(batch.windows, checked)
-    return [
-        window_row(w, device_ids[w.device], batch.batch_id, summary)
-        for w, summary in zip(batch.windows, summaries, strict=True)
-    ]
-
-
-def window_row(
-    w: Any, device_id: uuid.UUID, batch_id: uuid.UUID, percentiles: dict[str, float | None]
-) -> dict[str, Any]:
-    """A window as the raw table stores it; percentiles: window_percentiles_us's."""
-    return {
-        "device_id": device_id,
-        "batch_id": batch_id,
-        "window_start": w.start,
-        "window_end": w.end,
-        "read_ios": w.read_ios,
-        "write_ios": w.write_ios,
-        "read_bytes": w.read_bytes,
-        "write_bytes": w.write_bytes,
-        "iops": w.iops,
-        "read_share": w.read_share,
-        "mean_request_bytes": w.mean_request_bytes,
-        "mean_latency_us": w.mean_latency_us,
-        "queue_depth": w.queue_depth,
-        "utilisation": w.utilisation,
-        "power_watts": w.power_watts,
-        "energy_joules": w.energy_joules,
-        "power_scope": w.power_scope and w.power_scope.value,
-        "cpu_utilisation": w.cpu_utilisation,
-        "context_switches_per_s": w.context_switches_per_s,
-        "power_source": w.power_source and w.power_source.value,
-        # structs as they came: encode_rows writes them as JSON, as they were sent
-        "power_readings": w.power_readings or None,
-        "latency_source": w.latency_source.value,
-        "latency_note": w.latency_note,
-        "operations": w.operations or None,
-        **percentiles,
-    }
 
 
 def windows_for_device(

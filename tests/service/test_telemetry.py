@@ -162,7 +162,7 @@ class TestIngestBatch:
     def test_text_and_json_that_need_escaping_are_stored_as_sent(
         self, client: TestClient, session: Session, node: tuple[Node, str]
     ) -> None:
-        """The rows go to PostgreSQL as JSON the service encodes (repository.encode_rows): a
+        """The windows go to PostgreSQL as JSON the service encodes (service.encode_batch): a
         backslash, tab, newline, carriage return or quote in free text or inside a JSON
         column comes back as sent, and every number as the same double."""
         _, token = node
