@@ -23,7 +23,7 @@ from agent.contract.logs import REQUEST_ID_HEADER, request_id
 from service.audit.endpoints import router as audit_router
 from service.bodies import SELF_READ
 from service.dashboard.views import install as install_dashboard
-from service.db import Database
+from service.db import Database, push_connections
 from service.devices.endpoints import router as devices_router
 from service.errors import (
     BlkpilotError,
@@ -206,15 +206,18 @@ def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
     return openapi
 
 
-def _enough_threads(settings: Settings) -> Callable[[FastAPI], Any]:
+def _lifespan(settings: Settings, database: Database) -> Callable[[FastAPI], Any]:
     """Sync endpoints and dependencies run on AnyIO's thread pool (40 threads by default):
-    at least as many threads as requests admitted at once (ConnectionAdmissionMiddleware)."""
+    at least as many threads as requests admitted at once (ConnectionAdmissionMiddleware).
+    The telemetry push's connections on the event loop are open while the application runs
+    (service.db.push_connections)."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         limiter = anyio.to_thread.current_default_thread_limiter()
         limiter.total_tokens = max(limiter.total_tokens, _admitted(settings))
-        yield
+        async with push_connections(database, _admitted(settings)):
+            yield
 
     return lifespan
 
@@ -227,7 +230,7 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
     # /docs and /redoc from the service's own copies of Swagger UI and ReDoc (fastapi-offline):
     # FastAPI's default loads them from a CDN, and showed a blank page without internet
     app = FastAPIOffline(
-        lifespan=_enough_threads(settings),
+        lifespan=_lifespan(settings, database),
         title="blkpilot",
         version=__version__,
         description="Control plane for tuning Linux block I/O across a fleet.",

@@ -37,6 +37,15 @@ TELEMETRY_BATCHES = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+TELEMETRY_PUSH_PATH = Counter(
+    "blkpilot_telemetry_push_path",
+    "Telemetry pushes by the way they were taken: event_loop (stored by one statement on the"
+    " event loop), unit_of_work (in a worker thread's unit of work: a node's first push, a new"
+    " day, a refusal, a batch id seen before), connection_failed (an event-loop connection"
+    " failed; the push was then taken in a unit of work).",
+    ["path"],
+    registry=REGISTRY,
+)
 # every eBPF window's device-time p99 as it is ingested: the fleet's latency distribution
 WINDOW_P99 = Histogram(
     "blkpilot_fleet_window_p99_seconds",

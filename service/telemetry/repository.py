@@ -85,7 +85,40 @@ def store_batch(
     options = {"isolation_level": "AUTOCOMMIT"} if autocommit else {}
     raw = session.connection(execution_options=options).connection.driver_connection
     assert isinstance(raw, psycopg.Connection)
-    parameters = {
+    parameters = _parameters(batch_id, node_id, digest, windows, extra, count)
+    try:
+        with raw.cursor() as cursor:
+            cursor.execute(_STORE, parameters)
+            claimed, stored = cursor.fetchone() or (0, 0)
+    except psycopg.errors.UniqueViolation as error:
+        raise _stored_before() from error
+    return stored if claimed else None
+
+
+async def store_pushed_batch(
+    connection: psycopg.AsyncConnection[Any],
+    batch_id: uuid.UUID,
+    node_id: uuid.UUID,
+    digest: str,
+    windows: bytes,
+    extra: bytes,
+    count: int,
+) -> int | None:
+    """store_batch's statement on an autocommitting connection of the event loop's
+    (service.db.push_connections): committed when it returns, or nothing stored."""
+    parameters = _parameters(batch_id, node_id, digest, windows, extra, count)
+    try:
+        cursor = await connection.execute(_STORE, parameters)
+        claimed, stored = await cursor.fetchone() or (0, 0)
+    except psycopg.errors.UniqueViolation as error:
+        raise _stored_before() from error
+    return stored if claimed else None
+
+
+def _parameters(
+    batch_id: uuid.UUID, node_id: uuid.UUID, digest: str, windows: bytes, extra: bytes, count: int
+) -> dict[str, Any]:
+    return {
         "batch_id": batch_id,
         "node_id": node_id,
         "count": count,
@@ -94,15 +127,12 @@ def store_batch(
         "windows": windows.decode(),
         "extra": extra.decode(),
     }
-    try:
-        with raw.cursor() as cursor:
-            cursor.execute(_STORE, parameters)
-            claimed, stored = cursor.fetchone() or (0, 0)
-    except psycopg.errors.UniqueViolation as error:
-        raise Conflict(
-            "a window for the same device and interval was ingested before in another batch"
-        ) from error
-    return stored if claimed else None
+
+
+def _stored_before() -> Conflict:
+    return Conflict(
+        "a window for the same device and interval was ingested before in another batch"
+    )
 
 
 def _stored_columns() -> tuple[str, str]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -8,6 +9,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from sqlalchemy.orm import Session
 
 from agent.contract.base import MAX_CLOCK_SKEW
@@ -23,6 +26,8 @@ from service.security import Principal
 from service.tables import TelemetryHourlyRow, TelemetryWindowRow
 from service.telemetry import distributions, repository, retention
 from service.telemetry.retention import RetentionPolicy
+
+log = logging.getLogger(__name__)
 
 # a batch as it arrives: TelemetryBatch's fields in a msgspec struct (service.fastwire), which
 # mypy knows only as Any; each operation's histograms are kept as the JSON they came in and
@@ -107,16 +112,69 @@ def ingest(
         on_commit(session, lambda: metrics.TELEMETRY_BATCHES.labels(outcome="duplicate").inc())
         return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=False, windows=0)
 
-    p99s = encoded.p99s
-
-    def count_ingested() -> None:
-        metrics.TELEMETRY_BATCHES.labels(outcome="accepted").inc()
-        metrics.TELEMETRY_WINDOWS.inc(count)
-        for p99 in p99s:
-            metrics.WINDOW_P99.observe(p99 / 1e6)
-
-    on_commit(session, count_ingested)
+    on_commit(session, lambda: _count_ingested(count, encoded.p99s))
     return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=True, windows=count)
+
+
+async def ingest_pushed(
+    pushes: AsyncConnectionPool,
+    node: Principal,
+    batch: Any,
+    policy: RetentionPolicy | None = None,
+    checked: Any = None,
+) -> TelemetryBatchReceipt | None:
+    """`ingest` on the event loop, for the push its caches answer: windows within the raw
+    retention and none in the future, on days whose partitions are known to exist, naming
+    devices the node is known to have, no device and interval twice — stored by one
+    statement on a connection of `pushes` (service.db.push_connections), committed when it
+    returns. None where anything else is so (a batch id claimed before, a connection that
+    failed — its statement committed nothing, or committed the batch, which `ingest` then
+    finds claimed): `ingest` takes the batch in a unit of work and answers for it, refusals
+    and their reasons included."""
+    assert node.node_id is not None
+    now = datetime.now(UTC)
+    oldest = (policy or RetentionPolicy()).raw_horizon(now)
+    latest = now + MAX_CLOCK_SKEW
+    known = NODES.devices(node.node_id)
+    if known is None:
+        return None
+    days = set()
+    for w in batch.windows:
+        if w.start < oldest or w.end > latest or w.device not in known:
+            return None
+        days.add(w.start.astimezone(UTC).date())
+    if len({(w.device, w.start, w.end) for w in batch.windows}) != len(batch.windows):
+        return None
+    if retention.CACHE.missing(days):
+        return None
+    encoded = encode_batch(batch, known, checked)
+    try:
+        async with pushes.connection() as connection:
+            count = await repository.store_pushed_batch(
+                connection,
+                batch.batch_id,
+                node.node_id,
+                encoded.digest,
+                encoded.windows,
+                encoded.extra,
+                len(batch.windows),
+            )
+    except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as error:
+        log.warning("a push's connection failed (%s); taking it in a unit of work", error)
+        metrics.TELEMETRY_PUSH_PATH.labels(path="connection_failed").inc()
+        return None
+    if count is None:
+        return None
+    metrics.TELEMETRY_PUSH_PATH.labels(path="event_loop").inc()
+    _count_ingested(count, encoded.p99s)
+    return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=True, windows=count)
+
+
+def _count_ingested(count: int, p99s: list[float]) -> None:
+    metrics.TELEMETRY_BATCHES.labels(outcome="accepted").inc()
+    metrics.TELEMETRY_WINDOWS.inc(count)
+    for p99 in p99s:
+        metrics.WINDOW_P99.observe(p99 / 1e6)
 
 
 def _device_ids(session: Session, node_id: uuid.UUID, names: set[str]) -> dict[str, uuid.UUID]:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, func, select, text
@@ -20,14 +22,19 @@ from sqlalchemy.orm import Session
 
 from agent.contract.wire import TelemetryBatch
 from bench.copytext import window_rows
+from service.app import create_app
+from service.db import PUSHES_APPLICATION, Database
 from service.errors import Conflict
 from service.nodes.cache import NODES
+from service.ops.metrics import REGISTRY
 from service.security import Principal
+from service.settings import Settings
 from service.tables import TelemetryBatchRow, TelemetryWindowRow
 from service.telemetry import retention, service
 from service.telemetry.retention import RetentionPolicy, maintain
 from tests.conftest import upkeep_database
 from tests.factories import (
+    bearer,
     create_node,
     device_inventory,
     ebpf_window,
@@ -220,3 +227,178 @@ def test_the_digest_of_the_one_encoding_is_the_batchs(kinds: list[str]) -> None:
     assert encoded.digest == service.batch_digest(batch)
     assert len(msgspec.json.decode(encoded.extra)) == len(batch.windows)
     assert len(encoded.p99s) == kinds.count("ebpf")
+
+
+# --- the push on the event loop (service.telemetry.service.ingest_pushed) -----------------
+
+
+@pytest.fixture
+def served(scratch: Engine, tmp_path: Path) -> Iterator[tuple[TestClient, str]]:
+    """The application on the scratch database as `serve` runs it: its lifespan (the push
+    connections open) and no session override — a node's token to push with."""
+    with Session(scratch, expire_on_commit=False) as session, session.begin():
+        created, token = create_node(session, hostname=f"n-{uuid.uuid4().hex[:8]}")
+        report_inventory(session, created, device_inventory("loop0"), device_inventory("loop1"))
+    url = scratch.url.render_as_string(hide_password=False)
+    app = create_app(Settings(database_url=url, data_dir=tmp_path), Database(scratch))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client, token
+    NODES.clear()
+    retention.CACHE.clear()
+
+
+def _paths() -> dict[str, float]:
+    return {
+        path: REGISTRY.get_sample_value("blkpilot_telemetry_push_path_total", {"path": path}) or 0.0
+        for path in ("event_loop", "unit_of_work", "connection_failed")
+    }
+
+
+def _post(client: TestClient, token: str, batch: TelemetryBatch) -> Any:
+    return client.post(
+        "/api/v1/telemetry/batches", content=batch.model_dump_json(), headers=_json(token)
+    )
+
+
+def _json(token: str) -> dict[str, str]:
+    return {**bearer(token), "content-type": "application/json"}
+
+
+def _moved(before: dict[str, float]) -> dict[str, float]:
+    return {path: count - before[path] for path, count in _paths().items() if count != before[path]}
+
+
+def test_a_push_the_caches_answer_is_stored_on_the_event_loop(
+    scratch: Engine, served: tuple[TestClient, str]
+) -> None:
+    """A node's first push looks its devices and the days' partitions up in a unit of work;
+    the next is one statement on the event loop, and stores each window as its fields say."""
+    client, token = served
+    before = _paths()
+    first = _post(client, token, _batch(telemetry_window("loop0", index=0)))
+    assert first.status_code == 201, first.text
+    assert _moved(before) == {"unit_of_work": 1}
+    batch = _batch(
+        ebpf_window("loop0", index=1),
+        ebpf_window("loop1", index=1, latency_note="tab\there \u00e9"),
+        telemetry_window("loop1", index=2, power_watts=2.5, power_scope="system"),
+    )
+    before = _paths()
+    second = _post(client, token, batch)
+    assert second.status_code == 201, second.text
+    assert second.json() == {"batch_id": str(batch.batch_id), "accepted": True, "windows": 3}
+    assert _moved(before) == {"event_loop": 1}
+    with Session(scratch) as session:
+        stored = session.execute(
+            select(TelemetryWindowRow.__table__).where(
+                TelemetryWindowRow.batch_id == batch.batch_id
+            )
+        ).mappings()
+        found = {(row["device_id"], row["window_start"]): dict(row) for row in stored}
+        node_id = session.scalar(
+            select(TelemetryBatchRow.node_id).where(TelemetryBatchRow.batch_id == batch.batch_id)
+        )
+    assert node_id is not None
+    ids = NODES.devices(node_id)
+    assert ids is not None
+    rows = window_rows(service.BATCHES.from_model(batch), ids)
+    expected = {(row["device_id"], row["window_start"]): row for row in rows}
+    assert found.keys() == expected.keys()
+    for key, row in expected.items():
+        want = {**row, **{k: _plain(row[k]) for k in ("power_readings", "operations")}}
+        assert found[key] == want
+
+
+def test_a_resent_push_is_acknowledged_and_a_clash_refused_whole(
+    scratch: Engine, served: tuple[TestClient, str]
+) -> None:
+    """What the event loop's statement cannot settle — an id claimed before, a window stored
+    before under another batch — the unit of work answers, as it always did."""
+    client, token = served
+    assert _post(client, token, _batch(telemetry_window("loop0", index=0))).status_code == 201
+    batch = _batch(telemetry_window("loop0", index=1), telemetry_window("loop1", index=1))
+    assert _post(client, token, batch).status_code == 201
+    before = _paths()
+    again = _post(client, token, batch)
+    assert again.status_code == 200, again.text
+    assert again.json()["accepted"] is False
+    assert _moved(before) == {"unit_of_work": 1}
+    clash = _batch(telemetry_window("loop1", index=7), telemetry_window("loop0", index=1))
+    refused = _post(client, token, clash)
+    assert refused.status_code == 409, refused.text
+    assert "ingested before in another batch" in refused.json()["detail"]
+    with Session(scratch) as session:
+        assert (
+            session.scalar(
+                select(func.count())
+                .select_from(TelemetryBatchRow)
+                .where(TelemetryBatchRow.batch_id == clash.batch_id)
+            )
+            == 0
+        )  # the id is free, no window of it stored
+        assert (
+            session.scalar(
+                select(func.count())
+                .select_from(TelemetryWindowRow)
+                .where(TelemetryWindowRow.batch_id == batch.batch_id)
+            )
+            == 2
+        )
+
+
+def test_refusals_are_the_unit_of_works_with_their_reasons(served: tuple[TestClient, str]) -> None:
+    client, token = served
+    assert _post(client, token, _batch(telemetry_window("loop0", index=0))).status_code == 201
+    unknown = _post(client, token, _batch(telemetry_window("sdz", index=1)))
+    assert unknown.status_code == 422
+    assert "not reported in its inventory" in unknown.json()["detail"]
+    future = telemetry_window("loop0", index=1)
+    future["start"], future["end"] = "2099-01-01T00:00:00Z", "2099-01-01T00:00:10Z"
+    refused = _post(client, token, _batch(future))
+    assert refused.status_code == 422
+    assert "end in the future" in refused.json()["detail"]
+    twice = _post(
+        client,
+        token,
+        _batch(telemetry_window("loop0", index=3), telemetry_window("loop0", index=3)),
+    )
+    assert twice.status_code == 422
+    assert "same device and interval twice" in twice.json()["detail"]
+
+
+def test_a_push_whose_connection_broke_is_taken_in_a_unit_of_work(
+    scratch: Engine, served: tuple[TestClient, str]
+) -> None:
+    """PostgreSQL ended the push connections (a restart, an idle timeout): the next push's
+    statement fails before it commits anything, and the push is stored in a unit of work."""
+    client, token = served
+    assert _post(client, token, _batch(telemetry_window("loop0", index=0))).status_code == 201
+    assert _post(client, token, _batch(telemetry_window("loop0", index=1))).status_code == 201
+    with scratch.connect() as connection:
+        ended = connection.execute(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name = :name AND datname = current_database()"
+            ),
+            {"name": PUSHES_APPLICATION},
+        ).scalar()
+        connection.commit()
+    assert ended == 1  # the one connection the event loop's push used
+    before = _paths()
+    batch = _batch(telemetry_window("loop0", index=2), telemetry_window("loop1", index=2))
+    pushed = _post(client, token, batch)
+    assert pushed.status_code == 201, pushed.text
+    assert _moved(before) == {"connection_failed": 1, "unit_of_work": 1}
+    with Session(scratch) as session:
+        assert (
+            session.scalar(
+                select(func.count())
+                .select_from(TelemetryWindowRow)
+                .where(TelemetryWindowRow.batch_id == batch.batch_id)
+            )
+            == 2
+        )
+    # and the next one is on the event loop again, on a new connection
+    before = _paths()
+    assert _post(client, token, _batch(telemetry_window("loop0", index=3))).status_code == 201
+    assert _moved(before) == {"event_loop": 1}
