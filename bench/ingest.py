@@ -279,6 +279,16 @@ def python_stage_costs(bodies: list[bytes]) -> dict[str, float]:
     return {f"{stage}_us_per_window": round(1e6 * t / windows, 2) for stage, t in clock.items()}
 
 
+def push_paths(base: str) -> dict[str, float]:
+    """How many pushes `serve` took which way (blkpilot_telemetry_push_path_total)."""
+    found: dict[str, float] = {}
+    for line in httpx.get(f"{base}/metrics").text.splitlines():
+        if line.startswith("blkpilot_telemetry_push_path_total{"):
+            path = line.split('path="', 1)[1].split('"', 1)[0]
+            found[path] = float(line.split()[-1])
+    return found
+
+
 def ingested_total(base: str) -> float:
     for line in httpx.get(f"{base}/metrics").text.splitlines():
         if line.startswith("blkpilot_telemetry_windows_ingested_total "):
@@ -362,6 +372,10 @@ def main() -> int:
         serve_cpu = sum(cpu_seconds(s.pid) for s in servers) - serve_cpu0
         postgres_cpu = tree_cpu_seconds(postmaster) - postgres_cpu0 if postmaster else None
         counted = sum(ingested_total(b) for b in bases) - before
+        paths: dict[str, float] = {}
+        for b in bases:
+            for path, count in push_paths(b).items():
+                paths[path] = paths.get(path, 0) + count
         # before COPY's rows (for devices of their own) join the table
         print("the hourly roll-up of those windows ...", flush=True)
         total_windows = args.clients * (args.batches + args.warmup) * args.windows
@@ -406,6 +420,8 @@ def main() -> int:
         "serve_cores_for_10k_nodes": round(FLEET_WINDOWS_PER_SECOND * serve_cpu / sent, 2),
         "windows": sent,
         "requests": requests,
+        # the warm-up's pushes too: a node's first push is taken in a unit of work
+        "pushes_by_path": {path: round(count) for path, count in sorted(paths.items())},
         # the service's Python per window, measured alone on one core (python_stage_costs)
         "python_stages": stages,
         "python_ceiling_windows_per_second_per_process": round(1e6 / sum(stages.values())),
