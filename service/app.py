@@ -216,7 +216,7 @@ def _lifespan(settings: Settings, database: Database) -> Callable[[FastAPI], Any
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         limiter = anyio.to_thread.current_default_thread_limiter()
         limiter.total_tokens = max(limiter.total_tokens, _admitted(settings))
-        async with push_connections(database, _admitted(settings)):
+        async with push_connections(database, settings.db_pool_size):
             yield
 
     return lifespan

@@ -82,8 +82,9 @@ PUSHES_APPLICATION = "blkpilot-pushes"
 async def push_connections(database: Database, size: int) -> AsyncIterator[None]:
     """While the application runs: `database.pushes`, autocommitting psycopg connections to
     the engine's database that the telemetry push uses on the event loop
-    (service.telemetry.service.ingest_pushed) — at most `size`, as many as requests are
-    admitted at once, made as they are needed and closed after 10 idle minutes.
+    (service.telemetry.service.ingest_pushed) — at most `size` (the engine's pool size: a
+    push beyond them waits for one, on the event loop), made as they are needed and closed
+    after 10 idle minutes.
 
     A push the caches answer (its node's devices, its days' partitions) is one statement
     that commits on its own: on the event loop it needs no worker thread, no session and no
