@@ -164,3 +164,29 @@ def ebpf_window(device: str = "loop0", *, index: int = 0, **overrides: Any) -> d
     ]
     window.update(overrides)
     return window
+
+
+def rapl_window(
+    device: str = "loop0", *, index: int = 0, zone: str = "package-0", **overrides: Any
+) -> dict[str, Any]:
+    """A window with a RAPL power reading whose numbers need every digit of a double (and a
+    zone name as given: tests put escapes in it)."""
+    window = telemetry_window(
+        device,
+        index=index,
+        power_watts=17.123456789012345,
+        energy_joules=1e-7,
+        power_scope="cpu_package",
+        power_source="rapl",
+        power_readings=[
+            {
+                "source": "rapl",
+                "zone": zone,
+                "scope": "cpu_package",
+                "watts": 17.123456789012345,
+                "energy_joules": 1e-7,
+            }
+        ],
+    )
+    window.update(overrides)
+    return window

@@ -57,24 +57,27 @@ EXTRA_FIELDS = {"device_id": "uuid", "p50_us": "float8", "p99_us": "float8", "p9
 assert tuple(EXTRA_FIELDS) == WindowExtra.__struct_fields__
 
 
+@dataclass(frozen=True)
+class EncodedWindows:
+    """A batch's windows as store_batch's statement reads them: `windows`, their JSON — the
+    contract's fields as the service encoded them for the batch's digest
+    (service.telemetry.service.encode_batch) — and `extra`, a JSON array of each window's
+    WindowExtra in the same order; `count` windows; the batch's `digest`, claimed with it."""
+
+    digest: str
+    windows: bytes
+    extra: bytes
+    count: int
+
+
 def store_batch(
-    session: Session,
-    batch_id: uuid.UUID,
-    node_id: uuid.UUID,
-    digest: str,
-    windows: bytes,
-    extra: bytes,
-    count: int,
+    session: Session, batch_id: uuid.UUID, node_id: uuid.UUID, encoded: EncodedWindows
 ) -> int | None:
     """Claim the batch id and store its windows, in one statement: the number stored, or None
     if the id was claimed before (nothing stored). A concurrent claim of the same id waits on
     the primary key until the other commits; a window stored before under another batch
-    aborts the statement, claim and all (Conflict).
-
-    `windows`: the batch's `count` windows as JSON, the contract's fields as the service
-    encoded them for its digest (service.telemetry.service.encode_batch); `extra`: a JSON
-    array of each window's WindowExtra, in the same order. The statement reads the two side
-    by side (_STORE), in one parse each: no row is built in Python.
+    aborts the statement, claim and all (Conflict). The statement reads the windows and
+    their extras side by side (_STORE), in one parse each: no row is built in Python.
 
     When the session has used no connection yet (its node's devices and the windows' days
     known without a lookup: every push but the first of a day) the statement is committed on
@@ -85,7 +88,7 @@ def store_batch(
     options = {"isolation_level": "AUTOCOMMIT"} if autocommit else {}
     raw = session.connection(execution_options=options).connection.driver_connection
     assert isinstance(raw, psycopg.Connection)
-    parameters = _parameters(batch_id, node_id, digest, windows, extra, count)
+    parameters = _parameters(batch_id, node_id, encoded)
     try:
         with raw.cursor() as cursor:
             cursor.execute(_STORE, parameters)
@@ -99,14 +102,11 @@ async def store_pushed_batch(
     connection: psycopg.AsyncConnection[Any],
     batch_id: uuid.UUID,
     node_id: uuid.UUID,
-    digest: str,
-    windows: bytes,
-    extra: bytes,
-    count: int,
+    encoded: EncodedWindows,
 ) -> int | None:
     """store_batch's statement on an autocommitting connection of the event loop's
     (service.db.push_connections): committed when it returns, or nothing stored."""
-    parameters = _parameters(batch_id, node_id, digest, windows, extra, count)
+    parameters = _parameters(batch_id, node_id, encoded)
     try:
         cursor = await connection.execute(_STORE, parameters)
         claimed, stored = await cursor.fetchone() or (0, 0)
@@ -115,17 +115,15 @@ async def store_pushed_batch(
     return stored if claimed else None
 
 
-def _parameters(
-    batch_id: uuid.UUID, node_id: uuid.UUID, digest: str, windows: bytes, extra: bytes, count: int
-) -> dict[str, Any]:
+def _parameters(batch_id: uuid.UUID, node_id: uuid.UUID, encoded: EncodedWindows) -> dict[str, Any]:
     return {
         "batch_id": batch_id,
         "node_id": node_id,
-        "count": count,
-        "digest": digest,
+        "count": encoded.count,
+        "digest": encoded.digest,
         # text, not bytes: psycopg sends bytes as bytea
-        "windows": windows.decode(),
-        "extra": extra.decode(),
+        "windows": encoded.windows.decode(),
+        "extra": encoded.extra.decode(),
     }
 
 

@@ -91,20 +91,13 @@ def ingest(
         raise Unprocessable("the batch holds the same device and interval twice")
 
     encoded = encode_batch(batch, device_ids, checked)
-    count = repository.store_batch(
-        session,
-        batch.batch_id,
-        node.node_id,
-        encoded.digest,
-        encoded.windows,
-        encoded.extra,
-        len(batch.windows),
-    )
+    count = repository.store_batch(session, batch.batch_id, node.node_id, encoded.stored)
     if count is None:
         owner, earlier = repository.claimed_batch(session, batch.batch_id) or (None, None)
         if owner != node.node_id:
             raise Conflict(f"batch id {batch.batch_id} was already used by another node")
-        if earlier is not None and earlier not in (encoded.digest, pydantic_digest(batch)):
+        digest = encoded.stored.digest
+        if earlier is not None and earlier not in (digest, pydantic_digest(batch)):
             raise Conflict(
                 f"batch id {batch.batch_id} was received before with other content: a batch id"
                 " names one batch; nothing from this one was stored"
@@ -151,13 +144,7 @@ async def ingest_pushed(
     try:
         async with pushes.connection() as connection:
             count = await repository.store_pushed_batch(
-                connection,
-                batch.batch_id,
-                node.node_id,
-                encoded.digest,
-                encoded.windows,
-                encoded.extra,
-                len(batch.windows),
+                connection, batch.batch_id, node.node_id, encoded.stored
             )
     except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as error:
         log.warning("a push's connection failed (%s); taking it in a unit of work", error)
@@ -190,13 +177,12 @@ def _device_ids(session: Session, node_id: uuid.UUID, names: set[str]) -> dict[s
 
 @dataclass(frozen=True)
 class EncodedBatch:
-    """A batch as store_batch takes it: its digest, its windows' JSON (the bytes the digest
-    covers) and each window's repository.WindowExtra (device id, percentiles), as JSON."""
+    """A batch as the repository stores it (its digest, its windows' JSON — the bytes the
+    digest covers — and each window's repository.WindowExtra) and the windows' device-time
+    p99s that there are, in µs, for the metrics."""
 
-    digest: str
-    windows: bytes
-    extra: bytes
-    p99s: list[float]  # the windows' device-time p99s that there are, in µs
+    stored: repository.EncodedWindows
+    p99s: list[float]
 
 
 _ENCODER = msgspec.json.Encoder()
@@ -216,12 +202,13 @@ def encode_batch(batch: Any, device_ids: dict[str, uuid.UUID], checked: Any = No
         repository.WindowExtra(device_ids[w.device], **s)
         for w, s in zip(batch.windows, summaries, strict=True)
     ]
-    return EncodedBatch(
+    stored = repository.EncodedWindows(
         digest=hashlib.sha256(canonical).hexdigest(),
         windows=windows,
         extra=_ENCODER.encode(extra),
-        p99s=[p99 for s in summaries if (p99 := s["p99_us"]) is not None],
+        count=len(batch.windows),
     )
+    return EncodedBatch(stored, [p99 for s in summaries if (p99 := s["p99_us"]) is not None])
 
 
 def batch_digest(batch: Any) -> str:

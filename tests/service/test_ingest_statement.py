@@ -38,6 +38,7 @@ from tests.factories import (
     create_node,
     device_inventory,
     ebpf_window,
+    rapl_window,
     report_inventory,
     telemetry_window,
 )
@@ -163,22 +164,10 @@ def test_the_statement_stores_each_window_as_its_fields_say(
         telemetry_window("loop0", index=0),
         ebpf_window("loop1", index=0),
         ebpf_window("loop0", index=1, latency_note='C:\\path\ttab\nline "q" \u00e9'),
-        telemetry_window(
+        rapl_window(
             "loop1",
             index=1,
-            power_watts=17.123456789012345,
-            energy_joules=1e-7,
-            power_scope="cpu_package",
-            power_source="rapl",
-            power_readings=[
-                {
-                    "source": "rapl",
-                    "zone": "zone\\with\tescapes",
-                    "scope": "cpu_package",
-                    "watts": 17.123456789012345,
-                    "energy_joules": 1e-7,
-                }
-            ],
+            zone="zone\\with\tescapes",
             cpu_utilisation=0.25,
             context_switches_per_s=1234.5,
         ),
@@ -204,6 +193,18 @@ def test_the_statement_stores_each_window_as_its_fields_say(
         assert found[key] == want
 
 
+def _windows_of(engine: Engine, batch: TelemetryBatch) -> int:
+    with Session(engine) as session:
+        return (
+            session.scalar(
+                select(func.count())
+                .select_from(TelemetryWindowRow)
+                .where(TelemetryWindowRow.batch_id == batch.batch_id)
+            )
+            or 0
+        )
+
+
 def _plain(value: Any) -> Any:
     return None if value is None else msgspec.json.decode(msgspec.json.encode(value))
 
@@ -224,8 +225,10 @@ def test_the_digest_of_the_one_encoding_is_the_batchs(kinds: list[str]) -> None:
     batch = service.BATCHES.from_model(_batch(*(made[k](i) for i, k in enumerate(kinds))))
     ids = {f"loop{i}": uuid.uuid4() for i in range(3)}
     encoded = service.encode_batch(batch, ids)
-    assert encoded.digest == service.batch_digest(batch)
-    assert len(msgspec.json.decode(encoded.extra)) == len(batch.windows)
+    assert encoded.stored.digest == service.batch_digest(batch)
+    assert (
+        len(msgspec.json.decode(encoded.stored.extra)) == encoded.stored.count == len(batch.windows)
+    )
     assert len(encoded.p99s) == kinds.count("ebpf")
 
 
@@ -328,22 +331,13 @@ def test_a_resent_push_is_acknowledged_and_a_clash_refused_whole(
     assert refused.status_code == 409, refused.text
     assert "ingested before in another batch" in refused.json()["detail"]
     with Session(scratch) as session:
-        assert (
-            session.scalar(
-                select(func.count())
-                .select_from(TelemetryBatchRow)
-                .where(TelemetryBatchRow.batch_id == clash.batch_id)
-            )
-            == 0
-        )  # the id is free, no window of it stored
-        assert (
-            session.scalar(
-                select(func.count())
-                .select_from(TelemetryWindowRow)
-                .where(TelemetryWindowRow.batch_id == batch.batch_id)
-            )
-            == 2
+        claimed = session.scalar(
+            select(func.count())
+            .select_from(TelemetryBatchRow)
+            .where(TelemetryBatchRow.batch_id == clash.batch_id)
         )
+    assert (claimed, _windows_of(scratch, clash)) == (0, 0)  # the id free, nothing stored
+    assert _windows_of(scratch, batch) == 2
 
 
 def test_refusals_are_the_unit_of_works_with_their_reasons(served: tuple[TestClient, str]) -> None:
@@ -389,15 +383,7 @@ def test_a_push_whose_connection_broke_is_taken_in_a_unit_of_work(
     pushed = _post(client, token, batch)
     assert pushed.status_code == 201, pushed.text
     assert _moved(before) == {"connection_failed": 1, "unit_of_work": 1}
-    with Session(scratch) as session:
-        assert (
-            session.scalar(
-                select(func.count())
-                .select_from(TelemetryWindowRow)
-                .where(TelemetryWindowRow.batch_id == batch.batch_id)
-            )
-            == 2
-        )
+    assert _windows_of(scratch, batch) == 2
     # and the next one is on the event loop again, on a new connection
     before = _paths()
     assert _post(client, token, _batch(telemetry_window("loop0", index=3))).status_code == 201

@@ -21,6 +21,7 @@ from tests.factories import (
     create_node,
     device_inventory,
     ebpf_window,
+    rapl_window,
     report_inventory,
     telemetry_window,
 )
@@ -168,23 +169,7 @@ class TestIngestBatch:
         _, token = node
         note = 'no eBPF: C:\\path\ttab\nnewline\rreturn "quoted" \u00e9'
         zone = "zone\\with\tescapes"
-        window = telemetry_window(
-            "loop0",
-            latency_note=note,
-            power_watts=17.123456789012345,
-            energy_joules=1e-7,
-            power_scope="cpu_package",
-            power_source="rapl",
-            power_readings=[
-                {
-                    "source": "rapl",
-                    "zone": zone,
-                    "scope": "cpu_package",
-                    "watts": 17.123456789012345,
-                    "energy_joules": 1e-7,
-                }
-            ],
-        )
+        window = rapl_window("loop0", zone=zone, latency_note=note)
         response = client.post(URL, json=_batch(window), headers=bearer(token))
         assert response.status_code == 201, response.text
         stored = session.scalars(select(TelemetryWindowRow)).one()
