@@ -164,7 +164,7 @@ def _stored_columns() -> tuple[str, str]:
 
 _DEFINITIONS, _VALUES = _stored_columns()
 _EXTRA = ", ".join(f"{name} {kind}" for name, kind in EXTRA_FIELDS.items())
-# the names are the table's own (service.tables), not input; the JSON is the one parameter
+# the names are the table's own (service.tables), not input; the JSON documents are parameters
 _COLUMNS = ", ".join(WINDOW_COLUMNS)
 _CLAIM = (
     "INSERT INTO telemetry_batches (batch_id, node_id, windows, digest)"
