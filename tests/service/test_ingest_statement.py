@@ -173,24 +173,34 @@ def test_the_statement_stores_each_window_as_its_fields_say(
         ),
     )
     assert _push(scratch, node, batch).accepted
-    struct = service.BATCHES.from_model(batch)
-    assert node.node_id is not None
-    ids = NODES.devices(node.node_id)
-    assert ids is not None
-    expected = {(row["device_id"], row["window_start"]): row for row in window_rows(struct, ids)}
-    with Session(scratch) as session:
+    found = _stored_as_its_fields_say(scratch, batch)
+    assert sum(row["p99_us"] is not None for row in found) == 2
+
+
+def _stored_as_its_fields_say(engine: Engine, batch: TelemetryBatch) -> list[dict[str, Any]]:
+    """The batch's stored rows, each held to the row bench.copytext.window_rows writes out
+    for its window (the device ids from the node's cached map)."""
+    with Session(engine) as session:
         stored = session.execute(
             select(TelemetryWindowRow.__table__).where(
                 TelemetryWindowRow.batch_id == batch.batch_id
             )
         ).mappings()
         found = {(row["device_id"], row["window_start"]): dict(row) for row in stored}
+        node_id = session.scalar(
+            select(TelemetryBatchRow.node_id).where(TelemetryBatchRow.batch_id == batch.batch_id)
+        )
+    assert node_id is not None
+    ids = NODES.devices(node_id)
+    assert ids is not None
+    rows = window_rows(service.BATCHES.from_model(batch), ids)
+    expected = {(row["device_id"], row["window_start"]): row for row in rows}
     assert found.keys() == expected.keys()
-    assert sum(row["p99_us"] is not None for row in found.values()) == 2
     for key, row in expected.items():
         # JSON columns as the table gives them back: plain lists and dicts
         want = {**row, **{k: _plain(row[k]) for k in ("power_readings", "operations")}}
         assert found[key] == want
+    return list(found.values())
 
 
 def _windows_of(engine: Engine, batch: TelemetryBatch) -> int:
@@ -291,25 +301,7 @@ def test_a_push_the_caches_answer_is_stored_on_the_event_loop(
     assert second.status_code == 201, second.text
     assert second.json() == {"batch_id": str(batch.batch_id), "accepted": True, "windows": 3}
     assert _moved(before) == {"event_loop": 1}
-    with Session(scratch) as session:
-        stored = session.execute(
-            select(TelemetryWindowRow.__table__).where(
-                TelemetryWindowRow.batch_id == batch.batch_id
-            )
-        ).mappings()
-        found = {(row["device_id"], row["window_start"]): dict(row) for row in stored}
-        node_id = session.scalar(
-            select(TelemetryBatchRow.node_id).where(TelemetryBatchRow.batch_id == batch.batch_id)
-        )
-    assert node_id is not None
-    ids = NODES.devices(node_id)
-    assert ids is not None
-    rows = window_rows(service.BATCHES.from_model(batch), ids)
-    expected = {(row["device_id"], row["window_start"]): row for row in rows}
-    assert found.keys() == expected.keys()
-    for key, row in expected.items():
-        want = {**row, **{k: _plain(row[k]) for k in ("power_readings", "operations")}}
-        assert found[key] == want
+    assert len(_stored_as_its_fields_say(scratch, batch)) == 3
 
 
 def test_a_resent_push_is_acknowledged_and_a_clash_refused_whole(
