@@ -21,7 +21,8 @@
  *    completion (T_service: the task's moving average issue-to-completion time). The idle
  *    time is charged to that task. The decision is taken when the write or the epoch switch is
  *    about to happen, not at the completion: on a fast device the task is usually still
- *    between two requests then, and that gap is the deceptive idleness to bridge.
+ *    between two requests then, and that gap is the deceptive idleness to bridge. Like read
+ *    preference, only on a device whose writes cost at least twice its reads (fios_keep_epoch).
  *
  * Cost of a request: with all four calibrated costs set (read and write, 4 KiB and 128 KiB,
  * in ns) and rising with size, a linear model in the request size, charged at issue; otherwise
@@ -962,6 +963,17 @@ static struct request *fios_choose(struct fios_data *fd, u64 now, bool lend)
 /* Why the epoch stays open although no task with slice left has requests queued (FIOS_WAIT_*:
  * what can end that), or 0: a task with slice left is anticipated (one may start here), or has
  * requests on the device.
+ *
+ * A task between two requests is anticipated only where reads go first (fios_reads_first):
+ * there its next read would find the writes issued meanwhile ahead of it, each costing several
+ * reads. Where a write costs about what a read does, the next request finds at most requests of
+ * its own cost ahead of it, and holding the device for it — from every task whose slice is
+ * spent — bought no fairness and cost throughput: on two-vCPU null_blk, calibrated, four
+ * readers and four writers thinking a read's service time were kept within 1.45 of
+ * proportional without it against 1.98 with it, and two QD1 readers against two QD16 writers
+ * had a concurrent efficiency of 1.30-1.43 against 1.07-1.13 (issue 36, docs/benchmarks.md).
+ * The epoch then ends once no task with slice left has a request queued or on the device, and
+ * such a task's next request comes with a whole slice.
  */
 static unsigned int fios_keep_epoch(struct fios_data *fd, u64 now)
 {
@@ -969,7 +981,7 @@ static unsigned int fios_keep_epoch(struct fios_data *fd, u64 now)
 		return FIOS_WAIT_ANTIC;
 	if (fios_slice_holder_busy(fd))
 		return FIOS_WAIT_ANY;
-	if (fios_anticipate(fd, 1, now))
+	if (fios_reads_first(fd) && fios_anticipate(fd, 1, now))
 		return FIOS_WAIT_ANTIC;
 	return 0;
 }

@@ -521,9 +521,11 @@ def smp_script(cpus: int, seconds: float) -> tuple[str, dict[str, str]]:
                 )
             label = f"{dev}/{scheduler}"
             script += _fio_block(label, MIXED.format(ms=ms, dev=dev))
-            # fios: whether read preference held (by the calibrated costs)
+            # fios: whether read preference held (by the calibrated costs), and whether it
+            # anticipated (only where reads go first)
             found = (
                 f"grep -E '^reads_first ' /sys/kernel/debug/block/{dev}/sched/state\n"
+                f"grep -E '^anticipations ' /sys/block/{dev}/queue/iosched/stats\n"
                 if scheduler == "fios"
                 else ""
             )
