@@ -20,7 +20,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * TICK
 
 
-def _run_ns(pid: int) -> int:
+def run_ns(pid: int) -> int:
     """Time on a CPU of every thread of a running process, in nanoseconds
     (/proc/PID/task/TID/schedstat's first field): exact, where stat's utime and stime come in
     10 ms ticks and a backend that ran 8 ms in a short run reads 0."""
@@ -39,14 +39,14 @@ def tree_cpu_seconds(root: int) -> float:
     (in nanoseconds: a short run's backends each spend less than a tick) — a PostgreSQL
     postmaster and its backends, say."""
     fields = _stat(root)
-    total = sum(int(f) for f in fields[13:15]) * TICK + _run_ns(root) / 1e9
+    total = sum(int(f) for f in fields[13:15]) * TICK + run_ns(root) / 1e9
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == root:
             continue
         try:
             if int(_stat(int(entry.name))[1]) != root:  # not its child
                 continue
-            total += _run_ns(int(entry.name)) / 1e9
+            total += run_ns(int(entry.name)) / 1e9
         except (OSError, IndexError):
             continue  # ended meanwhile
     return total

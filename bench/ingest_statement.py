@@ -1,0 +1,186 @@
+"""Where PostgreSQL's time goes when it stores a telemetry batch: its backend's CPU a window
+(exact, from /proc/PID/task/*/schedstat) for the same 500-window batches stored
+
+- by the service's storing statement (service.telemetry.repository: the claim, and the windows
+  read from their JSON with json_to_recordset), each batch committed on its own, as a push is;
+- the same statement reading its windows as jsonb (jsonb_to_recordset);
+- reading the statement's JSON alone (the windows and their extras, every column typed, no
+  insert): the parse's share of it;
+- by COPY of the same rows (bench.copytext, formatted before the clock starts), each batch in
+  a transaction of its own: what the rows cost the database without JSON.
+
+Against an embedded PostgreSQL of its own (pgserver), removed at the end. bench.ingest's
+"share of COPY" compares the HTTP path with one COPY of every row in one transaction; this
+splits the database's part of the gap.
+
+    python -m bench.ingest_statement                 # 80 batches of 500 windows, two rounds
+    python -m bench.ingest_statement --batches 20 --no-record
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from sqlalchemy import make_url
+
+from bench.copytext import copy_text, window_rows
+from bench.cpu import run_ns
+from bench.ingest import build_batches
+from bench.record import provenance, record
+from service import db
+from service.embedded import EmbeddedPostgres
+from service.telemetry import repository
+from service.telemetry.retention import RetentionPolicy, maintain
+from service.telemetry.service import BATCHES, encode_batch
+
+DEVICES = [f"nvme{i}n1" for i in range(16)]
+# the statement's FROM clause and its column list, read alone (no claim, no insert); the
+# column definitions are the table's own (service.tables), not input
+_WINDOWS = f"json_to_recordset(%(windows)s::json) AS ({repository._DEFINITIONS})"
+_EXTRAS = f"json_to_recordset(%(extra)s::json) AS ({repository._EXTRA})"
+PARSE_ALONE = f"SELECT count(*) FROM ROWS FROM ({_WINDOWS}, {_EXTRAS}) AS w"  # noqa: S608
+# the statement as it would be with jsonb: its input builds the whole document first
+JSONB = repository._STORE.replace(
+    "json_to_recordset(%(windows)s::json)", "jsonb_to_recordset(%(windows)s::jsonb)"
+)
+assert JSONB != repository._STORE
+COPY = f"COPY {repository.RAW} ({', '.join(repository.WINDOW_COLUMNS)}) FROM STDIN"
+
+
+def _conninfo(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _node(connection: psycopg.Connection[Any]) -> uuid.UUID:
+    node = uuid.uuid4()
+    connection.execute(
+        "INSERT INTO nodes (id, hostname, labels, token_sha256, token_expires_at,"
+        " agent_version, kernel_version, enrolled_at)"
+        " VALUES (%s, 'bench', '{}', %s, now() + interval '1 day', '', '', now())",
+        (node, uuid.uuid4().hex),
+    )
+    return node
+
+
+# a batch's id, as decoded (BATCHES), its devices' ids, and as encoded (encode_batch)
+Work = list[tuple[uuid.UUID, Any, dict[str, uuid.UUID], Any]]
+
+
+def _batches(count: int, windows: int, tag: str) -> Work:
+    """Decoded and encoded as the service does, for devices of this way's own (no row is
+    stored twice across ways and rounds)."""
+    made = []
+    for body in build_batches(DEVICES, count, windows):
+        batch = BATCHES.decode(body)
+        ids = {d: uuid.uuid5(uuid.NAMESPACE_OID, f"{tag}/{d}") for d in DEVICES}
+        made.append((uuid.uuid4(), batch, ids, encode_batch(batch, ids).stored))
+    return made
+
+
+def _store(
+    connection: psycopg.Connection[Any], way: str, node: uuid.UUID, work: Work, copies: list[bytes]
+) -> None:
+    """Every batch of `work` stored (or read) one way, each asserting the rows it took;
+    `copies`: each batch's COPY text, for COPY."""
+    for i, (batch_id, batch, _, encoded) in enumerate(work):
+        parameters = repository._parameters(batch_id, node, encoded)
+        if way == "statement":
+            row = connection.execute(repository._STORE, parameters).fetchone()
+            assert row == (1, len(batch.windows)), row
+        elif way == "jsonb":
+            row = connection.execute(JSONB, parameters).fetchone()
+            assert row == (1, len(batch.windows)), row
+        elif way == "parse_alone":
+            row = connection.execute(PARSE_ALONE, parameters).fetchone()
+            assert row == (len(batch.windows),), row
+        else:
+            with connection.transaction(), connection.cursor() as cursor:
+                with cursor.copy(COPY) as stream:
+                    stream.write(copies[i])
+                assert cursor.rowcount == len(batch.windows), cursor.rowcount
+
+
+def measure(conninfo: str, batches: int, windows: int, rounds: int) -> dict[str, Any]:
+    ways: dict[str, list[float]] = {"statement": [], "parse_alone": [], "jsonb": [], "copy": []}
+    for round_ in range(rounds):
+        for way, costs in ways.items():
+            work = _batches(batches, windows, f"{way}{round_}")
+            # formatted before the clock starts
+            copies = [copy_text(window_rows(b, ids))[0] for _, b, ids, _ in work if way == "copy"]
+            with psycopg.connect(conninfo, autocommit=True) as connection:
+                node = _node(connection)
+                backend = connection.execute("SELECT pg_backend_pid()").fetchone()
+                assert backend is not None
+                before = run_ns(backend[0])
+                _store(connection, way, node, work, copies)
+                costs.append((run_ns(backend[0]) - before) / 1e3 / (len(work) * windows))
+    return {f"{way}_us_per_window": [round(c, 2) for c in costs] for way, costs in ways.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--batches", type=int, default=80)
+    parser.add_argument("--windows", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-record", action="store_true")
+    args = parser.parse_args()
+    data = Path(tempfile.mkdtemp(prefix="blkpilot-ingest-statement-"))
+    try:
+        with EmbeddedPostgres(data) as server:
+            with psycopg.connect(_conninfo(server), autocommit=True) as connection:
+                connection.execute("CREATE DATABASE bench")
+            url = make_url(server).set(database="bench").render_as_string(hide_password=False)
+            db.upgrade(url)
+            engine = db.create_db_engine(url, pool_size=1)
+            try:
+                maintain(engine, RetentionPolicy())  # the days' partitions, as serve keeps them
+            finally:
+                engine.dispose()
+            result = measure(_conninfo(url), args.batches, args.windows, args.rounds)
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+    best = {way: min(costs) for way, costs in result.items()}
+    result.update(
+        {
+            "statement_over_copy": round(
+                best["statement_us_per_window"] / best["copy_us_per_window"], 2
+            ),
+            "parse_share_of_statement": round(
+                best["parse_alone_us_per_window"] / best["statement_us_per_window"], 2
+            ),
+            "batches": args.batches,
+            "windows_per_batch": args.windows,
+            "rounds": args.rounds,
+            **provenance("ingest_statement.py"),
+        }
+    )
+    result = {"benchmark": "ingest_statement", **result}
+    print(json.dumps(result, indent=2))
+    if not args.no_record:
+        record(
+            "ingest_statement",
+            result,
+            {
+                "statement µs a window": "statement_us_per_window",
+                "its JSON read alone": "parse_alone_us_per_window",
+                "as jsonb": "jsonb_us_per_window",
+                "COPY": "copy_us_per_window",
+                "statement / COPY": "statement_over_copy",
+                "parse / statement": "parse_share_of_statement",
+            },
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
