@@ -257,6 +257,9 @@ def python_stage_costs(bodies: list[bytes]) -> dict[str, float]:
     once for its digest and the storing statement (its windows' JSON, each window's device id
     and percentiles). Their sum bounds what one `serve` process can ingest however fast the
     database is: 1e6 / sum windows per second."""
+    import gc
+
+    from service.cli.server import GC_THRESHOLDS
     from service.telemetry.service import BATCHES, encode_batch
 
     windows = 0
@@ -264,18 +267,30 @@ def python_stage_costs(bodies: list[bytes]) -> dict[str, float]:
     device = uuid.uuid4()
     ids: defaultdict[str, uuid.UUID] = defaultdict(lambda: device)
     # this process's CPU time, not the wall clock: on a busy host the wall clock counts the
-    # other processes' turns too (5.6-23k/s read against 28-68k recorded quiet)
-    for body in bodies:
-        started = time.process_time()
-        decoded = BATCHES.decode_checked(body)
-        assert decoded is not None, "the benchmark's batches take the fast path"
-        batch, checked = decoded
-        validated = time.process_time()
-        encode_batch(batch, ids, checked)
-        done = time.process_time()
-        clock["validate"] += validated - started
-        clock["encode"] += done - validated
-        windows += len(batch.windows)
+    # other processes' turns too (5.6-23k/s read against 28-68k recorded quiet); and with the
+    # collector as serve runs it (service.cli.server: what exists is frozen, young objects
+    # collected every GC_THRESHOLDS[0] allocations) — with Python's defaults this process's
+    # collections walked its imports and bodies, and read validation at 3.4-4.9 µs a window
+    # against 1.8-2.1 (2026-11-29)
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        for body in bodies:
+            started = time.process_time()
+            decoded = BATCHES.decode_checked(body)
+            assert decoded is not None, "the benchmark's batches take the fast path"
+            batch, checked = decoded
+            validated = time.process_time()
+            encode_batch(batch, ids, checked)
+            done = time.process_time()
+            clock["validate"] += validated - started
+            clock["encode"] += done - validated
+            windows += len(batch.windows)
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
     return {f"{stage}_us_per_window": round(1e6 * t / windows, 2) for stage, t in clock.items()}
 
 
