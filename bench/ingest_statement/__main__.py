@@ -34,44 +34,19 @@ from sqlalchemy import make_url
 from bench.copytext import copy_text, window_rows
 from bench.cpu import run_ns
 from bench.ingest import build_batches
+from bench.ingest_statement import repository
+from bench.ingest_statement.repository import Work
 from bench.record import provenance, record
 from service import db
 from service.embedded import EmbeddedPostgres
-from service.telemetry import repository
 from service.telemetry.retention import RetentionPolicy, maintain
 from service.telemetry.service import BATCHES, encode_batch
 
 DEVICES = [f"nvme{i}n1" for i in range(16)]
-# the statement's FROM clause and its column list, read alone (no claim, no insert); the
-# column definitions are the table's own (service.tables), not input
-_WINDOWS = f"json_to_recordset(%(windows)s::json) AS ({repository._DEFINITIONS})"
-_EXTRAS = f"json_to_recordset(%(extra)s::json) AS ({repository._EXTRA})"
-PARSE_ALONE = f"SELECT count(*) FROM ROWS FROM ({_WINDOWS}, {_EXTRAS}) AS w"  # noqa: S608
-# the statement as it would be with jsonb: its input builds the whole document first
-JSONB = repository._STORE.replace(
-    "json_to_recordset(%(windows)s::json)", "jsonb_to_recordset(%(windows)s::jsonb)"
-)
-assert JSONB != repository._STORE
-COPY = f"COPY {repository.RAW} ({', '.join(repository.WINDOW_COLUMNS)}) FROM STDIN"
 
 
 def _conninfo(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def _node(connection: psycopg.Connection[Any]) -> uuid.UUID:
-    node = uuid.uuid4()
-    connection.execute(
-        "INSERT INTO nodes (id, hostname, labels, token_sha256, token_expires_at,"
-        " agent_version, kernel_version, enrolled_at)"
-        " VALUES (%s, 'bench', '{}', %s, now() + interval '1 day', '', '', now())",
-        (node, uuid.uuid4().hex),
-    )
-    return node
-
-
-# a batch's id, as decoded (BATCHES), its devices' ids, and as encoded (encode_batch)
-Work = list[tuple[uuid.UUID, Any, dict[str, uuid.UUID], Any]]
 
 
 def _batches(count: int, windows: int, tag: str) -> Work:
@@ -85,43 +60,19 @@ def _batches(count: int, windows: int, tag: str) -> Work:
     return made
 
 
-def _store(
-    connection: psycopg.Connection[Any], way: str, node: uuid.UUID, work: Work, copies: list[bytes]
-) -> None:
-    """Every batch of `work` stored (or read) one way, each asserting the rows it took;
-    `copies`: each batch's COPY text, for COPY."""
-    for i, (batch_id, batch, _, encoded) in enumerate(work):
-        parameters = repository._parameters(batch_id, node, encoded)
-        if way == "statement":
-            row = connection.execute(repository._STORE, parameters).fetchone()
-            assert row == (1, len(batch.windows)), row
-        elif way == "jsonb":
-            row = connection.execute(JSONB, parameters).fetchone()
-            assert row == (1, len(batch.windows)), row
-        elif way == "parse_alone":
-            row = connection.execute(PARSE_ALONE, parameters).fetchone()
-            assert row == (len(batch.windows),), row
-        else:
-            with connection.transaction(), connection.cursor() as cursor:
-                with cursor.copy(COPY) as stream:
-                    stream.write(copies[i])
-                assert cursor.rowcount == len(batch.windows), cursor.rowcount
-
-
 def measure(conninfo: str, batches: int, windows: int, rounds: int) -> dict[str, Any]:
-    ways: dict[str, list[float]] = {"statement": [], "parse_alone": [], "jsonb": [], "copy": []}
+    ways: dict[str, list[float]] = {way: [] for way in repository.WAYS}
     for round_ in range(rounds):
         for way, costs in ways.items():
             work = _batches(batches, windows, f"{way}{round_}")
             # formatted before the clock starts
             copies = [copy_text(window_rows(b, ids))[0] for _, b, ids, _ in work if way == "copy"]
             with psycopg.connect(conninfo, autocommit=True) as connection:
-                node = _node(connection)
-                backend = connection.execute("SELECT pg_backend_pid()").fetchone()
-                assert backend is not None
-                before = run_ns(backend[0])
-                _store(connection, way, node, work, copies)
-                costs.append((run_ns(backend[0]) - before) / 1e3 / (len(work) * windows))
+                node = repository.add_node(connection)
+                backend = repository.backend_pid(connection)
+                before = run_ns(backend)
+                repository.store(connection, way, node, work, copies)
+                costs.append((run_ns(backend) - before) / 1e3 / (len(work) * windows))
     return {f"{way}_us_per_window": [round(c, 2) for c in costs] for way, costs in ways.items()}
 
 
@@ -137,8 +88,7 @@ def main() -> int:
     data = Path(tempfile.mkdtemp(prefix="blkpilot-ingest-statement-"))
     try:
         with EmbeddedPostgres(data) as server:
-            with psycopg.connect(_conninfo(server), autocommit=True) as connection:
-                connection.execute("CREATE DATABASE bench")
+            repository.create_database(_conninfo(server), "bench")
             url = make_url(server).set(database="bench").render_as_string(hide_password=False)
             db.upgrade(url)
             engine = db.create_db_engine(url, pool_size=1)
@@ -161,7 +111,7 @@ def main() -> int:
             "batches": args.batches,
             "windows_per_batch": args.windows,
             "rounds": args.rounds,
-            **provenance("ingest_statement.py"),
+            **provenance("ingest_statement"),
         }
     )
     result = {"benchmark": "ingest_statement", **result}
