@@ -63,24 +63,47 @@ def _common(spec: DbBenchSpec, db: DbBenchDatabase) -> list[str]:
     ]
 
 
-def prepare(spec: DbBenchSpec, target: BenchTarget, effects: Effects) -> DbBenchDatabase:
-    """Fill the database once; reuse it while the spec that made it is the same."""
+def database(spec: DbBenchSpec, target: BenchTarget) -> DbBenchDatabase:
+    """Where the spec's database goes on the target, and how many keys it holds."""
     keys = max(
         1_000, min(spec.max_keys, int(target.size_bytes * spec.fill_fraction) // spec.value_size)
     )
-    db = DbBenchDatabase(target.path / f"{SCRATCH_PREFIX}-rocksdb", keys)
+    return DbBenchDatabase(target.path / f"{SCRATCH_PREFIX}-rocksdb", keys)
+
+
+def fill_arguments(spec: DbBenchSpec, db: DbBenchDatabase) -> list[str]:
+    """db_bench's arguments that fill the database (every key, in order)."""
+    return [
+        "--benchmarks=fillseq",
+        *_common(spec, db),
+        "--use_direct_io_for_flush_and_compaction=true",
+    ]
+
+
+def read_arguments(spec: DbBenchSpec, db: DbBenchDatabase, duration_s: float) -> list[str]:
+    """db_bench's arguments for `duration_s` of random reads of the filled database, with
+    direct I/O (they reach the device) and the latency histogram `parse` reads."""
+    return [
+        "--benchmarks=readrandom",
+        "--use_existing_db=1",
+        *_common(spec, db),
+        "--use_direct_reads=true",
+        f"--duration={max(1, round(duration_s))}",
+        "--histogram=1",
+        f"--threads={spec.threads}",
+    ]
+
+
+def prepare(spec: DbBenchSpec, target: BenchTarget, effects: Effects) -> DbBenchDatabase:
+    """Fill the database once; reuse it while the spec that made it is the same."""
+    db = database(spec, target)
+    keys = db.keys
     marker = target.path / f"{SCRATCH_PREFIX}-rocksdb.json"
     made_by = {**spec.model_dump(exclude={"threads"}), "keys": keys}
     if marker.exists() and json.loads(marker.read_text()) == made_by and db.path.is_dir():
         return db
     shutil.rmtree(db.path, ignore_errors=True)
-    fill = effects.run(
-        _binary(),
-        "--benchmarks=fillseq",
-        *_common(spec, db),
-        "--use_direct_io_for_flush_and_compaction=true",
-        timeout=3_600,
-    )
+    fill = effects.run(_binary(), *fill_arguments(spec, db), timeout=3_600)
     if fill.returncode != 0:
         raise BenchmarkFailed(f"db_bench fillseq failed: {fill.stderr.strip()[-500:]}")
     marker.write_text(json.dumps(made_by))
@@ -99,17 +122,7 @@ def run(
 ) -> dict[str, float]:
     effects = effects or Effects()
     db = prepare(spec, target, effects)
-    result = effects.run(
-        _binary(),
-        "--benchmarks=readrandom",
-        "--use_existing_db=1",
-        *_common(spec, db),
-        "--use_direct_reads=true",
-        f"--duration={max(1, round(duration_s))}",
-        "--histogram=1",
-        f"--threads={spec.threads}",
-        timeout=duration_s + 120,
-    )
+    result = effects.run(_binary(), *read_arguments(spec, db, duration_s), timeout=duration_s + 120)
     if result.returncode != 0:
         raise BenchmarkFailed(f"db_bench readrandom failed: {result.stderr.strip()[-500:]}")
     return parse(result.stdout, spec.value_size)

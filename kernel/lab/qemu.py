@@ -11,6 +11,8 @@ from pathlib import Path
 
 RESULT = re.compile(r"BLKPILOT-RESULT-BEGIN (\S+)\r?\n(.*?)BLKPILOT-RESULT-END", re.S)
 STATS = re.compile(r"BLKPILOT-STATS-BEGIN (\S+)\r?\n(.*?)BLKPILOT-STATS-END", re.S)
+# an application's own output (db_bench's report), read by the scenario's summary
+APP = re.compile(r"BLKPILOT-APP-BEGIN (\S+)\r?\n(.*?)BLKPILOT-APP-END", re.S)
 DMESG = re.compile(r"BLKPILOT-DMESG-BEGIN\r?\n(.*?)BLKPILOT-DMESG-END", re.S)
 
 
@@ -25,6 +27,7 @@ class Boot:
     results: dict[str, str] = field(default_factory=dict)
     dmesg: str = ""
     stats: dict[str, dict[str, str]] = field(default_factory=dict)  # label -> key -> value
+    apps: dict[str, str] = field(default_factory=dict)  # label -> an application's output
 
     def kernel_problems(self) -> list[str]:
         """WARNING, BUG, Oops and taint lines: a module must leave none."""
@@ -90,6 +93,7 @@ def boot(
         )
         for name, body in STATS.findall(console)
     }
+    apps = {name: body.strip() for name, body in APP.findall(console)}
     return Boot(
-        console, time.monotonic() - started, results, dmesg.group(1) if dmesg else "", stats
+        console, time.monotonic() - started, results, dmesg.group(1) if dmesg else "", stats, apps
     )

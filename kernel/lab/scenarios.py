@@ -15,12 +15,13 @@ from typing import Any
 from scipy import stats
 
 from agent import calibrate
+from agent.bench import dbbench
 from agent.bench import fio as fio_jobs
 from agent.bench.fairness import Alone, fairness
-from agent.bench.library import fios
+from agent.bench.library import fios, library
 from agent.bench.target import BenchTarget
 from agent.collectors.cpu import parse_stat
-from agent.contract.workloads import WorkloadSpec
+from agent.contract.workloads import DbBenchSpec, WorkloadSpec
 from agent.power import CpuPowerModel
 from kernel.lab import build, hooks, initramfs, packages, qemu
 
@@ -281,6 +282,7 @@ class LabResult:
     summary: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, dict[str, str]] = field(default_factory=dict)  # fios' counters per run
     tunables: dict[str, dict[str, int]] = field(default_factory=dict)  # written per scheduler
+    apps: dict[str, str] = field(default_factory=dict)  # an application's output per run
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     finished_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -380,6 +382,11 @@ class Scenario:
     calibrate_null: int = 0
     # guest seconds spent after each run per second of run (null-hooks reduces its trace)
     after_run: float = 0.0
+    binaries: tuple[str, ...] = ("fio",)  # programs the guest runs, with their libraries
+    # summarize with the applications' own output too (label -> what it printed)
+    summarize_apps: (
+        Callable[[dict[str, fio_jobs.FioResult], dict[str, str]], dict[str, Any]] | None
+    ) = None
 
 
 def _overhead(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
@@ -941,6 +948,137 @@ def _pause(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[s
     return FLASHSIM.format(params=FLASH_STRIPED) + script, files
 
 
+# RocksDB against writers (issue 36, a real application): db_bench's random reads of a
+# database on ext4 on flashsim, against the review's writers (psync, 4 KiB, four of them)
+# writing a file of their own on the same filesystem, on two vCPUs with a queue each
+ROCKSDB_WORKLOAD = "rocksdb-4w"
+ROCKSDB_SCHEDULERS = ("none", "mq-deadline", "bfq", "fios")
+ROCKSDB_DEVICE_MB = 256
+ROCKSDB_FLASH = f"{FLASH_STRIPED} size_mb={ROCKSDB_DEVICE_MB} submit_queues=2"
+ROCKSDB_MODULES = ["bfq", "crc16", "mbcache", "jbd2", "crc32c_generic", "ext4"]
+_MOUNT = "/mnt"
+_WRITES = "/tmp/w.json"  # noqa: S108 - the guest's own tmpfs
+
+
+def rocksdb_parts() -> tuple[DbBenchSpec, dbbench.DbBenchDatabase, WorkloadSpec]:
+    """The reader (the library's db_bench readrandom, its database sized for the device as the
+    agent sizes one) and the writers (the review's: fios-1r-think1ms-4w's four writers), on the
+    filesystem at /mnt."""
+    spec = library()["rocksdb-readrandom"].db_bench
+    assert spec is not None
+    fs = BenchTarget(Path(_MOUNT), "flashsim0", True, False, size_bytes=ROCKSDB_DEVICE_MB << 20)
+    db = dbbench.database(spec, fs)
+    (writer,) = [j for j in library()["fios-1r-think1ms-4w"].jobs if j.name == "writer"]
+    engine = library()["fios-1r7w"].engine
+    writers = WorkloadSpec(name=ROCKSDB_WORKLOAD, engine=engine, jobs=[writer])
+    return spec, db, writers
+
+
+def _rocksdb(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
+    """Under each scheduler: db_bench's reader alone, the writers alone, then both — the
+    writers started a second ahead (their first second not counted) and running a second past
+    the reader's `seconds`. fios calibrated, with the review's 20 ms slices."""
+    spec, db, writers = rocksdb_parts()
+    fs = BenchTarget(Path(_MOUNT), "flashsim0", True, False, size_bytes=ROCKSDB_DEVICE_MB << 20)
+    timed = writers.model_copy(update={"duration_s": seconds + 1, "warmup_s": 1.0})
+    warm = writers.model_copy(update={"duration_s": 1.0})
+    files = {
+        "jobs/writers.fio": fio_jobs.job_file(timed, fs),
+        "jobs/warm.fio": fio_jobs.job_file(warm, fs),
+    }
+    fill = " ".join(dbbench.fill_arguments(spec, db))
+    read = " ".join(dbbench.read_arguments(spec, db, seconds))
+    fios_tunables = {**tunables.get("fios", {}), "timeslice_us": REVIEW_TIMESLICE_US}
+    queue = "/sys/block/flashsim0/queue"
+    fio = "fio --eta=never --output-format=json+"
+
+    def app(label: str) -> str:
+        return f"echo BLKPILOT-APP-BEGIN {label}\ncat /tmp/db.txt\necho BLKPILOT-APP-END\n"
+
+    def result(label: str, out: str) -> str:
+        return f"echo BLKPILOT-RESULT-BEGIN {label}\ncat {out}\necho BLKPILOT-RESULT-END\n"
+
+    script = FLASHSIM.format(params=ROCKSDB_FLASH)
+    script += "".join(f"insmod /lib/modules/{m}.ko\n" for m in ROCKSDB_MODULES)
+    script += "insmod /lib/modules/fios.ko\n"
+    script += (
+        "mke2fs -q -b 4096 /dev/flashsim0 >/dev/null\n"
+        f"mkdir -p {_MOUNT}\nmount -t ext4 /dev/flashsim0 {_MOUNT} || echo BLKPILOT-MOUNT-FAILED\n"
+        f"db_bench {fill} > /tmp/db.txt 2>&1\n"
+        + app(f"{ROCKSDB_WORKLOAD}/fill")
+        # unrecorded: the writers' file laid out, and TCG's first translation of both programs
+        + f"{fio} --output=/tmp/warm.json /jobs/warm.fio\n"
+        + f"db_bench {' '.join(dbbench.read_arguments(spec, db, 1))} > /dev/null 2>&1\n"
+    )
+    for scheduler in ROCKSDB_SCHEDULERS:
+        prefix = f"{ROCKSDB_WORKLOAD}/{scheduler}"
+        script += f"echo none > {queue}/scheduler\necho {scheduler} > {queue}/scheduler\n"
+        if scheduler == "fios":
+            script += "".join(
+                f"echo {value} > {queue}/iosched/{name}\n" for name, value in fios_tunables.items()
+            )
+        script += f"db_bench {read} > /tmp/db.txt 2>&1\n" + app(f"{prefix}/alone-reader")
+        script += f"{fio} --output={_WRITES} /jobs/writers.fio\n"
+        script += result(f"{prefix}/alone-writers", _WRITES)
+        script += (
+            f"{fio} --output={_WRITES} /jobs/writers.fio &\nsleep 1\n"
+            f"db_bench {read} > /tmp/db.txt 2>&1\nwait\n"
+        )
+        script += result(f"{prefix}/together-writers", _WRITES)
+        script += app(f"{prefix}/together-reader")
+        if scheduler == "fios":
+            script += (
+                f"echo BLKPILOT-STATS-BEGIN {prefix}/together\ncat {queue}/iosched/stats\n"
+                "echo BLKPILOT-STATS-END\n"
+            )
+    script += (
+        f"umount {_MOUNT}\necho none > {queue}/scheduler\nrmmod fios\nrmmod flashsim\n"
+        "test -e /sys/module/fios && echo BLKPILOT-UNLOAD-FAILED\n"
+    )
+    return script, files
+
+
+def summarize_rocksdb(
+    parsed: dict[str, fio_jobs.FioResult], apps: dict[str, str]
+) -> dict[str, Any]:
+    """Per scheduler, db_bench's own figures — reads a second and p99 (µs), alone and against
+    the writers — and the fairness between the reader and the writers as FIOS measures it: each
+    side's slowdown (alone over together) over its proportional one (five tasks of one weight:
+    the reader 5, the four writers together 5/4), and the concurrent efficiency (the reader's
+    reads a second over alone, plus the writers' writes a second over theirs alone)."""
+    spec, _, writers = rocksdb_parts()
+    tasks = 1 + sum(job.tasks for job in writers.jobs)
+    found: dict[str, Any] = {}
+    for scheduler in ROCKSDB_SCHEDULERS:
+        prefix = f"{ROCKSDB_WORKLOAD}/{scheduler}"
+        if f"{prefix}/together-reader" not in apps:
+            continue
+        alone = dbbench.parse(apps[f"{prefix}/alone-reader"], spec.value_size)
+        together = dbbench.parse(apps[f"{prefix}/together-reader"], spec.value_size)
+        writes_alone = sum(t.iops for t in parsed[f"{prefix}/alone-writers"].tasks)
+        writes_together = sum(t.iops for t in parsed[f"{prefix}/together-writers"].tasks)
+        reader = alone["iops"] / together["iops"]
+        writer = writes_alone / writes_together
+        found[scheduler] = {
+            "reads_per_s": {"alone": alone["iops"], "together": together["iops"]},
+            "read_p99_us": {
+                "alone": alone.get("lat_p99_us"),
+                "together": together.get("lat_p99_us"),
+            },
+            "writes_per_s": {
+                "alone": round(writes_alone, 1),
+                "together": round(writes_together, 1),
+            },
+            "reader_over_proportional": round(reader / tasks, 2),
+            "writers_over_proportional": round(writer / (tasks / (tasks - 1)), 2),
+            "worst_over_proportional": round(
+                max(reader / tasks, writer / (tasks / (tasks - 1))), 2
+            ),
+            "concurrent_efficiency": round(1 / reader + 1 / writer, 3),
+        }
+    return {"rocksdb": found}
+
+
 def _heavy_light(heavy_iops: float, light_iops: float) -> dict[str, Any]:
     """Two weighed writers' throughputs and their ratio (device time, as a write takes every
     unit)."""
@@ -1082,6 +1220,18 @@ SCENARIOS = {
         flash_params=FLASH_STRIPED,
         summarize_stats=summarize_review,
     ),
+    # RocksDB's reads against writers on two vCPUs (bench/lab_fios_rocksdb.py)
+    "flash-rocksdb-smp2": Scenario(
+        ROCKSDB_MODULES,
+        ["flashsim", "fios"],
+        _rocksdb,
+        lambda parsed: {},
+        calibrate=True,
+        cpus=2,
+        flash_params=ROCKSDB_FLASH,
+        binaries=("fio", "db_bench"),
+        summarize_apps=summarize_rocksdb,
+    ),
     # deceptive idleness: a reader that pauses (bench/lab_fios_pause.py boots it again and again)
     "flash-pause": Scenario(
         [],
@@ -1180,11 +1330,16 @@ def _boot(
     cache: Path,
     cpus: int = 1,
     after_run: float = 0.0,
+    binaries: tuple[str, ...] = ("fio",),
 ) -> tuple[qemu.Boot, dict[str, fio_jobs.FioResult]]:
     initrd = initramfs.build(
-        cache / trio.version / f"{name}.initrd.gz", modules=modules, scenario=script, files=files
+        cache / trio.version / f"{name}.initrd.gz",
+        modules=modules,
+        scenario=script,
+        files=files,
+        binaries=binaries,
     )
-    expected_runs = script.count("BLKPILOT-RESULT-BEGIN")
+    expected_runs = script.count("BLKPILOT-RESULT-BEGIN") + script.count("BLKPILOT-APP-BEGIN")
     booted = qemu.boot(
         packages.vmlinuz(root, trio),
         initrd,
@@ -1250,6 +1405,7 @@ def run(
         cache,
         cpus=scenario.cpus,
         after_run=scenario.after_run,
+        binaries=scenario.binaries,
     )
     result = LabResult(
         name,
@@ -1260,12 +1416,14 @@ def run(
         problems + booted.kernel_problems(),
         stats=booted.stats,
         tunables=tunables,
+        apps=booted.apps,
         started_at=started,
         finished_at=datetime.now(UTC),
     )
-    result.summary = (
-        scenario.summarize_stats(parsed, booted.stats)
-        if scenario.summarize_stats is not None
-        else scenario.summarize(parsed)
-    )
+    if scenario.summarize_apps is not None:
+        result.summary = scenario.summarize_apps(parsed, booted.apps)
+    elif scenario.summarize_stats is not None:
+        result.summary = scenario.summarize_stats(parsed, booted.stats)
+    else:
+        result.summary = scenario.summarize(parsed)
     return result
