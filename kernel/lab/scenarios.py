@@ -958,6 +958,10 @@ ROCKSDB_FLASH = f"{FLASH_STRIPED} size_mb={ROCKSDB_DEVICE_MB} submit_queues=2"
 ROCKSDB_MODULES = ["bfq", "crc16", "mbcache", "jbd2", "crc32c_generic", "ext4"]
 _MOUNT = "/mnt"
 _WRITES = "/tmp/w.json"  # noqa: S108 - the guest's own tmpfs
+# the filesystem on flashsim0, as the agent's directory target for both
+_ROCKSDB_FS = BenchTarget(
+    Path(_MOUNT), "flashsim0", True, False, size_bytes=ROCKSDB_DEVICE_MB << 20
+)
 
 
 def rocksdb_parts() -> tuple[DbBenchSpec, dbbench.DbBenchDatabase, WorkloadSpec]:
@@ -966,8 +970,7 @@ def rocksdb_parts() -> tuple[DbBenchSpec, dbbench.DbBenchDatabase, WorkloadSpec]
     filesystem at /mnt."""
     spec = library()["rocksdb-readrandom"].db_bench
     assert spec is not None
-    fs = BenchTarget(Path(_MOUNT), "flashsim0", True, False, size_bytes=ROCKSDB_DEVICE_MB << 20)
-    db = dbbench.database(spec, fs)
+    db = dbbench.database(spec, _ROCKSDB_FS)
     (writer,) = [j for j in library()["fios-1r-think1ms-4w"].jobs if j.name == "writer"]
     engine = library()["fios-1r7w"].engine
     writers = WorkloadSpec(name=ROCKSDB_WORKLOAD, engine=engine, jobs=[writer])
@@ -979,12 +982,11 @@ def _rocksdb(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict
     writers started a second ahead (their first second not counted) and running a second past
     the reader's `seconds`. fios calibrated, with the review's 20 ms slices."""
     spec, db, writers = rocksdb_parts()
-    fs = BenchTarget(Path(_MOUNT), "flashsim0", True, False, size_bytes=ROCKSDB_DEVICE_MB << 20)
     timed = writers.model_copy(update={"duration_s": seconds + 1, "warmup_s": 1.0})
     warm = writers.model_copy(update={"duration_s": 1.0})
     files = {
-        "jobs/writers.fio": fio_jobs.job_file(timed, fs),
-        "jobs/warm.fio": fio_jobs.job_file(warm, fs),
+        "jobs/writers.fio": fio_jobs.job_file(timed, _ROCKSDB_FS),
+        "jobs/warm.fio": fio_jobs.job_file(warm, _ROCKSDB_FS),
     }
     fill = " ".join(dbbench.fill_arguments(spec, db))
     read = " ".join(dbbench.read_arguments(spec, db, seconds))
