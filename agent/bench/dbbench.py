@@ -97,9 +97,8 @@ def read_arguments(spec: DbBenchSpec, db: DbBenchDatabase, duration_s: float) ->
 def prepare(spec: DbBenchSpec, target: BenchTarget, effects: Effects) -> DbBenchDatabase:
     """Fill the database once; reuse it while the spec that made it is the same."""
     db = database(spec, target)
-    keys = db.keys
     marker = target.path / f"{SCRATCH_PREFIX}-rocksdb.json"
-    made_by = {**spec.model_dump(exclude={"threads"}), "keys": keys}
+    made_by = {**spec.model_dump(exclude={"threads"}), "keys": db.keys}
     if marker.exists() and json.loads(marker.read_text()) == made_by and db.path.is_dir():
         return db
     shutil.rmtree(db.path, ignore_errors=True)

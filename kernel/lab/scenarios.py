@@ -968,12 +968,13 @@ def rocksdb_parts() -> tuple[DbBenchSpec, dbbench.DbBenchDatabase, WorkloadSpec]
     """The reader (the library's db_bench readrandom, its database sized for the device as the
     agent sizes one) and the writers (the review's: fios-1r-think1ms-4w's four writers), on the
     filesystem at /mnt."""
-    spec = library()["rocksdb-readrandom"].db_bench
+    workloads = library()
+    spec = workloads["rocksdb-readrandom"].db_bench
     assert spec is not None
     db = dbbench.database(spec, _ROCKSDB_FS)
-    (writer,) = [j for j in library()["fios-1r-think1ms-4w"].jobs if j.name == "writer"]
-    engine = library()["fios-1r7w"].engine
-    writers = WorkloadSpec(name=ROCKSDB_WORKLOAD, engine=engine, jobs=[writer])
+    their = workloads["fios-1r-think1ms-4w"]
+    (writer,) = [j for j in their.jobs if j.name == "writer"]
+    writers = WorkloadSpec(name=ROCKSDB_WORKLOAD, engine=their.engine, jobs=[writer])
     return spec, db, writers
 
 
