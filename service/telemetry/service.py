@@ -122,8 +122,12 @@ async def ingest_pushed(
     statement on a connection of `pushes` (service.db.push_connections), committed when it
     returns. None where anything else is so (a batch id claimed before, a connection that
     failed — its statement committed nothing, or committed the batch, which `ingest` then
-    finds claimed): `ingest` takes the batch in a unit of work and answers for it, refusals
-    and their reasons included."""
+    finds claimed — or a window stored before, in this batch or another: the table's primary
+    key refused it, and nothing was stored): `ingest` takes the batch in a unit of work and
+    answers for it, refusals and their reasons included. A batch that names a device and
+    interval twice is left to the primary key, not looked for window by window: hashing
+    every window's two datetimes cost 0.44 µs a window, a seventeenth of serve's CPU for a
+    500-window batch."""
     assert node.node_id is not None
     now = datetime.now(UTC)
     oldest = (policy or RetentionPolicy()).raw_horizon(now)
@@ -136,8 +140,6 @@ async def ingest_pushed(
         if w.start < oldest or w.end > latest or w.device not in known:
             return None
         days.add(w.start.astimezone(UTC).date())
-    if len({(w.device, w.start, w.end) for w in batch.windows}) != len(batch.windows):
-        return None
     if retention.CACHE.missing(days):
         return None
     encoded = encode_batch(batch, known, checked)
@@ -149,6 +151,8 @@ async def ingest_pushed(
     except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as error:
         log.warning("a push's connection failed (%s); taking it in a unit of work", error)
         metrics.TELEMETRY_PUSH_PATH.labels(path="connection_failed").inc()
+        return None
+    except Conflict:  # a window stored before: `ingest` says which way
         return None
     if count is None:
         return None

@@ -332,7 +332,9 @@ def test_a_resent_push_is_acknowledged_and_a_clash_refused_whole(
     assert _windows_of(scratch, batch) == 2
 
 
-def test_refusals_are_the_unit_of_works_with_their_reasons(served: tuple[TestClient, str]) -> None:
+def test_refusals_are_the_unit_of_works_with_their_reasons(
+    scratch: Engine, served: tuple[TestClient, str]
+) -> None:
     client, token = served
     assert _post(client, token, _batch(telemetry_window("loop0", index=0))).status_code == 201
     unknown = _post(client, token, _batch(telemetry_window("sdz", index=1)))
@@ -343,13 +345,19 @@ def test_refusals_are_the_unit_of_works_with_their_reasons(served: tuple[TestCli
     refused = _post(client, token, _batch(future))
     assert refused.status_code == 422
     assert "end in the future" in refused.json()["detail"]
-    twice = _post(
-        client,
-        token,
-        _batch(telemetry_window("loop0", index=3), telemetry_window("loop0", index=3)),
-    )
+    # the event loop's statement does not look for it: the primary key refuses the second
+    # window, the statement (claim and all) stores nothing, and the unit of work says why
+    doubled = _batch(telemetry_window("loop0", index=3), telemetry_window("loop0", index=3))
+    before = _paths()
+    twice = _post(client, token, doubled)
     assert twice.status_code == 422
     assert "same device and interval twice" in twice.json()["detail"]
+    assert _moved(before) == {"unit_of_work": 1}
+    assert _windows_of(scratch, doubled) == 0
+    # its id was not claimed: the batch sent again as it should be is stored
+    doubled.windows.pop()
+    assert _post(client, token, doubled).status_code == 201
+    assert _windows_of(scratch, doubled) == 1
 
 
 def test_a_push_whose_connection_broke_is_taken_in_a_unit_of_work(
