@@ -4,6 +4,7 @@ telemetry window (the spool keeps them)."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from agent.client import DEFAULT_RETRY_AFTER_S, ServiceClient, retry_after_secon
 from agent.contract.wire import TelemetryBatch
 from agent.errors import RateLimited
 from agent.spool import Spool
+from service.ops.ratelimit import SlidingWindowCounters, parse_limits
 from service.security import Role
 from service.settings import Settings
 from service.tables import TelemetryWindowRow
@@ -206,3 +208,49 @@ def _refused(client: TestClient) -> float:
         if line.startswith("blkpilot_rate_limited_requests_total{"):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def test_the_counters_slide_as_limits_does_and_say_when_a_hit_fits() -> None:
+    """SlidingWindowCounters on a clock of its own: `amount` hits fit in a window, the next is
+    refused with the exact wait; in the next window the previous one's hits weigh by the share
+    of it the sliding window still covers."""
+    (minute,) = parse_limits("4/minute")
+    counters = SlidingWindowCounters([minute])
+    t0 = 600.0  # the start of a window (600 // 60)
+    assert [counters.hit("a", t0 + i) for i in range(4)] == [[]] * 4
+    ((item, wait),) = counters.hit("a", t0 + 10)
+    # this window is full: a hit fits once the next one starts (its 4 then weigh under 4)
+    assert item is minute
+    assert wait == pytest.approx(50.0)
+    assert counters.hit("b", t0 + 10) == []  # another caller has its own budget
+    # 15 s into the next window the previous 4 weigh 4 * 0.75 = 3: a hit fits, and at 16 s
+    # another (4 * 44/60 + 1 = 3.93); at 17 s, 4 * 43/60 + 2 = 4.87 does not, until the
+    # previous window's weight has fallen to 2: 30 s into this one, 13 s on
+    assert counters.hit("a", t0 + 75) == []
+    assert counters.hit("a", t0 + 76) == []
+    ((_, wait),) = counters.hit("a", t0 + 77)
+    assert wait == pytest.approx(13.0)
+
+
+def test_the_wait_is_when_a_hit_is_counted_again() -> None:
+    (second,) = parse_limits("2/second")
+    counters = SlidingWindowCounters([second])
+    assert counters.hit("a", 100.0) == []
+    assert counters.hit("a", 100.1) == []
+    ((_, wait),) = counters.hit("a", 100.2)
+    assert counters.hit("a", 100.2 + wait - 0.01) != []
+    assert counters.hit("a", 100.2 + wait + 0.01) == []
+
+
+def test_callers_not_heard_from_are_forgotten_and_no_thread_is_started() -> None:
+    """A hit starts no thread (limits' MemoryStorage started a timer thread whenever the last
+    had fired: under load, a thread a request), and counters of callers gone quiet for two
+    windows are dropped, so 10,000 nodes heard from once do not stay."""
+    counters = SlidingWindowCounters(parse_limits("50/second;1000/minute"))
+    threads = threading.active_count()
+    for node in range(10_000):
+        counters.hit(f"token:{node}", 1_000.0 + node / 10_000)
+    assert threading.active_count() == threads
+    assert len(counters) == 20_000
+    counters.hit("token:0", 1_000.0 + 121)  # two minutes on: only the caller heard from now
+    assert len(counters) == 2
