@@ -44,7 +44,7 @@ from agent.config import AgentConfig
 from agent.contract.wire import DeviceClass
 from bench.cpu import cpu_seconds, peak_rss_mib, postmaster_pid, tree_cpu_seconds
 from bench.http import LeanClient
-from bench.ingest import AGENT_JSON, with_distributions
+from bench.ingest import AGENT_JSON, UNLIMITED_SHAPE, with_distributions
 from bench.record import provenance, record
 from tests.factories import device_inventory
 from tests.proc import BLKPILOT, clean_env, start_replicas, stop
@@ -340,7 +340,7 @@ def main() -> int:
 
         embedded = EmbeddedPostgres(data_dir / "db")
         url = embedded.start()
-    env = clean_env(data_dir, BLKPILOT_DATABASE_URL=url, BLKPILOT_RATE_LIMIT="1000000/second")
+    env = clean_env(data_dir, BLKPILOT_DATABASE_URL=url, BLKPILOT_RATE_LIMIT=UNLIMITED_SHAPE)
     env["BLKPILOT_ROLLOUT_WORKER"] = "false"
     servers: list[subprocess.Popen[str]] = []
     result: dict[str, Any] = {
