@@ -201,6 +201,8 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
         expect(changes.first).to_be_visible()
         on_bfq = table.locator("tr").filter(has=now_bfq)
         first = (on_bfq if on_bfq.count() else changes).first
+        if on_bfq.count():
+            expect(first.locator("td.config").first).to_have_text(re.compile(r"^bfq\b"))
         current = first.locator("td.config").first.inner_text()
         before = current.split()[0]  # the scheduler the device runs, to come back to
         expect(first.locator("td.config").nth(1)).not_to_have_text(current)
