@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -45,6 +46,12 @@ _SUMMARY = [list(histograms.PERCENTILES).index(name) for name in ("p50", "p99", 
 _MERGED = (IoOperation.READ, IoOperation.WRITE)  # what a window's summary merges
 _NONE = {"p50_us": None, "p99_us": None, "p999_us": None}
 _LIMITS = (histograms.LATENCY_SLOTS, histograms.SIZE_SLOTS, histograms.LATENCY_SLOTS)
+# an operation's and a window's fields, read in C over a whole batch (map), not in a loop
+_OPERATIONS = attrgetter("operations")
+_OP, _COUNT = attrgetter("op"), attrgetter("count")
+_DEVICE_NS, _SIZE_BYTES = attrgetter("device_ns"), attrgetter("size_bytes")
+_QUEUE_NS = attrgetter("queue_ns")
+_GIVEN = attrgetter("p50_us", "p95_us", "p99_us", "p999_us")
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -96,10 +103,17 @@ class _EndToEnd:
         each = punctuation.split(b"|")
         if len(each) != len(sent):
             return None
-        pairs = [opened - 1 for opened in map(bytes.count, each, repeat(b"[", len(each)))]
-        if not taken and b"|".join(map(_punctuation, pairs)) != punctuation:
-            return None
-        lengths = np.array(pairs, dtype=np.int64)
+        if taken:  # valid JSON, maybe not compact: each opened pair is one more "["
+            pairs = [opened - 1 for opened in map(bytes.count, each, repeat(b"[", len(each)))]
+            lengths = np.array(pairs, dtype=np.int64)
+        else:
+            # n pairs written compact leave 4n + 1 characters of punctuation ("[]" for none:
+            # 2), so its length says how many pairs a histogram holds if it is written so at
+            # all — which the comparison with what n pairs must leave then checks
+            lengths = (np.fromiter(map(len, each), dtype=np.int64, count=len(each)) - 1) >> 2
+            pairs = lengths.tolist()
+            if b"|".join(map(_punctuation, pairs)) != punctuation:
+                return None
         # the numbers of the histograms that have any, comma-separated, in one parse
         joined = b",".join(compress(sent, pairs)).translate(None, b"[]")
         values = (
@@ -151,25 +165,27 @@ def check(batch: Any) -> _EndToEnd | None:
     """Every operation's device-time histogram, in the batch's order, if every operation of
     every window passes OperationLatency's checks; None if any might not (the model then
     judges the batch). What it returns is what window_summaries reads."""
-    operations = [o for w in batch.windows for o in w.operations]
+    operations = list(chain.from_iterable(map(_OPERATIONS, batch.windows)))
     n = len(operations)
     laid = _EndToEnd.parse(
-        [o.device_ns for o in operations]
-        + [o.size_bytes for o in operations]
-        + [o.queue_ns for o in operations]
+        list(map(_DEVICE_NS, operations))
+        + list(map(_SIZE_BYTES, operations))
+        + list(map(_QUEUE_NS, operations))
     )
     if laid is None:
         return None
     limits = np.repeat(np.array(_LIMITS, dtype=np.int64), n)
     if not laid.well_formed(limits):
         return None
-    counts = np.fromiter((o.count for o in operations), dtype=np.int64, count=n)
+    counts = np.fromiter(map(_COUNT, operations), dtype=np.int64, count=n)
     if not ((laid.totals[:n] == counts) & (laid.totals[n : 2 * n] == counts)).all():
         return None
     device_ns = laid.head(n)
     if not n:
         return device_ns
-    given = np.array([(o.p50_us, o.p95_us, o.p99_us, o.p999_us) for o in operations])
+    given = np.fromiter(
+        chain.from_iterable(map(_GIVEN, operations)), dtype=np.float64, count=4 * n
+    ).reshape(n, 4)
     if not (np.diff(given, axis=1) >= 0).all():
         return None
     computed = device_ns.percentiles_us()
@@ -190,27 +206,25 @@ def window_summaries(
     """window_percentiles_us of each window — p50, p99 and p99.9 of its reads' and writes'
     device time merged; None where it has neither (or no eBPF). Of windows the contract
     took: `device_ns`, what `check` returned of them, or read here again."""
-    owner: list[int] = []
-    merged_op: list[bool] = []
-    for index, window in enumerate(windows):
-        for o in window.operations:
-            owner.append(index)
-            merged_op.append(o.op in _MERGED)
-    found: list[dict[str, float | None]] = [dict(_NONE) for _ in windows]
+    per_window = list(map(len, map(_OPERATIONS, windows)))
+    operations = list(chain.from_iterable(map(_OPERATIONS, windows)))
     laid = device_ns
     if laid is None:  # a batch the model took: its histograms read here
-        sent = [o.device_ns for window in windows for o in window.operations]
-        laid = _EndToEnd.parse(sent, taken=True)
-    if laid is None or laid.lengths.size != len(owner):
+        laid = _EndToEnd.parse(list(map(_DEVICE_NS, operations)), taken=True)
+    if laid is None or laid.lengths.size != len(operations):
         raise ValueError("window_summaries takes the device-time histograms `check` took")
     if not laid.slots.size:
-        return found
+        return [dict(_NONE) for _ in windows]
+    owner = np.repeat(np.arange(len(windows), dtype=np.int64), per_window)
+    merged_op = np.fromiter(
+        (op in _MERGED for op in map(_OP, operations)), dtype=bool, count=len(operations)
+    )
     # each window's read and write histograms merged: counts summed per (window, slot) in one
     # dense array (as floats: exact, for counts of at most MAX_IOS_PER_WINDOW, 3.6e11, far
     # below 2**53), then its non-empty slots in order, laid end to end again
-    keys = np.repeat(np.array(owner, dtype=np.int64), laid.lengths) * histograms.LATENCY_SLOTS
+    keys = np.repeat(owner, laid.lengths) * histograms.LATENCY_SLOTS
     keys += laid.slots
-    weights = np.where(np.repeat(np.array(merged_op), laid.lengths), laid.counts, 0)
+    weights = np.where(np.repeat(merged_op, laid.lengths), laid.counts, 0)
     dense = np.bincount(
         keys, weights=weights, minlength=len(windows) * histograms.LATENCY_SLOTS
     ).astype(np.int64)
@@ -221,6 +235,7 @@ def window_summaries(
         np.bincount(held // histograms.LATENCY_SLOTS, minlength=len(windows)),
     )
     values = merged.percentiles_us()[:, _SUMMARY].tolist()
-    for index in np.flatnonzero(merged.lengths).tolist():
-        found[index] = dict(zip(_NONE, values[index], strict=True))
-    return found
+    return [
+        dict(zip(_NONE, found, strict=True)) if held else dict(_NONE)
+        for found, held in zip(values, merged.lengths.tolist(), strict=True)
+    ]
