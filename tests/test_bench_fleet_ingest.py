@@ -64,6 +64,22 @@ def test_a_small_fleet_enrolls_posts_and_reads() -> None:
     assert result["serve_cpu_ms_per_request"] > 0  # type: ignore[operator]
 
 
+@pytest.mark.timeout(600)
+def test_a_fleet_at_its_own_pace_is_answered_before_its_next_push() -> None:
+    """--paced: each node's push sent when due, spread over the push interval (10 s here, a
+    window to a push), not as fast as the service answers — so the run takes the interval
+    and the rate is the fleet's own, and each push's lag is measured against the next."""
+    result = _run(
+        "bench.fleet", "--nodes", "20", "--intervals", "1", "--push-intervals", "1",
+        "--reads", "1", "--paced",
+    )  # fmt: skip
+    assert result["windows"] == 20 * 16
+    # 20 pushes due over 10 s, the last 9.5 s in: not all at once (320 windows in a second)
+    assert result["windows_per_second"] <= 1.1 * 320 / 9.5, result  # type: ignore[operator]
+    assert result["keeps_up"] is True, result
+    assert 0 <= result["lag_p50_ms"] <= result["lag_p99_ms"] < 10_000, result  # type: ignore[operator]
+
+
 def test_a_read_p95_is_by_nearest_rank() -> None:
     """One cold page in 20 is not the p95 (it was, by int(0.95 * 20) = the 20th)."""
     timer = Timer()
