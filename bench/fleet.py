@@ -449,10 +449,12 @@ def main() -> int:
         rate = sent / elapsed
         needed = args.nodes * args.devices / WINDOW_SECONDS
         if args.paced:
-            # at the fleet's pace the rate is the pace: keeping up is every push answered
-            # before the agent's next push is due
+            # at the fleet's pace, keeping up is finishing on schedule — a service short of
+            # the pace falls behind by the part it lacks, its backlog growing as long as the
+            # fleet pushes (2 % of the phase: 0.6 s of a 30 s round) — with every push
+            # answered before the agent's next push is due
             lag_p99 = timer.p("lag", 0.99)
-            keeps_up = lag_p99 < 1000 * push_s
+            keeps_up = rate >= 0.98 * needed and lag_p99 < 1000 * push_s
             result |= {
                 "paced": f"every node's push spread over {push_s} s",
                 "lag_p50_ms": round(timer.p("lag", 0.5), 1),
