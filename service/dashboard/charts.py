@@ -1,9 +1,10 @@
 """Charts for the dashboard, drawn on the server into inline SVG (no JavaScript): matplotlib
-for bars and distributions, timelines by hand (see timeline)."""
+for bars, timelines and latency distributions by hand (see timeline)."""
 
 from __future__ import annotations
 
 import io
+import math
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -208,19 +209,8 @@ def timeline(
 ) -> Markup:
     """Series over time as an inline SVG line chart; a gap where a value is None."""
     values = [v for vs in series.values() for v in vs if v is not None]
-    title_lines = _wrap(title, TITLE_CHARS)
-    top = _TOP + 16 * (len(title_lines) - 1)  # a long title takes another line
-    height = _H + top - _TOP
-    plot_w, plot_h = _W - _LEFT - _RIGHT, _H - top - _BOTTOM
-    heading = "".join(
-        f'<tspan x="4" dy="{0 if i == 0 else 16}">{escape(line)}</tspan>'
-        for i, line in enumerate(title_lines)
-    )
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}"'
-        f' viewBox="0 0 {_W} {height}" font-family="sans-serif" font-size="12">',
-        f'<text x="4" y="16" font-size="13">{heading}</text>',
-    ]
+    parts, top = _frame(title)
+    plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
     if times and values:
         t0, t1 = min(times), max(times)
         lo, hi = min(0.0, min(values)), max(values)
@@ -282,32 +272,123 @@ def timeline(
                     f' stroke="{COLOURS[index % len(COLOURS)]}" stroke-width="2"/>'
                     f'<text x="{lx + 20}" y="{top + 10}" font-size="11">{escape(name)}</text>'
                 )
+    return _framed(parts, title, top, unit)
+
+
+def _frame(title: str) -> tuple[list[str], int]:
+    """A hand-drawn chart's opening: the SVG element and its title (a long one wraps and the
+    chart grows to hold it); and where its plot starts."""
+    title_lines = _wrap(title, TITLE_CHARS)
+    top = _TOP + 16 * (len(title_lines) - 1)
+    height = _H + top - _TOP
+    heading = "".join(
+        f'<tspan x="4" dy="{0 if i == 0 else 16}">{escape(line)}</tspan>'
+        for i, line in enumerate(title_lines)
+    )
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}"'
+        f' viewBox="0 0 {_W} {height}" font-family="sans-serif" font-size="12">',
+        f'<text x="4" y="16" font-size="13">{heading}</text>',
+    ]
+    return parts, top
+
+
+def _framed(parts: list[str], title: str, top: int, unit: str, x_unit: str = "") -> Markup:
+    """The chart closed: its axes, their units, and the figure around it."""
+    plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
     parts.append(
         f'<line x1="{_LEFT}" x2="{_LEFT}" y1="{top}" y2="{top + plot_h}" stroke="#333"/>'
         f'<line x1="{_LEFT}" x2="{_LEFT + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}"'
         f' stroke="#333"/>'
         f'<text transform="translate(14 {top + plot_h / 2:.0f}) rotate(-90)"'
-        f' text-anchor="middle">{escape(unit)}</text></svg>'
+        f' text-anchor="middle">{escape(unit)}</text>'
     )
+    if x_unit:
+        parts.append(
+            f'<text x="{_LEFT + plot_w / 2:.0f}" y="{top + plot_h + 36}"'
+            f' text-anchor="middle">{escape(x_unit)}</text>'
+        )
+    parts.append("</svg>")
     return Markup(  # noqa: S704 - every text in it is escaped
         f'<figure class="chart" role="img" aria-label="{escape(title)}">{"".join(parts)}</figure>'
     )
 
 
 def distribution(title: str, series: Mapping[str, Sequence[tuple[float, float, int]]]) -> Markup:
-    """Latency distributions as step histograms on a log axis: per series, (low µs, high µs,
-    count) buckets, drawn as the share of I/Os per bucket."""
-    figure, axes = _pyplot().subplots(figsize=(WIDTH_IN, 2.6))
-    for index, (name, buckets) in enumerate(series.items()):
-        total = sum(count for _, _, count in buckets) or 1
-        edges = [low for low, _, _ in buckets] + [buckets[-1][1]] if buckets else []
-        shares = [100 * count / total for _, _, count in buckets]
-        if shares:
-            axes.stairs(shares, edges, label=name, color=COLOURS[index % len(COLOURS)])
-    axes.set_xscale("log")
-    axes.set_xlabel("µs")
-    axes.set_ylabel("% of I/Os")
-    _title(figure, _wrap(title, TITLE_CHARS))
-    if series:
-        axes.legend(loc="upper right", fontsize=8, frameon=False)
-    return _svg(figure, title)
+    """Latency distributions as step histograms on a log axis, drawn by hand like timeline:
+    per series, (low µs, high µs, count) buckets in increasing order, each drawn over its own
+    span as its share of the series' I/Os, down to none across the slots between buckets."""
+    parts, top = _frame(title)
+    plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
+    shares = {
+        name: [(low, high, 100 * count / (sum(c for _, _, c in buckets) or 1))
+               for low, high, count in buckets]
+        for name, buckets in series.items()
+        if buckets
+    }  # fmt: skip
+    drawn = [bucket for buckets in shares.values() for bucket in buckets]
+    if drawn:
+        # the axis's ends on decades around every bucket; a bucket from 0 (the slot of 0 ns)
+        # starts at 1 ns on a log axis
+        lows = [max(low, 1e-3) for low, _, _ in drawn]
+        first = math.floor(math.log10(min(lows)))
+        last = max(math.ceil(math.log10(max(high for _, high, _ in drawn))), first + 1)
+        # room above the highest bucket for the legend, a line a series
+        peak = max(share for _, _, share in drawn) * (1 + 0.18 * len(shares))
+        ticks = [float(v) for v in _max_n_locator(nbins=4).tick_values(0.0, peak)]
+        hi = max(ticks[-1], peak)
+
+        def x(value: float) -> float:
+            at = (math.log10(max(value, 1e-3)) - first) / (last - first)
+            return _LEFT + plot_w * at
+
+        def y(share: float) -> float:
+            return top + plot_h * (1 - share / hi)
+
+        for tick in ticks:
+            if 0 <= tick <= hi:
+                parts.append(
+                    f'<line x1="{_LEFT}" x2="{_LEFT + plot_w}" y1="{y(tick):.1f}"'
+                    f' y2="{y(tick):.1f}" stroke="#e6e6e6"/>'
+                    f'<text x="{_LEFT - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">'
+                    f"{_tick_label(tick)}</text>"
+                )
+        decades = range(first, last + 1)
+        # a label on every decade that fits 5 characters' room (36 px at 12 px), else every
+        # other one
+        every = 1 if plot_w / (last - first) >= 36 else 2
+        for power in decades:
+            at = x(10.0**power)
+            parts.append(
+                f'<line x1="{at:.1f}" x2="{at:.1f}" y1="{top + plot_h}" y2="{top + plot_h + 4}"'
+                f' stroke="#333"/>'
+            )
+            label = _tick_label(10.0**power)
+            if (power - first) % every == 0 and at + 3.5 * len(label) <= _W - 1:
+                parts.append(
+                    f'<text x="{at:.1f}" y="{top + plot_h + 18}" text-anchor="middle">'
+                    f"{label}</text>"
+                )
+        base = y(0.0)
+        for index, (name, buckets) in enumerate(shares.items()):
+            colour = COLOURS[index % len(COLOURS)]
+            points: list[tuple[float, float]] = []
+            for low, high, share in buckets:
+                left, right, level = x(low), x(high), y(share)
+                if not points or abs(points[-1][0] - left) > 0.05:  # a gap: down to none
+                    if points:
+                        points.append((points[-1][0], base))
+                    points.append((left, base))
+                points += [(left, level), (right, level)]
+            points.append((points[-1][0], base))
+            path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
+            parts.append(
+                f'<polyline fill="none" stroke="{colour}" stroke-width="1.2" points="{path}"/>'
+            )
+            ly = top + 6 + 14 * index
+            parts.append(
+                f'<line x1="{_LEFT + 8}" x2="{_LEFT + 24}" y1="{ly}" y2="{ly}"'
+                f' stroke="{colour}" stroke-width="2"/>'
+                f'<text x="{_LEFT + 28}" y="{ly + 4}" font-size="11">{escape(name)}</text>'
+            )
+    return _framed(parts, title, top, "% of I/Os", "µs")
