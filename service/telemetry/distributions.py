@@ -206,6 +206,18 @@ def window_summaries(
     """window_percentiles_us of each window — p50, p99 and p99.9 of its reads' and writes'
     device time merged; None where it has neither (or no eBPF). Of windows the contract
     took: `device_ns`, what `check` returned of them, or read here again."""
+    return [
+        dict(_NONE) if found is None else dict(zip(_NONE, found, strict=True))
+        for found in window_percentiles(windows, device_ns)
+    ]
+
+
+def window_percentiles(
+    windows: Sequence[Any], device_ns: _EndToEnd | None = None
+) -> list[tuple[float, float, float] | None]:
+    """window_summaries' percentiles as (p50, p99, p99.9) in µs, or None for a window with
+    neither reads nor writes in its distributions (or none): what the storing statement
+    reads, without a dict a window — a batch of diskstats windows is a list of Nones."""
     per_window = list(map(len, map(_OPERATIONS, windows)))
     operations = list(chain.from_iterable(map(_OPERATIONS, windows)))
     laid = device_ns
@@ -214,7 +226,7 @@ def window_summaries(
     if laid is None or laid.lengths.size != len(operations):
         raise ValueError("window_summaries takes the device-time histograms `check` took")
     if not laid.slots.size:
-        return [dict(_NONE) for _ in windows]
+        return [None] * len(windows)
     owner = np.repeat(np.arange(len(windows), dtype=np.int64), per_window)
     merged_op = np.fromiter(
         (op in _MERGED for op in map(_OP, operations)), dtype=bool, count=len(operations)
@@ -236,6 +248,6 @@ def window_summaries(
     )
     values = merged.percentiles_us()[:, _SUMMARY].tolist()
     return [
-        dict(zip(_NONE, found, strict=True)) if held else dict(_NONE)
+        (found[0], found[1], found[2]) if held else None
         for found, held in zip(values, merged.lengths.tolist(), strict=True)
     ]

@@ -201,10 +201,14 @@ def encode_batch(batch: Any, device_ids: dict[str, uuid.UUID], checked: Any = No
     what BATCHES' whole check returned of the batch, where given)."""
     windows = _ENCODER.encode(batch.windows)
     canonical = BATCHES.encode(msgspec.structs.replace(batch, windows=msgspec.Raw(windows)))
-    summaries = distributions.window_summaries(batch.windows, checked)
+    found = distributions.window_percentiles(batch.windows, checked)
+    # a window without percentiles holds only its device's id: one struct a device and batch
+    blank: dict[str, repository.WindowExtra] = {}
     extra = [
-        repository.WindowExtra(device_ids[w.device], **s)
-        for w, s in zip(batch.windows, summaries, strict=True)
+        repository.WindowExtra(device_ids[w.device], *p)
+        if p is not None
+        else blank.get(w.device) or blank.setdefault(w.device, _blank(device_ids[w.device]))
+        for w, p in zip(batch.windows, found, strict=True)
     ]
     stored = repository.EncodedWindows(
         digest=hashlib.sha256(canonical).hexdigest(),
@@ -212,7 +216,11 @@ def encode_batch(batch: Any, device_ids: dict[str, uuid.UUID], checked: Any = No
         extra=_ENCODER.encode(extra),
         count=len(batch.windows),
     )
-    return EncodedBatch(stored, [p99 for s in summaries if (p99 := s["p99_us"]) is not None])
+    return EncodedBatch(stored, [p[1] for p in found if p is not None])
+
+
+def _blank(device_id: uuid.UUID) -> repository.WindowExtra:
+    return repository.WindowExtra(device_id, None, None, None)
 
 
 def batch_digest(batch: Any) -> str:
