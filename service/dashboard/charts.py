@@ -1,5 +1,5 @@
-"""Charts for the dashboard, drawn on the server into inline SVG (no JavaScript): matplotlib
-for bars, timelines and latency distributions by hand (see timeline)."""
+"""Charts for the dashboard, drawn on the server into inline SVG (no JavaScript): bars by
+matplotlib; timelines and latency distributions by hand (see timeline)."""
 
 from __future__ import annotations
 
