@@ -20,7 +20,7 @@ from bench.ingest import AGENT_JSON, with_distributions
 from service.fastwire import FastDecoder
 from service.telemetry import distributions
 from service.telemetry.service import BATCHES
-from tests.factories import ebpf_window
+from tests.factories import ebpf_window, telemetry_window
 
 # the struct alone: msgspec's own checks and the window's validators, not the deferred one
 UNCHECKED = BATCHES._decoder
@@ -197,6 +197,32 @@ def test_recorded_histograms_are_taken_and_summarised_exactly() -> None:
     assert summaries == [window_percentiles_us(w) for w in taken.windows]
     assert distributions.window_summaries(batch.windows) == summaries
     assert all(s["p99_us"] is not None for s in summaries)
+    # what the storing statement reads: the same floats as tuples
+    found = distributions.window_percentiles(batch.windows, checked)
+    assert found == [(s["p50_us"], s["p99_us"], s["p999_us"]) for s in summaries]
+
+
+def test_windows_without_distributions_have_no_percentiles() -> None:
+    """diskstats windows, and an eBPF window whose only I/O is a flush: nothing to summarise
+    (a list of Nones, no dict a window), beside a window with reads that has its own."""
+    plain = [telemetry_window(f"sd{c}", index=i) for i, c in enumerate("abc")]
+    raw = _compact({"batch_id": str(uuid.uuid4()), "windows": plain})
+    decoded = BATCHES.decode_checked(raw)
+    assert decoded is not None
+    assert distributions.window_percentiles(decoded[0].windows, decoded[1]) == [None] * 3
+    flush = ebpf_window("nvme0n1", index=1)
+    flush["operations"][0]["op"] = "flush"
+    flush = {**flush, "operations": flush["operations"][:1], "read_ios": 0, "write_ios": 0}
+    traced = ebpf_window("nvme0n1", index=2)
+    raw = _compact({"batch_id": str(uuid.uuid4()), "windows": [flush, traced]})
+    taken = TelemetryBatch.model_validate_json(raw)
+    decoded = BATCHES.decode_checked(raw)
+    assert decoded is not None
+    found = distributions.window_percentiles(decoded[0].windows, decoded[1])
+    expected = [window_percentiles_us(w) for w in taken.windows]
+    assert found[0] is None  # a flush alone: no reads or writes to merge, as the contract
+    assert expected[0]["p99_us"] is None
+    assert found[1] == tuple(expected[1].values())
 
 
 def test_summaries_refuse_histograms_read_of_another_batch() -> None:
