@@ -78,8 +78,8 @@ def test_long_text_is_wrapped_to_the_width_the_chart_is_shown_at() -> None:
 
 
 def test_a_distribution_is_drawn_on_a_log_axis_bucket_by_bucket() -> None:
-    """The eBPF latency distribution, drawn by hand (matplotlib took ~200 ms of a device
-    page for it): each bucket over its own span as its share of the series' I/Os, higher
+    """The eBPF latency distribution, drawn by hand (matplotlib took 130 ms of CPU of a
+    device page for it): each bucket over its own span as its share of the series' I/Os, higher
     shares higher, equal distances a decade, down to none across a gap between buckets; a
     legend line a series, its text escaped; nothing drawn outside the chart."""
     series = {
