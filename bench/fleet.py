@@ -8,7 +8,8 @@ PostgreSQL, with asyncio clients playing the nodes.
    push_interval_s (30 s by default: 48 windows of 16 devices; --push-intervals 1 posts each
    interval on its own) — as fast as the service acknowledges; plus one
    benchmark observation per node. Recorded: windows per second held, the batch p99, and
-   whether that keeps up with the fleet's real-time rate (nodes x devices / 10 s).
+   whether that keeps up with the fleet's real-time rate (nodes x devices / 10 s); with
+   --paced each push is sent when due instead, and how late each is answered is recorded.
 3. Size: the bytes a window and an hourly rollup row take in their partitions (after a
    rollup of the simulated hours), and from them the database's growth per simulated day of
    the whole fleet, with raw windows only and with rollups past the raw retention.
@@ -18,6 +19,7 @@ PostgreSQL, with asyncio clients playing the nodes.
 
     python -m bench.fleet                                 # 10,000 nodes x 16 devices
     python -m bench.fleet --nodes 500 --intervals 3       # a quick look
+    python -m bench.fleet --ebpf --intervals 9 --paced    # at the fleet's own pace
 
 Records bench/results/fleet.json and a row in fleet.md with the command.
 """
