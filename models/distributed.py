@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import os
+import signal
+import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -27,26 +29,114 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
             ray.init(address=address, log_to_driver=False)
             where = f"the Ray cluster at {address}"
         else:
-            # "local": a Ray of the job's own. With no address at all, ray.init joins the
-            # newest cluster a `ray start` left on this machine (/tmp/ray/ray_current_cluster)
-            ray.init(
-                address="local",
-                num_cpus=num_cpus,
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
+            _start_local(num_cpus)
             cpus = int(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]
             where = f"a local Ray ({cpus} CPUs)"
     except BaseException:
-        # a start that failed half-way (on a loaded host, Ray's agents can miss their start
-        # timeout) leaves its processes running: stop what it started
+        # a start that failed half-way leaves its processes running: stop what it started
         ray.shutdown()
         raise
     try:
         yield where
     finally:
         ray.shutdown()
+
+
+# A local start tried this many times in all. Ray gives its raylet a fixed 30 s to register
+# with the GCS (ray/_private/node.py); on a loaded host (a shared CI runner, a laptop
+# compiling) it can miss that once and register at once on a second try.
+LOCAL_START_ATTEMPTS = 3
+
+
+def _start_failure(error: Exception) -> bool:
+    """A start worth trying again: Ray's own start failures, not a bad argument of ours."""
+    return not isinstance(error, (TypeError, ValueError))
+
+
+def _start_local(num_cpus: int | None) -> None:
+    """A Ray of the job's own, started again when it does not come up, after what the
+    failed start left running is stopped."""
+    import ray
+    import stamina
+
+    for attempt in stamina.retry_context(
+        on=_start_failure, attempts=LOCAL_START_ATTEMPTS, wait_initial=1.0, wait_max=10.0
+    ):
+        with attempt:
+            before = set(_children())
+            try:
+                # "local": with no address at all, ray.init joins the newest cluster a
+                # `ray start` left on this machine (/tmp/ray/ray_current_cluster)
+                ray.init(
+                    address="local",
+                    num_cpus=num_cpus,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
+            except Exception:
+                ray.shutdown()
+                _stop_left_behind(before, os.path.dirname(ray.__file__))
+                raise
+
+
+def _children() -> list[int]:
+    """This process's children, from /proc (a scan: /proc/PID/task/*/children needs a
+    kernel built with CONFIG_PROC_CHILDREN)."""
+    me = os.getpid()
+    pids: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                # after the command's closing parenthesis: state, then the parent's pid
+                fields = stat.read().rpartition(b")")[2].split()
+        except (FileNotFoundError, ProcessLookupError):  # ended meanwhile
+            continue
+        if int(fields[1]) == me:
+            pids.append(int(entry))
+    return pids
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def _stop_left_behind(before: set[int], ray_home: str, grace_s: float = 5.0) -> list[int]:
+    """Stop (and reap) the children a failed ray.init started from Ray's package: when its
+    node never came up, ray.shutdown does not know them (its GCS, raylet, monitors and
+    dashboard would run on beside the next start). Returns their pids."""
+    started = [p for p in _children() if p not in before and ray_home in _cmdline(p)]
+    for pid in started:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    running = list(started)
+    while running and time.monotonic() < deadline:
+        running = [pid for pid in running if not _reaped(pid)]
+        if running:
+            time.sleep(0.05)
+    for pid in running:
+        _signal(pid, signal.SIGKILL)
+        _reaped(pid, block=True)
+    return started
+
+
+def _signal(pid: int, signum: signal.Signals) -> None:
+    with suppress(ProcessLookupError):
+        os.kill(pid, signum)
+
+
+def _reaped(pid: int, *, block: bool = False) -> bool:
+    try:
+        done, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:  # already reaped (by Ray's own Popen)
+        return True
+    return done == pid
 
 
 def ray_map(

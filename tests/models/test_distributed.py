@@ -1,0 +1,66 @@
+"""A local Ray that does not come up is stopped and started again: Ray gives its raylet a
+fixed 30 s to register, which a loaded CI runner has missed. The failure is injected into a
+real Ray start (its node lookup raises once, after every process has started); what that
+start left running must be gone and the next start must run tasks."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import ray
+import ray._private.services as ray_services
+
+from models import distributed
+from models.distributed import ray_map, ray_session
+
+
+def _square(n: int) -> int:
+    return n * n
+
+
+def _ray_children() -> set[int]:
+    home = os.path.dirname(ray.__file__)
+    return {pid for pid in distributed._children() if home in distributed._cmdline(pid)}
+
+
+@pytest.mark.timeout(300)
+def test_a_local_ray_that_does_not_come_up_is_stopped_and_started_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert not ray.is_initialized()
+    real_get_node = ray_services.get_node
+    failed_start: set[int] = set()
+
+    def first_start_fails(*args: object, **kwargs: object) -> object:
+        monkeypatch.setattr(ray_services, "get_node", real_get_node)
+        failed_start.update(_ray_children())  # what the start had running when it failed
+        raise OSError("injected: the raylet did not register")
+
+    monkeypatch.setattr(ray_services, "get_node", first_start_fails)
+    with ray_session(num_cpus=1) as where:
+        assert failed_start, "the injected failure did not happen after Ray's processes started"
+        # the failed start's GCS, raylet, monitors and dashboard are stopped and reaped
+        assert not failed_start & set(distributed._children())
+        assert where == "a local Ray (1 CPUs)"
+        assert ray_map(_square, [1, 2, 3]) == [1, 4, 9]
+        running = _ray_children()
+        assert running
+    assert not ray.is_initialized()
+    assert not running & _ray_children()
+
+
+def test_a_bad_argument_is_not_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    starts: list[object] = []
+    real_init = ray.init
+
+    def counting_init(*args: Any, **kwargs: Any) -> Any:
+        starts.append(kwargs.get("num_cpus"))
+        return real_init(*args, **kwargs)
+
+    monkeypatch.setattr(ray, "init", counting_init)
+    with pytest.raises(ValueError, match="nonnegative"), ray_session(num_cpus=-1):
+        pass
+    assert starts == [-1]
+    assert not ray.is_initialized()
