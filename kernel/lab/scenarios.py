@@ -931,6 +931,91 @@ def _review(
     return make
 
 
+# fios' concurrent efficiency against mq-deadline's on multi-queue devices, run again and
+# again (issue 36, item 1): one run's efficiency swings by 10-40 % under TCG (mq-deadline's on
+# 4r4w-think@nullb0 read 1.63, 1.74 and 2.81 in three runs of lab_fios_review_cpus2), so the
+# two are alternated round by round — mq-deadline first in even rounds, fios first in odd —
+# and compared by the rounds' paired ratios
+EFFICIENCY_SCHEDULERS = ("mq-deadline", "fios")
+
+
+def round_label(scheduler: str, index: int) -> str:
+    """`scheduler` in round `index`, as a result label's scheduler part (fairness_files reads
+    the kernel's name before the "+")."""
+    return f"{scheduler}+r{index}"
+
+
+def _efficiency(cpus: int) -> Callable[[int, float, Tunables], tuple[str, dict[str, str]]]:
+    """The review's workloads under mq-deadline and fios (calibrated, the review's slices),
+    `rounds` times alternated, on flashsim and on null_blk with a hardware queue per vCPU."""
+
+    def make(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
+        chosen = [w for w in fios() if w.name in REVIEW_WORKLOADS]
+        order = [
+            round_label(s, r)
+            for r in range(rounds)
+            for s in (EFFICIENCY_SCHEDULERS if r % 2 == 0 else EFFICIENCY_SCHEDULERS[::-1])
+        ]
+        review = {**tunables.get("fios", {}), "timeslice_us": REVIEW_TIMESLICE_US}
+        flash = {label: review for label in order if label.startswith("fios+")}
+        null_costs = {
+            k: v for k, v in tunables.get(NULL_CALIBRATED, {}).items() if k in calibrate.POINTS
+        }
+        null_fios = {k: v for k, v in review.items() if k not in calibrate.POINTS}
+        null = {label: {**null_fios, **null_costs} for label in flash}
+        files: dict[str, str] = {}
+        script = FLASHSIM.format(params=f"{FLASH_STRIPED} submit_queues={cpus}")
+        script += "insmod /lib/modules/configfs.ko\n" + SMP_DEVICES["nullb0"].format(cpus=cpus)
+        for dev, these in (("flashsim0", flash), ("nullb0", null)):
+            more, more_files = fairness_files(chosen, tuple(order), seconds, these, dev=dev)
+            if dev != "flashsim0":
+                more = more.replace("insmod /lib/modules/fios.ko\n", "")
+            script += more + f"echo none > /sys/block/{dev}/queue/scheduler\n"
+            files.update(more_files)
+        script += "rmmod fios\ntest -e /sys/module/fios && echo BLKPILOT-UNLOAD-FAILED\n"
+        return script, files
+
+    return make
+
+
+def summarize_efficiency(
+    parsed: dict[str, fio_jobs.FioResult], stats: dict[str, dict[str, str]]
+) -> dict[str, Any]:
+    """Per case (workload and device): each round's concurrent efficiency and worst over
+    proportional slowdown under both schedulers, fios' epochs; fios' efficiency over
+    mq-deadline's round by round (the paired ratios), their geometric mean and range, and in
+    how many rounds fios kept the device at least as busy."""
+    review = summarize_review(parsed, stats)["fairness"]
+    cases: dict[str, Any] = {}
+    for workload, by_label in review.items():
+        rounds: dict[int, dict[str, Any]] = {}
+        for label, case in by_label.items():
+            scheduler, _, index = label.partition("+r")
+            rounds.setdefault(int(index), {})[scheduler] = case
+        paired = sorted(r for r, both in rounds.items() if len(both) == len(EFFICIENCY_SCHEDULERS))
+        ratios = [
+            rounds[r]["fios"]["concurrent_efficiency"]
+            / rounds[r]["mq-deadline"]["concurrent_efficiency"]
+            for r in paired
+        ]
+        cases[workload.removeprefix("fios-")] = {
+            "rounds": len(paired),
+            "efficiency": {
+                s: [rounds[r][s]["concurrent_efficiency"] for r in paired]
+                for s in EFFICIENCY_SCHEDULERS
+            },
+            "worst_over_proportional": {
+                s: [rounds[r][s]["worst_over_proportional"] for r in paired]
+                for s in EFFICIENCY_SCHEDULERS
+            },
+            "fios_epochs": [rounds[r]["fios"].get("epochs") for r in paired],
+            "ratios": [round(x, 3) for x in ratios],
+            "ratio_geomean": round(statistics.geometric_mean(ratios), 3) if ratios else None,
+            "fios_at_least_as_busy": sum(x >= 1.0 for x in ratios),
+        }
+    return {"cases": cases}
+
+
 PAUSE_WORKLOAD = "fios-1r-pause50ms-4w"
 PAUSE_SCHEDULERS = ("none", "fios")
 
@@ -1306,6 +1391,18 @@ SCENARIOS = {
         calibrate=True,
     ),
 }
+for _cpus in (2, 4):
+    SCENARIOS[f"efficiency-smp{_cpus}"] = Scenario(
+        ["configfs", "null_blk"],
+        ["flashsim", "fios"],
+        _efficiency(_cpus),
+        lambda parsed: summarize_efficiency(parsed, {}),
+        calibrate=True,
+        flash_params=f"{FLASH_STRIPED} submit_queues={_cpus}",
+        calibrate_null=_cpus,
+        summarize_stats=summarize_efficiency,
+        cpus=_cpus,
+    )
 # the review on two and four vCPUs (issue 36): flashsim and null_blk with a hardware queue per
 # vCPU, so that requests arrive on every queue and fios' one lock and one set of slices serve
 # them all; fio's processes also wait less for a CPU between their requests, as on any real

@@ -1,0 +1,81 @@
+"""bench.lab_fios_efficiency's arithmetic, on results shaped as the lab's parser returns them:
+rounds paired by label, fios' efficiency over mq-deadline's in the same round, and the cases
+where fios is below in most rounds. (The lab boot itself is tests/kernel/test_lab.py's.)"""
+
+from __future__ import annotations
+
+from agent.bench.fio import FioResult, TaskResult
+from bench.lab_fios_efficiency import judged
+from kernel.lab.scenarios import SCENARIOS, round_label, summarize_efficiency
+
+
+def _task(job: str, index: int, iops: float, latency_us: float) -> TaskResult:
+    return TaskResult(
+        job, index, int(iops), int(iops) * 4096, iops, latency_us, latency_us, latency_us
+    )
+
+
+def _runs(case: str, scheduler: str, reader_iops: float) -> dict[str, FioResult]:
+    """A reader and a writer, each 1,000 IOPS alone; together the writer keeps 500 IOPS and
+    the reader `reader_iops` (efficiency 0.5 + reader_iops / 1000)."""
+    together = [_task("reader", 0, reader_iops, 1e6 / reader_iops), _task("writer", 0, 500, 2000)]
+    return {
+        f"{case}/{scheduler}/together": FioResult(together, {}),
+        f"{case}/{scheduler}/alone-reader": FioResult([_task("reader", 0, 1000, 1000)], {}),
+        f"{case}/{scheduler}/alone-writer": FioResult([_task("writer", 0, 1000, 1000)], {}),
+    }
+
+
+def test_rounds_are_paired_and_a_case_below_in_most_rounds_is_named() -> None:
+    parsed: dict[str, FioResult] = {}
+    # fios-a: fios below mq-deadline in two rounds of three; fios-b@nullb0: above in all
+    for index, (fios_a, mq_a) in enumerate([(400, 500), (600, 500), (450, 500)]):
+        parsed |= _runs("fios-a", round_label("fios", index), fios_a)
+        parsed |= _runs("fios-a", round_label("mq-deadline", index), mq_a)
+        parsed |= _runs("fios-b@nullb0", round_label("fios", index), 700)
+        parsed |= _runs("fios-b@nullb0", round_label("mq-deadline", index), 500)
+    # a round with one scheduler only (a boot cut short) is left out of the pairs
+    parsed |= _runs("fios-a", round_label("fios", 3), 900)
+    stats = {
+        "fios-a/fios+r0/together": {"epochs": "61", "anticipations": "3", "anticipation_hits": "2"}
+    }
+
+    cases = summarize_efficiency(parsed, stats)["cases"]
+
+    a = cases["a"]
+    assert a["rounds"] == 3
+    assert a["efficiency"]["fios"] == [0.9, 1.1, 0.95]
+    assert a["efficiency"]["mq-deadline"] == [1.0, 1.0, 1.0]
+    assert a["ratios"] == [0.9, 1.1, 0.95]
+    assert a["fios_at_least_as_busy"] == 1
+    assert a["fios_epochs"] == [61, None, None]
+    assert 0.97 < a["ratio_geomean"] < 0.99
+    b = cases["b@nullb0"]
+    assert b["ratios"] == [1.2, 1.2, 1.2]
+    assert b["fios_at_least_as_busy"] == 3
+
+    verdict = judged(cases)
+    assert verdict["below"] == "a"
+    assert verdict["lowest"] == a["ratio_geomean"]
+    assert "a: 0.98 [0.9-1.1] (1/3)" in verdict["table"]
+
+
+def test_the_scenario_alternates_the_schedulers_round_by_round_on_both_devices() -> None:
+    script, files = SCENARIOS["efficiency-smp2"].script(3, 1.0, {})
+    begun = [line.split()[2] for line in script.splitlines() if "RESULT-BEGIN" in line]
+    together = [label for label in begun if label.endswith("/together")]
+    flash = [label.split("/")[1] for label in together if "@" not in label.split("/")[0]]
+    # schedulers in blocks of five cases: mq-deadline first in even rounds, fios in odd
+    blocks = list(dict.fromkeys(flash))
+    assert blocks == [
+        "mq-deadline+r0",
+        "fios+r0",
+        "fios+r1",
+        "mq-deadline+r1",
+        "mq-deadline+r2",
+        "fios+r2",
+    ]
+    assert len(together) == 2 * 5 * 2 * 3  # two devices, five cases, two schedulers, 3 rounds
+    assert any(label.startswith("fios-1r7w@nullb0/") for label in together)
+    assert "submit_queues=2" in script
+    assert len(files) == len(begun)
