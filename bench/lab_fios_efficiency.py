@@ -35,6 +35,7 @@ COLUMNS = {
     "fios efficiency / mq-deadline, geometric mean of the rounds (lowest case)": "lowest",
     "cases where fios is below in most rounds": "below",
     "fios worst / proportional (highest round)": "fios_worst",
+    "fios epochs (fewest)": "fios_epochs_min",
     "per case: geometric mean [range] (rounds fios ≥), fios worst/proportional max": "table",
     "kernel": "kernel",
 }
@@ -51,6 +52,7 @@ def judged(cases: dict[str, Any]) -> dict[str, Any]:
         if case["ratios"] and case["fios_at_least_as_busy"] * 2 < len(case["ratios"])
     )
     worst = [w for case in cases.values() for w in case["worst_over_proportional"]["fios"]]
+    epochs = [e for case in cases.values() for e in case["fios_epochs"] if e is not None]
     return {
         "lowest": min(means.values(), default=None),
         "all_cases_geomean": (
@@ -58,6 +60,7 @@ def judged(cases: dict[str, Any]) -> dict[str, Any]:
         ),
         "below": ", ".join(below) or "none",
         "fios_worst": max(worst, default=None),
+        "fios_epochs_min": min(epochs, default=None),
         "table": "; ".join(
             f"{name}: {case['ratio_geomean']} [{min(case['ratios'])}-{max(case['ratios'])}]"
             f" ({case['fios_at_least_as_busy']}/{len(case['ratios'])}),"

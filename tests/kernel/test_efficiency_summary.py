@@ -57,6 +57,7 @@ def test_rounds_are_paired_and_a_case_below_in_most_rounds_is_named() -> None:
     verdict = judged(cases)
     assert verdict["below"] == "a"
     assert verdict["lowest"] == a["ratio_geomean"]
+    assert verdict["fios_epochs_min"] == 61
     assert "a: 0.98 [0.9-1.1] (1/3)" in verdict["table"]
 
 
