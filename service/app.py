@@ -50,6 +50,7 @@ from service.recommendations.endpoints import router as recommendations_router
 from service.rollouts.endpoints import router as rollouts_router
 from service.settings import Settings
 from service.telemetry.endpoints import router as telemetry_router
+from service.telemetry.fastpath import PushFastPath
 from service.tokens.endpoints import router as tokens_router
 
 log = logging.getLogger(__name__)
@@ -265,6 +266,9 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
     for unavailable in DATABASE_UNAVAILABLE:
         app.add_exception_handler(unavailable, _database_unavailable)
     app.add_exception_handler(Exception, _unexpected_error)
+    # innermost: the fleet's pushes answered without the router where the route would answer
+    # them so (service.telemetry.fastpath), inside every middleware below
+    app.add_middleware(PushFastPath, fastapi=app)
     # Outermost last: every request is observed (its id on every line logged inside, the
     # access log, the metrics), including those refused for their size.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)

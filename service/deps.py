@@ -12,6 +12,7 @@ from fastapi import Depends, Request, Response
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -94,7 +95,7 @@ def _calls(dependant: Dependant) -> list[Callable[..., Any]]:
     return found
 
 
-def _is_json(content_type: str) -> bool:
+def is_json(content_type: str) -> bool:
     media = content_type.split(";", 1)[0].strip().lower()
     return media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")
@@ -133,7 +134,7 @@ class AuthFirstRoute(APIRoute):
                 if (
                     takes_json
                     and _has_body(request)
-                    and not _is_json(request.headers.get("content-type", ""))
+                    and not is_json(request.headers.get("content-type", ""))
                 ):
                     raise UnsupportedMediaType(
                         "this endpoint takes JSON: send Content-Type: application/json"
@@ -215,7 +216,21 @@ def cached_principal(credentials: HTTPAuthorizationCredentials | None) -> Princi
     thread: most requests are nodes' pushes, and a rollout's enrolments an operator's calls."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         return None
-    token = credentials.credentials
+    return _cached_principal(credentials.credentials)
+
+
+def cached_principal_of_header(authorization: bytes | None) -> Principal | None:
+    """cached_principal of an Authorization header's raw value, read as `_bearer` reads it
+    (service.telemetry.fastpath, which has no Request)."""
+    scheme, token = get_authorization_scheme_param(
+        None if authorization is None else authorization.decode("latin-1")
+    )
+    if not (scheme and token) or scheme.lower() != "bearer":
+        return None
+    return _cached_principal(token)
+
+
+def _cached_principal(token: str) -> Principal | None:
     if token.startswith(OPERATOR_TOKEN_PREFIX):
         return API_TOKENS.principal(token_digest(token), datetime.now(UTC))
     if not token.startswith(NODE_TOKEN_PREFIX):

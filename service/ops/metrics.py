@@ -46,6 +46,16 @@ TELEMETRY_PUSH_PATH = Counter(
     ["path"],
     registry=REGISTRY,
 )
+TELEMETRY_PUSH_LEAN = Counter(
+    "blkpilot_telemetry_push_lean",
+    "Telemetry pushes at the lean path (service.telemetry.fastpath), by outcome: answered"
+    " there, or handed to the framework's route — token_not_held (a token this process has"
+    " not checked lately, or not a node's), not_json, no_event_loop_path, disconnected,"
+    " model_judges (a body the fast decoder left to the model), unit_of_work (the event"
+    " loop's statement did not take it: a first push, a new day, a batch id seen before).",
+    ["outcome"],
+    registry=REGISTRY,
+)
 # every eBPF window's device-time p99 as it is ingested: the fleet's latency distribution
 WINDOW_P99 = Histogram(
     "blkpilot_fleet_window_p99_seconds",

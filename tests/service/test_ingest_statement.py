@@ -7,6 +7,7 @@ On a database of its own: these pushes commit."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -388,3 +389,140 @@ def test_a_push_whose_connection_broke_is_taken_in_a_unit_of_work(
     before = _paths()
     assert _post(client, token, _batch(telemetry_window("loop0", index=3))).status_code == 201
     assert _moved(before) == {"event_loop": 1}
+
+
+def _lean() -> dict[str, float]:
+    outcomes = ("answered", "token_not_held", "not_json", "model_judges", "unit_of_work")
+    return {
+        outcome: REGISTRY.get_sample_value(
+            "blkpilot_telemetry_push_lean_total", {"outcome": outcome}
+        )
+        or 0.0
+        for outcome in outcomes
+    }
+
+
+def _lean_moved(before: dict[str, float]) -> dict[str, float]:
+    return {k: count - before[k] for k, count in _lean().items() if count != before[k]}
+
+
+def _served_push(client: TestClient) -> float:
+    return (
+        REGISTRY.get_sample_value(
+            "blkpilot_http_requests_total",
+            {"method": "POST", "route": "/api/v1/telemetry/batches", "status": "201"},
+        )
+        or 0.0
+    )
+
+
+def test_the_lean_path_answers_a_held_push_as_the_route_does(
+    scratch: Engine, served: tuple[TestClient, str]
+) -> None:
+    """A push from a node this process knows, on days it knows, is answered by the lean path
+    (service.telemetry.fastpath) — stored on the event loop, answered with the route's
+    receipt, observed under the route's template with a request id; the node's first push,
+    whose devices are not known yet, is the route's."""
+    client, token = served
+    before, observed = _lean(), _served_push(client)
+    first = _batch(telemetry_window("loop0", index=0))
+    by_route = _post(client, token, first)
+    assert by_route.status_code == 201, by_route.text
+    assert _lean_moved(before) == {"unit_of_work": 1}
+    before, paths = _lean(), _paths()
+    second = _batch(ebpf_window("loop0", index=1), ebpf_window("loop1", index=1))
+    lean = _post(client, token, second)
+    assert lean.status_code == 201, lean.text
+    assert _lean_moved(before) == {"answered": 1}
+    assert _moved(paths) == {"event_loop": 1}
+    assert _windows_of(scratch, second) == 2
+    assert lean.headers["content-type"] == by_route.headers["content-type"]
+    assert lean.headers["x-request-id"]
+    assert lean.json() == {"batch_id": str(second.batch_id), "accepted": True, "windows": 2}
+    assert by_route.json() == {"batch_id": str(first.batch_id), "accepted": True, "windows": 1}
+    assert _served_push(client) == observed + 2  # both under the route's template
+
+
+def test_what_the_lean_path_does_not_answer_is_the_routes(
+    scratch: Engine, served: tuple[TestClient, str]
+) -> None:
+    """Each push the lean path hands on is answered by the route as before, from the body the
+    lean path read and replayed: a resent batch id, another media type, a token it does not
+    hold, a body only the model can judge (histograms not written compact: stored all the
+    same) and one the model refuses."""
+    client, token = served
+    batch = _batch(telemetry_window("loop0", index=0))
+    assert _post(client, token, batch).status_code == 201
+    before = _lean()
+    assert _post(client, token, _batch(telemetry_window("loop0", index=1))).status_code == 201
+    assert _lean_moved(before) == {"answered": 1}
+
+    before = _lean()
+    again = _post(client, token, batch)
+    assert (again.status_code, again.json()["accepted"]) == (200, False)
+    assert _lean_moved(before) == {"unit_of_work": 1}
+
+    before = _lean()
+    plain = client.post(
+        "/api/v1/telemetry/batches",
+        content=batch.model_dump_json(),
+        headers={**bearer(token), "content-type": "text/plain"},
+    )
+    assert plain.status_code == 415, plain.text
+    assert _lean_moved(before) == {"not_json": 1}
+
+    before = _lean()
+    stranger = _post(client, "bpn_" + "0" * 40, _batch(telemetry_window("loop0", index=2)))
+    assert stranger.status_code == 401, stranger.text
+    assert _lean_moved(before) == {"token_not_held": 1}
+
+    before = _lean()
+    spaced = _batch(ebpf_window("loop0", index=3), ebpf_window("loop1", index=3))
+    body = json.dumps(spaced.model_dump(mode="json"))  # ", " and ": " inside the histograms
+    judged = client.post("/api/v1/telemetry/batches", content=body, headers=_json(token))
+    assert judged.status_code == 201, judged.text
+    assert _lean_moved(before) == {"model_judges": 1}
+    assert _windows_of(scratch, spaced) == 2
+
+    before = _lean()
+    refused = telemetry_window("loop0", index=4, read_share=1.5)
+    wrong = client.post(
+        "/api/v1/telemetry/batches",
+        content=json.dumps({"batch_id": str(uuid.uuid4()), "windows": [refused]}),
+        headers=_json(token),
+    )
+    assert wrong.status_code == 422, wrong.text
+    assert wrong.json()["fields"][0]["loc"][:4] == ["body", "windows", 0, "read_share"]
+    assert _lean_moved(before) == {"model_judges": 1}
+
+
+def test_a_push_past_the_size_limit_is_refused_at_the_lean_path_too(
+    scratch: Engine, tmp_path: Path
+) -> None:
+    """The lean path reads the body through the size limit's receive: a push sent without a
+    length (chunked) that passes the limit is answered 413, and nothing is stored."""
+    with Session(scratch, expire_on_commit=False) as session, session.begin():
+        created, token = create_node(session, hostname=f"n-{uuid.uuid4().hex[:8]}")
+        report_inventory(session, created, device_inventory("loop0"))
+    url = scratch.url.render_as_string(hide_password=False)
+    settings = Settings(database_url=url, data_dir=tmp_path, max_request_bytes=4096)
+    try:
+        with TestClient(create_app(settings, Database(scratch))) as client:
+            assert _post(client, token, _batch(telemetry_window("loop0", index=0))).status_code
+            big = _batch(*(telemetry_window("loop0", index=i) for i in range(1, 40)))
+            body = big.model_dump_json().encode()
+            before = _lean()
+
+            def chunks() -> Iterator[bytes]:
+                for at in range(0, len(body), 1024):
+                    yield body[at : at + 1024]
+
+            refused = client.post(
+                "/api/v1/telemetry/batches", content=chunks(), headers=_json(token)
+            )
+            assert refused.status_code == 413, refused.text
+            assert _lean() == before  # neither answered nor handed on
+            assert _windows_of(scratch, big) == 0
+    finally:
+        NODES.clear()
+        retention.CACHE.clear()
