@@ -350,12 +350,15 @@ def _distributions_consistent(window: TelemetryWindow) -> None:
         if window.operations:
             raise ValueError("a diskstats window carries means only, no distributions")
         return
-    ops = [o.op for o in window.operations]
-    if len(set(ops)) != len(ops):
-        raise ValueError("one entry per operation")
+    # one pass, no generator: this runs on every eBPF window a service ingests
+    counts: dict[IoOperation, int] = {}
+    for operation in window.operations:
+        if operation.op in counts:
+            raise ValueError("one entry per operation")
+        counts[operation.op] = operation.count
     fixed, share = COUNT_SLACK
     for op, ios in ((_READ, window.read_ios), (_WRITE, window.write_ios)):
-        count = next((o.count for o in window.operations if o.op is op), 0)
+        count = counts.get(op, 0)
         if abs(count - ios) > max(fixed, share * ios):
             raise ValueError(f"{op} latency counts {count} I/Os where diskstats counts {ios}")
 

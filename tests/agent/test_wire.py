@@ -66,6 +66,23 @@ class TestTelemetryWindow:
         with pytest.raises(ValidationError, match="at most"):
             TelemetryWindow.model_validate(telemetry_window(end=end))
 
+    def test_distributions_count_what_diskstats_counts(self) -> None:
+        """One entry per operation, each within the slack of diskstats' count (COUNT_SLACK:
+        1,024 I/Os or 10 %); an operation left out counts none."""
+        window = ebpf_window()
+        read, write = window["operations"]
+        assert TelemetryWindow.model_validate(window)
+        with pytest.raises(ValidationError, match="one entry per operation"):
+            TelemetryWindow.model_validate({**window, "operations": [read, write, read]})
+        ios = window["read_ios"]
+        assert TelemetryWindow.model_validate({**window, "read_ios": ios + max(1024, ios // 10)})
+        with pytest.raises(ValidationError, match="read latency counts"):
+            TelemetryWindow.model_validate({**window, "read_ios": ios + 10 * max(1024, ios)})
+        # writes left out: as many write I/Os as the slack allows, not one more
+        assert TelemetryWindow.model_validate({**window, "operations": [read], "write_ios": 1024})
+        with pytest.raises(ValidationError, match="write latency counts 0 I/Os"):
+            TelemetryWindow.model_validate({**window, "operations": [read], "write_ios": 1025})
+
     @pytest.mark.parametrize("text", ["12", "\x00", "1\x00"])
     @pytest.mark.parametrize("histogram", ["device_ns", "size_bytes", "queue_ns"])
     def test_a_histogram_holds_numbers_only(self, histogram: str, text: str) -> None:
