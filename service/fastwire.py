@@ -202,6 +202,10 @@ class _Builder:
             forbid_unknown_fields=True,
             frozen=True,
             kw_only=True,  # a required field may follow one with a default, as in pydantic
+            # never in a reference cycle (a decoded document is a tree of values): untracked
+            # by the collector, a window is cheaper to make and to free (decode 1.57 -> 1.45
+            # us a diskstats window)
+            gc=False,
         )
         self.structs[model] = made
         return made
