@@ -33,7 +33,6 @@ from service.ops.metrics import REGISTRY
 from service.security import Principal
 from service.settings import Settings
 from service.tables import TelemetryBatchRow, TelemetryWindowRow
-from service.telemetry import repository as telemetry_repository
 from service.telemetry import retention, service
 from service.telemetry.retention import RetentionPolicy, maintain
 from tests.conftest import upkeep_database
@@ -271,7 +270,7 @@ def test_each_window_is_stored_under_its_devices_id_and_an_unknown_name_stores_n
     lacking = service.BATCHES.from_model(_batch(telemetry_window("loop1", index=1)))
     encoded = service.encode_batch(lacking, {"loop0": ids["loop0"]})
     with Session(scratch) as session, pytest.raises(psycopg.errors.NotNullViolation):
-        telemetry_repository.store_batch(session, lacking.batch_id, node.node_id, encoded.stored)
+        service.repository.store_batch(session, lacking.batch_id, node.node_id, encoded.stored)
     assert _stored(scratch, node) == (2, 1)  # the first batch alone; no claim of the second
 
 
