@@ -42,18 +42,18 @@ _DAY_NAME = re.compile(rf"^{RAW}_p(\d{{8}})$")
 _MONTH_NAME = re.compile(rf"^{HOURLY}_p(\d{{6}})$")
 
 
-class WindowExtra(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
-    """What a stored window holds beyond its contract fields and its device's id (store_batch's
-    `extra`): its device-time percentiles, in µs (None without eBPF: `{}`, two bytes for
-    PostgreSQL to read where the percentiles and the device's id took some hundred)."""
+class WindowExtra(msgspec.Struct, frozen=True, gc=False):
+    """What a stored window holds beyond its contract fields (store_batch's `extra`): its
+    device's id and its device-time percentiles, in µs (None without eBPF)."""
 
-    p50_us: float | None = None
-    p99_us: float | None = None
-    p999_us: float | None = None
+    device_id: uuid.UUID
+    p50_us: float | None
+    p99_us: float | None
+    p999_us: float | None
 
 
 # WindowExtra's fields as store_batch's statement reads them
-EXTRA_FIELDS = {"p50_us": "float8", "p99_us": "float8", "p999_us": "float8"}
+EXTRA_FIELDS = {"device_id": "uuid", "p50_us": "float8", "p99_us": "float8", "p999_us": "float8"}
 assert tuple(EXTRA_FIELDS) == WindowExtra.__struct_fields__
 
 
@@ -62,14 +62,11 @@ class EncodedWindows:
     """A batch's windows as store_batch's statement reads them: `windows`, their JSON — the
     contract's fields as the service encoded them for the batch's digest
     (service.telemetry.service.encode_batch) — and `extra`, a JSON array of each window's
-    WindowExtra in the same order; `devices`, a JSON object of the node's device ids by name
-    (each window's found by its device's name, in the statement); `count` windows; the batch's
-    `digest`, claimed with it."""
+    WindowExtra in the same order; `count` windows; the batch's `digest`, claimed with it."""
 
     digest: str
     windows: bytes
     extra: bytes
-    devices: bytes
     count: int
 
 
@@ -127,7 +124,6 @@ def _parameters(batch_id: uuid.UUID, node_id: uuid.UUID, encoded: EncodedWindows
         # text, not bytes: psycopg sends bytes as bytea
         "windows": encoded.windows.decode(),
         "extra": encoded.extra.decode(),
-        "devices": encoded.devices.decode(),
     }
 
 
@@ -144,11 +140,7 @@ def _stored_columns() -> tuple[str, str]:
     so a column added there is read from the field of its name or fails at import."""
     fields = set(TelemetryWindow.model_fields)
     renamed = {"window_start": "start", "window_end": "end"}
-    given = {
-        "batch_id": "%(batch_id)s",
-        "device_id": "d.device_id",
-        **{name: f"w.{name}" for name in EXTRA_FIELDS},
-    }
+    given = {"batch_id": "%(batch_id)s", **{name: f"w.{name}" for name in EXTRA_FIELDS}}
     dialect: Any = postgresql.dialect()  # type: ignore[no-untyped-call]
     definitions, values = [], []
     for column in TelemetryWindowRow.__table__.columns:
@@ -182,18 +174,13 @@ _CLAIM = (
 assert TelemetryBatchRow.__tablename__ == "telemetry_batches"  # the statement's table
 _STORE = f"""
 WITH claim AS ({_CLAIM}),
-devices AS (
-    SELECT key AS device, value::uuid AS device_id FROM json_each_text(%(devices)s::json)
-),
 stored AS (
     INSERT INTO {RAW} ({_COLUMNS})
     SELECT {_VALUES}
     FROM ROWS FROM (
-        json_to_recordset(%(windows)s::json) AS ({_DEFINITIONS}, "device" text),
+        json_to_recordset(%(windows)s::json) AS ({_DEFINITIONS}),
         json_to_recordset(%(extra)s::json) AS ({_EXTRA})
     ) AS w  -- side by side: the n-th window with the n-th window's extra
-    -- a name not in the map leaves device_id NULL, which the table refuses: nothing stored
-    LEFT JOIN devices AS d ON d.device = w."device"
     WHERE EXISTS (SELECT FROM claim)
     RETURNING 1
 )

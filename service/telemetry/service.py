@@ -182,15 +182,14 @@ def _device_ids(session: Session, node_id: uuid.UUID, names: set[str]) -> dict[s
 @dataclass(frozen=True)
 class EncodedBatch:
     """A batch as the repository stores it (its digest, its windows' JSON — the bytes the
-    digest covers — each window's repository.WindowExtra and the node's device ids by name)
-    and the windows' device-time p99s that there are, in µs, for the metrics."""
+    digest covers — and each window's repository.WindowExtra) and the windows' device-time
+    p99s that there are, in µs, for the metrics."""
 
     stored: repository.EncodedWindows
     p99s: list[float]
 
 
 _ENCODER = msgspec.json.Encoder()
-_BLANK = repository.WindowExtra()
 
 
 def encode_batch(batch: Any, device_ids: dict[str, uuid.UUID], checked: Any = None) -> EncodedBatch:
@@ -203,16 +202,25 @@ def encode_batch(batch: Any, device_ids: dict[str, uuid.UUID], checked: Any = No
     windows = _ENCODER.encode(batch.windows)
     canonical = BATCHES.encode(msgspec.structs.replace(batch, windows=msgspec.Raw(windows)))
     found = distributions.window_percentiles(batch.windows, checked)
-    # a window without percentiles is `{}`: one struct for all of them
-    extra = [_BLANK if p is None else repository.WindowExtra(*p) for p in found]
+    # a window without percentiles holds only its device's id: one struct a device and batch
+    blank: dict[str, repository.WindowExtra] = {}
+    extra = [
+        repository.WindowExtra(device_ids[w.device], *p)
+        if p is not None
+        else blank.get(w.device) or blank.setdefault(w.device, _blank(device_ids[w.device]))
+        for w, p in zip(batch.windows, found, strict=True)
+    ]
     stored = repository.EncodedWindows(
         digest=hashlib.sha256(canonical).hexdigest(),
         windows=windows,
         extra=_ENCODER.encode(extra),
-        devices=_ENCODER.encode(device_ids),
         count=len(batch.windows),
     )
     return EncodedBatch(stored, [p[1] for p in found if p is not None])
+
+
+def _blank(device_id: uuid.UUID) -> repository.WindowExtra:
+    return repository.WindowExtra(device_id, None, None, None)
 
 
 def batch_digest(batch: Any) -> str:

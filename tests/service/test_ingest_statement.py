@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import given, settings
@@ -26,7 +25,6 @@ from agent.contract.wire import TelemetryBatch
 from bench.copytext import window_rows
 from service.app import create_app
 from service.db import PUSHES_APPLICATION, Database
-from service.devices import repository as device_repository
 from service.errors import Conflict
 from service.nodes.cache import NODES
 from service.ops.metrics import REGISTRY
@@ -243,35 +241,6 @@ def test_the_digest_of_the_one_encoding_is_the_batchs(kinds: list[str]) -> None:
         len(msgspec.json.decode(encoded.stored.extra)) == encoded.stored.count == len(batch.windows)
     )
     assert len(encoded.p99s) == kinds.count("ebpf")
-
-
-def test_each_window_is_stored_under_its_devices_id_and_an_unknown_name_stores_nothing(
-    scratch: Engine, node: Principal
-) -> None:
-    """The statement finds each window's device id by its name in the node's map: each row
-    under its own device, and a name the map lacks fails the statement, claim and all."""
-    assert node.node_id is not None
-    with Session(scratch) as session:
-        ids = device_repository.ids_by_name(session, node.node_id)
-    both = _batch(ebpf_window("loop0", index=0), telemetry_window("loop1", index=0))
-    _push(scratch, node, both)
-    with Session(scratch) as session:
-        stored = dict(
-            session.execute(
-                select(TelemetryWindowRow.device_id, TelemetryWindowRow.p99_us).where(
-                    TelemetryWindowRow.batch_id == both.batch_id
-                )
-            ).all()
-        )
-    assert stored.keys() == {ids["loop0"], ids["loop1"]}
-    assert stored[ids["loop0"]] is not None  # percentiles: eBPF's window only
-    assert stored[ids["loop1"]] is None
-
-    lacking = service.BATCHES.from_model(_batch(telemetry_window("loop1", index=1)))
-    encoded = service.encode_batch(lacking, {"loop0": ids["loop0"]})
-    with Session(scratch) as session, pytest.raises(psycopg.errors.NotNullViolation):
-        service.repository.store_batch(session, lacking.batch_id, node.node_id, encoded.stored)
-    assert _stored(scratch, node) == (2, 1)  # the first batch alone; no claim of the second
 
 
 # --- the push on the event loop (service.telemetry.service.ingest_pushed) -----------------
