@@ -14,7 +14,7 @@ node token this process holds, a JSON body the decoder takes, a batch the event 
 statement stores. Anything else — an unknown token, an operator's token, another media
 type, a body the model must judge, a node's first push of a day, a batch id seen before, a
 test's session override — is handed to the route with the body it read replayed, so every
-refusal and its wording stay the route's (tests/service/test_push_fastpath.py). It sits
+refusal and its wording stay the route's (tests/service/test_ingest_statement.py). It sits
 inside every middleware: the size limit, the rate limit, the admission and the observation
 (request id, access log, metrics under the route's template) apply to it as to the route.
 `blkpilot_telemetry_push_lean` counts the pushes it answered and those it handed on, by
@@ -31,11 +31,16 @@ from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.db import get_session
-from service.deps import API_PREFIX, cached_principal_of_header, is_json
+from service.deps import cached_principal_of_header, is_json
 from service.ops import metrics
 from service.telemetry import endpoints, service
 
-PUSH_PATH = f"{API_PREFIX}/telemetry/batches"  # endpoints.ingest_batch's
+# the push's route: its path is what this answers, its template what the observation labels
+(ROUTE,) = (
+    r
+    for r in endpoints.router.routes
+    if isinstance(r, APIRoute) and r.endpoint is endpoints.ingest_batch
+)
 _JSON = [(b"content-type", b"application/json")]
 
 
@@ -46,20 +51,9 @@ class PushFastPath:
     def __init__(self, app: ASGIApp, fastapi: FastAPI) -> None:
         self.app = app
         self.fastapi = fastapi
-        self._route: APIRoute | None = None
-
-    def route(self) -> APIRoute:
-        """The push's route, for the observation's template label (found once)."""
-        if self._route is None:
-            (self._route,) = (
-                r
-                for r in endpoints.router.routes
-                if isinstance(r, APIRoute) and r.endpoint is endpoints.ingest_batch
-            )
-        return self._route
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != PUSH_PATH or scope["method"] != "POST":
+        if scope["type"] != "http" or scope["path"] != ROUTE.path or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
         reason, read = await self._answer(scope, receive, send)
@@ -108,7 +102,7 @@ class PushFastPath:
         if receipt is None:
             scope[endpoints.EVENT_LOOP_TRIED] = True
             return "unit_of_work", read
-        scope["route"] = self.route()
+        scope["route"] = ROUTE
         body = receipt.model_dump_json().encode()
         await send(
             {
