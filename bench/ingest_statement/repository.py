@@ -1,31 +1,95 @@
 """The ingest-statement benchmark's SQL (bench.ingest_statement): the service's storing
-statement, its JSON read alone, the same with jsonb, and COPY of the same rows — each
-asserting the rows it took — and what the benchmark needs around them (a node, the backend's
-pid)."""
+statement, its arrays read alone, the JSON statement it replaced (2026-11-30) and COPY of the
+same rows — each asserting the rows it took — and what the benchmark needs around them (a
+node, the backend's pid)."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
+import msgspec
 import psycopg
+from sqlalchemy import types as sa_types
+from sqlalchemy.dialects import postgresql
 
-from service.telemetry import repository
+from agent.contract.wire import TelemetryWindow
+from service.tables import TelemetryWindowRow
+from service.telemetry import columns, repository
 
-# the statement's FROM clause and its column list, read alone (no claim, no insert); the
-# column definitions are the table's own (service.tables), not input
-_WINDOWS = f"json_to_recordset(%(windows)s::json) AS ({repository._DEFINITIONS})"
-_EXTRAS = f"json_to_recordset(%(extra)s::json) AS ({repository._EXTRA})"
-PARSE_ALONE = f"SELECT count(*) FROM ROWS FROM ({_WINDOWS}, {_EXTRAS}) AS w"  # noqa: S608
-# the statement as it would be with jsonb: its input builds the whole document first
-JSONB = repository._STORE.replace(
-    "json_to_recordset(%(windows)s::json)", "jsonb_to_recordset(%(windows)s::jsonb)"
+# the statement's FROM clause read alone (no claim, no insert): every array taken apart
+ARRAYS_ALONE = (
+    f"SELECT count(*) FROM unnest({repository._UNNESTED}) AS u({repository._UNNESTED_AS})"  # noqa: S608
 )
-assert JSONB != repository._STORE
 COPY = f"COPY {repository.RAW} ({', '.join(repository.WINDOW_COLUMNS)}) FROM STDIN"
-# a batch's id, as decoded (BATCHES), its devices' ids, and as encoded (encode_batch)
-Work = list[tuple[uuid.UUID, Any, dict[str, uuid.UUID], Any]]
-WAYS = ("statement", "parse_alone", "jsonb", "copy")
+# a batch's id, as decoded (BATCHES), its devices' ids, as encoded (encode_batch), and as
+# the JSON statement read it (json_parameters)
+Work = list[tuple[uuid.UUID, Any, dict[str, uuid.UUID], Any, dict[str, str]]]
+WAYS = ("statement", "arrays_alone", "json", "copy")
+
+# --- the statement the arrays replaced: the windows read from their JSON by
+# json_to_recordset, their device ids and percentiles from a second JSON beside them
+
+
+def _json_columns() -> tuple[str, str]:
+    """Its column definitions for a window's JSON, and the value of each of WINDOW_COLUMNS,
+    from the table (service.tables) as the service made them until 2026-11-30."""
+    fields = set(TelemetryWindow.model_fields)
+    renamed = {"window_start": "start", "window_end": "end"}
+    given = {"batch_id": "%(batch_id)s", **{name: f"w.{name}" for name in columns.GIVEN}}
+    dialect: Any = postgresql.dialect()  # type: ignore[no-untyped-call]
+    definitions, values = [], []
+    for column in TelemetryWindowRow.__table__.columns:
+        if column.name in given:
+            values.append(given[column.name])
+            continue
+        field = renamed.get(column.name, column.name)
+        assert field in fields, column.name
+        json_column = isinstance(column.type, sa_types.JSON)
+        kind = "json" if json_column else column.type.compile(dialect=dialect)
+        definitions.append(f'"{field}" {kind}')
+        value = f'w."{field}"'
+        if json_column:
+            cast = "::jsonb" if isinstance(column.type, postgresql.JSONB) else ""
+            value = f"CASE WHEN {value}::text = '[]' THEN NULL ELSE {value}{cast} END"
+        values.append(value)
+    return ", ".join(definitions), ", ".join(values)
+
+
+_DEFINITIONS, _VALUES = _json_columns()
+_EXTRA = "device_id uuid, p50_us float8, p99_us float8, p999_us float8"
+JSON_STATEMENT = f"""
+WITH claim AS ({repository._CLAIM}),
+stored AS (
+    INSERT INTO {repository.RAW} ({repository._COLUMNS})
+    SELECT {_VALUES}
+    FROM ROWS FROM (
+        json_to_recordset(%(windows)s::json) AS ({_DEFINITIONS}),
+        json_to_recordset(%(extra)s::json) AS ({_EXTRA})
+    ) AS w
+    WHERE EXISTS (SELECT FROM claim)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM claim), (SELECT count(*) FROM stored)
+"""  # noqa: S608
+
+
+def json_parameters(
+    batch: Any, ids: dict[str, uuid.UUID], percentiles: list[Any]
+) -> dict[str, str]:
+    """The JSON statement's two documents for a batch: its windows and, beside each, its
+    device's id and percentiles."""
+    extra = [
+        {
+            "device_id": ids[w.device],
+            **dict(zip(columns.PERCENTILES, p or (None,) * 3, strict=True)),
+        }
+        for w, p in zip(batch.windows, percentiles, strict=True)
+    ]
+    return {
+        "windows": msgspec.json.encode(batch.windows).decode(),
+        "extra": msgspec.json.encode(extra).decode(),
+    }
 
 
 def add_node(connection: psycopg.Connection[Any]) -> uuid.UUID:
@@ -51,17 +115,18 @@ def store(
 ) -> None:
     """Every batch of `work` stored (or read) one way of WAYS, each asserting the rows it
     took; `copies`: each batch's COPY text, for COPY."""
-    for i, (batch_id, batch, _, encoded) in enumerate(work):
+    for i, (batch_id, batch, _, encoded, json_documents) in enumerate(work):
         parameters = repository._parameters(batch_id, node, encoded)
         if way == "statement":
             row = connection.execute(repository._STORE, parameters).fetchone()
             assert row == (1, len(batch.windows)), row
-        elif way == "jsonb":
-            row = connection.execute(JSONB, parameters).fetchone()
-            assert row == (1, len(batch.windows)), row
-        elif way == "parse_alone":
-            row = connection.execute(PARSE_ALONE, parameters).fetchone()
+        elif way == "arrays_alone":
+            row = connection.execute(ARRAYS_ALONE, parameters).fetchone()
             assert row == (len(batch.windows),), row
+        elif way == "json":
+            claim = {k: parameters[k] for k in ("batch_id", "node_id", "count", "digest")}
+            row = connection.execute(JSON_STATEMENT, {**claim, **json_documents}).fetchone()
+            assert row == (1, len(batch.windows)), row
         elif way == "copy":
             with connection.transaction(), connection.cursor() as cursor:
                 with cursor.copy(COPY) as stream:

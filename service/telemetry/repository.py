@@ -13,14 +13,13 @@ from typing import Any
 
 import msgspec
 import psycopg
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
 from sqlalchemy import delete, func, select, table, text, update
-from sqlalchemy import types as sa_types
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
 
-from agent.contract.wire import TelemetryWindow
 from service.errors import Conflict
 from service.tables import (
     TELEMETRY_WINDOWS_SET_ASIDE,
@@ -29,7 +28,7 @@ from service.tables import (
     TelemetryRollupFailure,
     TelemetryWindowRow,
 )
-from service.telemetry import hourly
+from service.telemetry import columns, hourly
 
 RAW = TelemetryWindowRow.__tablename__
 HOURLY = TelemetryHourlyRow.__tablename__
@@ -42,31 +41,14 @@ _DAY_NAME = re.compile(rf"^{RAW}_p(\d{{8}})$")
 _MONTH_NAME = re.compile(rf"^{HOURLY}_p(\d{{6}})$")
 
 
-class WindowExtra(msgspec.Struct, frozen=True, gc=False):
-    """What a stored window holds beyond its contract fields (store_batch's `extra`): its
-    device's id and its device-time percentiles, in µs (None without eBPF)."""
-
-    device_id: uuid.UUID
-    p50_us: float | None
-    p99_us: float | None
-    p999_us: float | None
-
-
-# WindowExtra's fields as store_batch's statement reads them
-EXTRA_FIELDS = {"device_id": "uuid", "p50_us": "float8", "p99_us": "float8", "p999_us": "float8"}
-assert tuple(EXTRA_FIELDS) == WindowExtra.__struct_fields__
-
-
 @dataclass(frozen=True)
 class EncodedWindows:
-    """A batch's windows as store_batch's statement reads them: `windows`, their JSON — the
-    contract's fields as the service encoded them for the batch's digest
-    (service.telemetry.service.encode_batch) — and `extra`, a JSON array of each window's
-    WindowExtra in the same order; `count` windows; the batch's `digest`, claimed with it."""
+    """A batch's windows as store_batch's statement reads them: `arrays`, each raw-table
+    column's values as a PostgreSQL binary array (service.telemetry.columns.encode), `count`
+    windows, and the batch's `digest`, claimed with it."""
 
     digest: str
-    windows: bytes
-    extra: bytes
+    arrays: dict[str, bytes]
     count: int
 
 
@@ -76,8 +58,9 @@ def store_batch(
     """Claim the batch id and store its windows, in one statement: the number stored, or None
     if the id was claimed before (nothing stored). A concurrent claim of the same id waits on
     the primary key until the other commits; a window stored before under another batch
-    aborts the statement, claim and all (Conflict). The statement reads the windows and
-    their extras side by side (_STORE), in one parse each: no row is built in Python.
+    aborts the statement, claim and all (Conflict). The statement reads the windows from one
+    binary array per column, side by side (_STORE): no row is built in Python, and no JSON
+    is parsed in PostgreSQL.
 
     When the session has used no connection yet (its node's devices and the windows' days
     known without a lookup: every push but the first of a day) the statement is committed on
@@ -121,9 +104,8 @@ def _parameters(batch_id: uuid.UUID, node_id: uuid.UUID, encoded: EncodedWindows
         "node_id": node_id,
         "count": encoded.count,
         "digest": encoded.digest,
-        # text, not bytes: psycopg sends bytes as bytea
-        "windows": encoded.windows.decode(),
-        "extra": encoded.extra.decode(),
+        # each array sent as built, typed by its array type's oid (_ARRAY_TYPES)
+        **{c.name: _ARRAY_TYPES[c.kind](encoded.arrays[c.name]) for c in columns.COLUMNS},
     }
 
 
@@ -133,39 +115,37 @@ def _stored_before() -> Conflict:
     )
 
 
-def _stored_columns() -> tuple[str, str]:
-    """store_batch's column definitions for a window's JSON, and the value of each of
-    WINDOW_COLUMNS: a column named as a contract field (TelemetryWindow) reads that field,
-    with the column's type; the others are named here. Made from the table (service.tables),
-    so a column added there is read from the field of its name or fails at import."""
-    fields = set(TelemetryWindow.model_fields)
-    renamed = {"window_start": "start", "window_end": "end"}
-    given = {"batch_id": "%(batch_id)s", **{name: f"w.{name}" for name in EXTRA_FIELDS}}
-    dialect: Any = postgresql.dialect()  # type: ignore[no-untyped-call]
-    definitions, values = [], []
-    for column in TelemetryWindowRow.__table__.columns:
-        if column.name in given:
-            values.append(given[column.name])
-            continue
-        field = renamed.get(column.name, column.name)
-        if field not in fields:
-            raise TypeError(f"{RAW}.{column.name}: no contract field to store in it")
-        json_column = isinstance(column.type, sa_types.JSON)
-        kind = "json" if json_column else column.type.compile(dialect=dialect)
-        definitions.append(f'"{field}" {kind}')
-        value = f'w."{field}"'
-        if json_column:
-            # an empty list (the field's default) is stored as NULL, as it always was
-            cast = "::jsonb" if isinstance(column.type, postgresql.JSONB) else ""
-            value = f"CASE WHEN {value}::text = '[]' THEN NULL ELSE {value}{cast} END"
-        values.append(value)
-    return ", ".join(definitions), ", ".join(values)
+class _BinaryArray(bytes):
+    """A column's values as a PostgreSQL binary array; a subclass per element type
+    (_ARRAY_TYPES) carries its array type's oid to psycopg."""
+
+    oid: int
 
 
-_DEFINITIONS, _VALUES = _stored_columns()
-_EXTRA = ", ".join(f"{name} {kind}" for name, kind in EXTRA_FIELDS.items())
-# the names are the table's own (service.tables), not input; the JSON documents are parameters
+class _ArrayDumper(Dumper):
+    format = Format.BINARY
+
+    def dump(self, obj: Any) -> bytes:
+        return bytes(obj)
+
+
+def _array_type(kind: str) -> type[_BinaryArray]:
+    oid = columns.OIDS[kind][1]
+    made = type(f"BinaryArray_{kind}", (_BinaryArray,), {"oid": oid})
+    psycopg.adapters.register_dumper(made, type(f"Dumper_{kind}", (_ArrayDumper,), {"oid": oid}))
+    return made
+
+
+_ARRAY_TYPES = {kind: _array_type(kind) for kind in columns.OIDS}
+_SELECTED = {c.name: columns.select_value(c) for c in columns.COLUMNS}
+# the names are the table's own (service.tables), not input; the arrays are parameters
 _COLUMNS = ", ".join(WINDOW_COLUMNS)
+_VALUES = ", ".join(
+    "%(batch_id)s" if name == columns.SCALAR else _SELECTED[name] for name in WINDOW_COLUMNS
+)
+_UNNESTED = ", ".join(f"%({c.name})s" for c in columns.COLUMNS)
+_UNNESTED_AS = ", ".join(c.name for c in columns.COLUMNS)
+assert set(_SELECTED) | {columns.SCALAR} == set(WINDOW_COLUMNS)
 _CLAIM = (
     "INSERT INTO telemetry_batches (batch_id, node_id, windows, digest)"
     " VALUES (%(batch_id)s, %(node_id)s, %(count)s, %(digest)s)"
@@ -177,10 +157,7 @@ WITH claim AS ({_CLAIM}),
 stored AS (
     INSERT INTO {RAW} ({_COLUMNS})
     SELECT {_VALUES}
-    FROM ROWS FROM (
-        json_to_recordset(%(windows)s::json) AS ({_DEFINITIONS}),
-        json_to_recordset(%(extra)s::json) AS ({_EXTRA})
-    ) AS w  -- side by side: the n-th window with the n-th window's extra
+    FROM unnest({_UNNESTED}) AS u({_UNNESTED_AS})  -- side by side: the n-th of each
     WHERE EXISTS (SELECT FROM claim)
     RETURNING 1
 )

@@ -3,12 +3,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from sqlalchemy.orm import Session
@@ -24,7 +23,7 @@ from service.ops import metrics
 from service.ops.transactions import on_commit
 from service.security import Principal
 from service.tables import TelemetryHourlyRow, TelemetryWindowRow
-from service.telemetry import distributions, repository, retention
+from service.telemetry import columns, distributions, repository, retention
 from service.telemetry.retention import RetentionPolicy
 
 log = logging.getLogger(__name__)
@@ -96,8 +95,7 @@ def ingest(
         owner, earlier = repository.claimed_batch(session, batch.batch_id) or (None, None)
         if owner != node.node_id:
             raise Conflict(f"batch id {batch.batch_id} was already used by another node")
-        digest = encoded.stored.digest
-        if earlier is not None and earlier not in (digest, pydantic_digest(batch)):
+        if earlier is not None and not _same_batch(earlier, encoded.stored.digest, batch):
             raise Conflict(
                 f"batch id {batch.batch_id} was received before with other content: a batch id"
                 " names one batch; nothing from this one was stored"
@@ -161,6 +159,12 @@ async def ingest_pushed(
     return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=True, windows=count)
 
 
+def _same_batch(earlier: str, digest: str, batch: Any) -> bool:
+    """Whether a claimed batch's digest is this batch's, as this service computes it now or
+    computed it before (earlier_digests)."""
+    return earlier == digest or any(earlier == d for d in earlier_digests(batch))
+
+
 def _count_ingested(count: int, p99s: list[float]) -> None:
     metrics.TELEMETRY_BATCHES.labels(outcome="accepted").inc()
     metrics.TELEMETRY_WINDOWS.inc(count)
@@ -181,61 +185,48 @@ def _device_ids(session: Session, node_id: uuid.UUID, names: set[str]) -> dict[s
 
 @dataclass(frozen=True)
 class EncodedBatch:
-    """A batch as the repository stores it (its digest, its windows' JSON — the bytes the
-    digest covers — and each window's repository.WindowExtra) and the windows' device-time
-    p99s that there are, in µs, for the metrics."""
+    """A batch as the repository stores it (its digest, and each column of its windows as a
+    binary array: service.telemetry.columns) and the windows' device-time p99s that there
+    are, in µs, for the metrics."""
 
     stored: repository.EncodedWindows
     p99s: list[float]
 
 
-_ENCODER = msgspec.json.Encoder()
-
-
 def encode_batch(batch: Any, device_ids: dict[str, uuid.UUID], checked: Any = None) -> EncodedBatch:
-    """The batch encoded once, for its digest and for the statement that stores it: the
-    windows' JSON is the batch's canonical JSON (batch_digest's) with the windows cut out,
-    written by the same encoder — the windows swapped for their own encoding (msgspec.Raw),
-    so the digest is batch_digest's by construction. Each window's device-time percentiles
-    come from the batch's histograms merged and read in arrays (distributions; `checked`:
-    what BATCHES' whole check returned of the batch, where given)."""
-    windows = _ENCODER.encode(batch.windows)
-    canonical = BATCHES.encode(msgspec.structs.replace(batch, windows=msgspec.Raw(windows)))
+    """The batch encoded for the statement that stores it: each column of its windows as one
+    binary array (columns.encode), with each device's id and each window's device-time
+    percentiles, from the batch's histograms merged and read in arrays (distributions;
+    `checked`: what BATCHES' whole check returned of the batch, where given), and the
+    digest of the windows' content (batch_digest's)."""
     found = distributions.window_percentiles(batch.windows, checked)
-    # a window without percentiles holds only its device's id: one struct a device and batch
-    blank: dict[str, repository.WindowExtra] = {}
-    extra = [
-        repository.WindowExtra(device_ids[w.device], *p)
-        if p is not None
-        else blank.get(w.device) or blank.setdefault(w.device, _blank(device_ids[w.device]))
-        for w, p in zip(batch.windows, found, strict=True)
-    ]
+    encoded = columns.encode(batch.windows, device_ids, found)
     stored = repository.EncodedWindows(
-        digest=hashlib.sha256(canonical).hexdigest(),
-        windows=windows,
-        extra=_ENCODER.encode(extra),
-        count=len(batch.windows),
+        digest=encoded.digest, arrays=encoded.arrays, count=len(batch.windows)
     )
     return EncodedBatch(stored, [p[1] for p in found if p is not None])
 
 
-def _blank(device_id: uuid.UUID) -> repository.WindowExtra:
-    return repository.WindowExtra(device_id, None, None, None)
-
-
 def batch_digest(batch: Any) -> str:
-    """SHA-256 of the batch's canonical JSON (msgspec's, whatever the bytes sent): the same
-    batch resent by a spool has the same digest (encode_batch computes it without encoding
-    the windows twice)."""
-    return hashlib.sha256(BATCHES.encode(batch)).hexdigest()
+    """SHA-256 of the batch's windows' content (columns.encode's digest: their values as
+    stored, and their devices' names — whatever the bytes sent): the same batch resent by a
+    spool has the same digest. Neither the node's device ids nor the percentiles enter it."""
+    names = {w.device: _NO_ID for w in batch.windows}
+    return columns.encode(batch.windows, names, [None] * len(batch.windows)).digest
 
 
-def pydantic_digest(batch: Any) -> str:
-    """The digest as this service computed it before msgspec (pydantic's JSON), for a batch
-    claimed then and resent now: the two JSONs agree on the batches agents send
-    (tests/service/test_fastwire.py), this covers any they do not."""
-    model = TelemetryBatch.model_validate_json(BATCHES.encode(batch))
-    return hashlib.sha256(model.model_dump_json().encode()).hexdigest()
+_NO_ID = uuid.UUID(int=0)
+
+
+def earlier_digests(batch: Any) -> Iterator[str]:
+    """The digests this service computed of the same batch before batch_digest, newest first,
+    for a batch claimed then and resent now: the batch's canonical JSON (msgspec's,
+    from 2026-11-27) and pydantic's JSON before it. Computed one at a time, only
+    for a resent batch whose digest differs."""
+    canonical = BATCHES.encode(batch)
+    yield hashlib.sha256(canonical).hexdigest()
+    model = TelemetryBatch.model_validate_json(canonical)
+    yield hashlib.sha256(model.model_dump_json().encode()).hexdigest()
 
 
 def windows_for_device(

@@ -8,8 +8,11 @@ On a database of its own: these pushes commit."""
 from __future__ import annotations
 
 import json
+import math
+import struct
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +34,7 @@ from service.ops.metrics import REGISTRY
 from service.security import Principal
 from service.settings import Settings
 from service.tables import TelemetryBatchRow, TelemetryWindowRow
-from service.telemetry import retention, service
+from service.telemetry import columns, retention, service
 from service.telemetry.retention import RetentionPolicy, maintain
 from tests.conftest import upkeep_database
 from tests.factories import (
@@ -154,11 +157,34 @@ def test_a_window_stored_before_refuses_its_whole_batch_and_leaves_the_id_free(
     assert _stored(scratch, node) == (3, 3)
 
 
+@pytest.mark.parametrize("earlier", [0, 1], ids=["canonical JSON", "pydantic JSON"])
+def test_a_batch_claimed_under_an_earlier_digest_is_known_when_resent(
+    scratch: Engine, node: Principal, earlier: int
+) -> None:
+    """A batch claimed by this service before its digest was made from the arrays (its
+    canonical JSON's, or pydantic's before that) and resent by a spool now is acknowledged,
+    not refused; other content under its id is still refused whole."""
+    batch = _batch(telemetry_window("loop0", index=0), ebpf_window("loop1", index=0))
+    assert _push(scratch, node, batch).accepted
+    digests = list(service.earlier_digests(service.BATCHES.from_model(batch)))
+    assert digests[earlier] != service.batch_digest(service.BATCHES.from_model(batch))
+    with Session(scratch) as session, session.begin():
+        session.execute(
+            text("UPDATE telemetry_batches SET digest = :digest WHERE batch_id = :batch_id"),
+            {"digest": digests[earlier], "batch_id": batch.batch_id},
+        )
+    assert not _push(scratch, node, batch).accepted
+    other = _batch(telemetry_window("loop0", index=3), batch_id=batch.batch_id)
+    with pytest.raises(Conflict, match="other content"):
+        _push(scratch, node, other)
+    assert _windows_of(scratch, batch) == 2
+
+
 def test_the_statement_stores_each_window_as_its_fields_say(
     scratch: Engine, node: Principal
 ) -> None:
-    """The statement reads the windows' JSON with the table's own types: every column of every
-    stored row is what the Python statement of a row (bench.copytext.window_rows) says —
+    """The statement reads the windows' binary arrays with the table's own types: every column
+    of every stored row is what the Python statement of a row (bench.copytext.window_rows) says —
     eBPF windows with their percentiles, diskstats windows without, power readings, text
     that needs escaping, empty lists stored as NULL."""
     batch = _batch(
@@ -223,9 +249,9 @@ def _plain(value: Any) -> Any:
 @given(st.lists(st.sampled_from(["disk", "ebpf", "power"]), min_size=1, max_size=12))
 @settings(max_examples=60, deadline=None)
 def test_the_digest_of_the_one_encoding_is_the_batchs(kinds: list[str]) -> None:
-    """encode_batch's digest, made from the windows' JSON the statement stores, is the
-    digest of the batch's whole canonical JSON (batch_digest): a batch claimed by one is
-    recognised by the other when it is resent."""
+    """encode_batch's digest, made from the arrays the statement stores, is batch_digest's,
+    whatever the node's device ids: a batch claimed by one is recognised by the other when it
+    is resent. A window's value changed by one changes it."""
     made = {
         "disk": lambda i: telemetry_window(f"loop{i % 3}", index=i),
         "ebpf": lambda i: ebpf_window(f"loop{i % 3}", index=i),
@@ -237,10 +263,68 @@ def test_the_digest_of_the_one_encoding_is_the_batchs(kinds: list[str]) -> None:
     ids = {f"loop{i}": uuid.uuid4() for i in range(3)}
     encoded = service.encode_batch(batch, ids)
     assert encoded.stored.digest == service.batch_digest(batch)
-    assert (
-        len(msgspec.json.decode(encoded.stored.extra)) == encoded.stored.count == len(batch.windows)
-    )
+    changed = msgspec.structs.replace(batch.windows[-1], write_ios=batch.windows[-1].write_ios + 1)
+    other = msgspec.structs.replace(batch, windows=[*batch.windows[:-1], changed])
+    assert service.batch_digest(other) != encoded.stored.digest
+    assert encoded.stored.count == len(batch.windows)
+    assert encoded.stored.arrays.keys() == {c.name for c in columns.COLUMNS}
     assert len(encoded.p99s) == kinds.count("ebpf")
+
+
+@given(st.lists(st.sampled_from(["disk", "ebpf", "power", "note"]), min_size=1, max_size=12))
+@settings(max_examples=60, deadline=None)
+def test_each_columns_array_holds_its_windows_values_in_order(kinds: list[str]) -> None:
+    """columns.encode, read back as PostgreSQL's array_recv reads it: each column's array holds
+    the value of the row bench.copytext.window_rows writes for each window, in the windows'
+    order — alike or mixed, NULLs included (a batch all of diskstats windows, whose arrays are
+    written once and repeated, as much as one of every kind)."""
+    made = {
+        "disk": lambda i: telemetry_window(f"loop{i % 3}", index=i),
+        "ebpf": lambda i: ebpf_window(f"loop{i % 3}", index=i),
+        "power": lambda i: rapl_window(f"loop{i % 3}", index=i, cpu_utilisation=0.5),
+        "note": lambda i: telemetry_window(f"loop{i % 3}", index=i, latency_note=f"n\t{i}\u00e9"),
+    }
+    batch = service.BATCHES.from_model(_batch(*(made[k](i) for i, k in enumerate(kinds))))
+    ids = {f"loop{i}": uuid.uuid4() for i in range(3)}
+    encoded = service.encode_batch(batch, ids).stored
+    arrays = encoded.arrays
+    rows = window_rows(batch, ids)
+    for column in columns.COLUMNS:
+        expected = [row[column.name] for row in rows]
+        if column.kind in ("json", "jsonb"):
+            expected = [_plain(value) for value in expected]
+        assert _array_values(column.kind, arrays[column.name]) == expected, column.name
+
+
+def _array_values(kind: str, data: bytes) -> list[Any]:
+    """A one-dimensional binary array's elements, as array_recv reads them."""
+    dimensions, _, element_oid, count, lower = struct.unpack_from(">iiiii", data)
+    assert (dimensions, element_oid, lower) == (1, columns.OIDS[kind][0], 1)
+    values: list[Any] = []
+    offset = 20
+    for _ in range(count):
+        (length,) = struct.unpack_from(">i", data, offset)
+        offset += 4
+        if length == -1:
+            values.append(None)
+            continue
+        raw, offset = data[offset : offset + length], offset + length
+        if kind == "int8":
+            values.append(struct.unpack(">q", raw)[0])
+        elif kind == "float8":
+            value = struct.unpack(">d", raw)[0]
+            values.append(None if math.isnan(value) else value)  # the statement's nullif
+        elif kind == "timestamptz":
+            since = timedelta(microseconds=struct.unpack(">q", raw)[0])
+            values.append(datetime(2000, 1, 1, tzinfo=UTC) + since)
+        elif kind == "uuid":
+            values.append(uuid.UUID(bytes=raw))
+        elif kind == "text":
+            values.append(raw.decode())
+        else:  # json, and jsonb after its version byte
+            values.append(msgspec.json.decode(raw[1:] if kind == "jsonb" else raw))
+    assert offset == len(data)
+    return values
 
 
 # --- the push on the event loop (service.telemetry.service.ingest_pushed) -----------------
