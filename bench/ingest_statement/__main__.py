@@ -5,7 +5,7 @@
   taken from one binary array per column by unnest), each batch committed on its own, as a
   push is;
 - reading its arrays alone (unnest, every column typed, no insert);
-- by the statement it replaced (2026-11-30): the windows read from their JSON with
+- by the statement it replaced (2628eb2, 2026-11-29): the windows read from their JSON with
   json_to_recordset, their device ids and percentiles from a second JSON beside them;
 - by COPY of the same rows (bench.copytext, formatted before the clock starts), each batch in
   a transaction of its own: what the rows cost the database with nothing to take apart.

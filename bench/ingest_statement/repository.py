@@ -1,7 +1,7 @@
 """The ingest-statement benchmark's SQL (bench.ingest_statement): the service's storing
-statement, its arrays read alone, the JSON statement it replaced (2026-11-30) and COPY of the
-same rows — each asserting the rows it took — and what the benchmark needs around them (a
-node, the backend's pid)."""
+statement, its arrays read alone, the JSON statement it replaced (2628eb2, 2026-11-29) and
+COPY of the same rows — each asserting the rows it took — and what the benchmark needs
+around them (a node, the backend's pid)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ WAYS = ("statement", "arrays_alone", "json", "copy")
 
 def _json_columns() -> tuple[str, str]:
     """Its column definitions for a window's JSON, and the value of each of WINDOW_COLUMNS,
-    from the table (service.tables) as the service made them until 2026-11-30."""
+    from the table (service.tables) as the service made them until 2628eb2, 2026-11-29."""
     fields = set(TelemetryWindow.model_fields)
     renamed = {"window_start": "start", "window_end": "end"}
     given = {"batch_id": "%(batch_id)s", **{name: f"w.{name}" for name in columns.GIVEN}}

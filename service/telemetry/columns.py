@@ -27,13 +27,13 @@ from itertools import chain
 from operator import attrgetter
 from typing import Any
 
+import annotated_types
 import msgspec
 import numpy as np
 from psycopg import postgres
 from sqlalchemy import types as sa_types
 from sqlalchemy.dialects import postgresql
 
-from agent.contract.base import MAX_BYTES_PER_WINDOW, MAX_IOS_PER_WINDOW
 from agent.contract.wire import TelemetryWindow
 from service.tables import TelemetryWindowRow
 
@@ -183,9 +183,21 @@ _AT_FLOATS = slice(_AT_BOUNDS.stop, _AT_BOUNDS.stop + len(_FLOATS))
 _AT_NULLABLE = slice(_AT_FLOATS.stop, _AT_FLOATS.stop + len(_NULLABLE_FLOATS))
 _AT_PERCENTILES = slice(_AT_NULLABLE.stop, len(_FIXED))
 _NAN_BITS = np.float64(float("nan")).view(np.uint64)
-# the integers the contract takes are read as doubles: each must be one exactly
+# the integers the contract takes are read as doubles: each field's bounds must keep it one
+# exactly (a double holds every integer up to 2**53)
 _EXACT = 2**53
-assert max(MAX_IOS_PER_WINDOW, MAX_BYTES_PER_WINDOW) <= _EXACT, "window counts past 2**53"
+
+
+def _exact_as_double(field: str) -> bool:
+    bounds = TelemetryWindow.model_fields[field].metadata
+    low = next((b.ge for b in bounds if isinstance(b, annotated_types.Ge)), None)
+    high = next((b.le for b in bounds if isinstance(b, annotated_types.Le)), None)
+    return low is not None and high is not None and low >= -_EXACT and high <= _EXACT
+
+
+for _column in _INTS:
+    if not _exact_as_double(_column.field):  # type: ignore[arg-type]
+        raise TypeError(f"telemetry_windows.{_column.name}: its field may pass 2**53")
 _GET_TEXTS = _getter(_TEXTS)
 _DEVICE = attrgetter("device")
 _UUID_LENGTH = _LENGTH.pack(16)
@@ -231,7 +243,7 @@ def encode(
     laid["length"] = 8
     value = laid["value"]
     # the integers and the floats that are never None read together, as doubles (every
-    # integer the contract takes is one exactly: _EXACT)
+    # integer the contract takes is one exactly: _exact_as_double)
     width = len(_INTS) + len(_FLOATS)
     numbers = (
         np.fromiter(

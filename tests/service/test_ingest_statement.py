@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
 
-from agent.contract.wire import TelemetryBatch
+from agent.contract.wire import TelemetryBatch, TelemetryWindow
 from bench.copytext import window_rows
 from service.app import create_app
 from service.db import PUSHES_APPLICATION, Database
@@ -294,6 +294,16 @@ def test_each_columns_array_holds_its_windows_values_in_order(kinds: list[str]) 
         if column.kind in ("json", "jsonb"):
             expected = [_plain(value) for value in expected]
         assert _array_values(column.kind, arrays[column.name]) == expected, column.name
+
+
+def test_integers_are_sent_as_doubles_only_where_the_contract_bounds_them() -> None:
+    """The integer columns are read as doubles (columns.encode): a field is allowed only if its
+    bounds keep it within 2**53, where a double holds every integer; a field without bounds
+    is not."""
+    assert all(columns._exact_as_double(c.field) for c in columns._INTS)  # type: ignore[arg-type]
+    assert {c.name for c in columns._INTS} == {"read_ios", "write_ios", "read_bytes", "write_bytes"}
+    assert not columns._exact_as_double("latency_note")  # no bounds
+    assert TelemetryWindow.model_fields["read_bytes"].metadata  # the bounds it is judged by
 
 
 def _array_values(kind: str, data: bytes) -> list[Any]:
