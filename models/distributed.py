@@ -42,6 +42,12 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
         ray.shutdown()
 
 
+# A local Ray is one node: the GCS marking it dead for missed health checks never helps (no
+# other node takes its tasks) and ends the job. Ray's default, 5 missed checks 3 s apart,
+# killed the raylet of a nightly job while the host was loaded (a CI run, 2026-11-29): it
+# is allowed a minute.
+LOCAL_SYSTEM_CONFIG = {"health_check_failure_threshold": 20, "health_check_period_ms": 3000}
+
 # A local start tried this many times in all. Ray gives its raylet a fixed 30 s to register
 # with the GCS (ray/_private/node.py); on a loaded host (a shared CI runner, a laptop
 # compiling) it can miss that once and register at once on a second try.
@@ -73,6 +79,7 @@ def _start_local(num_cpus: int | None) -> None:
                     include_dashboard=False,
                     log_to_driver=False,
                     configure_logging=False,
+                    _system_config=LOCAL_SYSTEM_CONFIG,
                 )
             except Exception:
                 ray.shutdown()

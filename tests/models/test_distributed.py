@@ -64,3 +64,15 @@ def test_a_bad_argument_is_not_tried_again(monkeypatch: pytest.MonkeyPatch) -> N
         pass
     assert starts == [-1]
     assert not ray.is_initialized()
+
+
+@pytest.mark.timeout(300)
+def test_a_local_ray_allows_its_one_node_a_minute_of_missed_health_checks() -> None:
+    """The job's local Ray is started with LOCAL_SYSTEM_CONFIG: its GCS reads it (Ray's own
+    5 missed checks, 15 s, had the raylet of a nightly job declared dead on a loaded CI host)."""
+    with ray_session(num_cpus=1):
+        threshold = ray._config.health_check_failure_threshold()
+        period_ms = ray._config.health_check_period_ms()
+        assert ray_map(_square, [3]) == [9]
+    assert threshold * period_ms >= 60_000
+    assert threshold == distributed.LOCAL_SYSTEM_CONFIG["health_check_failure_threshold"]
