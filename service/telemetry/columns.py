@@ -3,8 +3,9 @@ PostgreSQL array per column of the raw table, in the binary format PostgreSQL's 
 reads, taken apart side by side by `unnest` — no JSON for the database to parse.
 
 Why: the statement read the windows from their JSON with `json_to_recordset`, and three
-quarters of its cost was that parse (bench/results/ingest_statement.md): 10.0 µs of
-PostgreSQL's CPU a window, against 5.9 with these arrays and 5.3 with COPY of the same rows.
+quarters of its cost was that parse. `python -m bench.ingest_statement`, 2026-11-29
+(bench/results/ingest_statement.md): 8.9-9.3 µs of PostgreSQL's CPU a window for the JSON
+statement, 5.3 with these arrays, 4.9-5.1 with COPY of the same rows.
 The arrays are built column by column in bulk (attrgetter, numpy), never value by
 value through a driver's adapters (psycopg's list dumping cost serve more than the parse
 saved, 2026-11-27).
