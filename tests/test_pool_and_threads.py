@@ -108,7 +108,8 @@ def test_a_steady_load_past_the_pool_opens_no_connection_per_request(
                     async with gate:
                         made = await client.post("/enrollment-tokens", json={}, headers=admin)
                         assert made.status_code == 201, made.text
-                        request = {"enrollment_token": made.json()["token"], "hostname": f"n{index}"}
+                        token = made.json()["token"]
+                        request = {"enrollment_token": token, "hostname": f"n{index}"}
                         enrolled = await client.post("/nodes", json=request)
                         assert enrolled.status_code == 201, enrolled.text
                         node = enrolled.json()
