@@ -47,10 +47,11 @@ class Settings(BaseSettings):
     tls_keyfile: Path | None = None
     # the connections the pool keeps open, and those it may open beyond them at a peak — each
     # closed as soon as it is returned: under a steady load past the pool every overflow
-    # checkout is a new PostgreSQL backend (1,500 enrolments of 64 at once made 902 sessions
-    # with 10 + 10, and cost PostgreSQL 7.4 ms of CPU a node against 3.4 with 20 + 0;
-    # tests/test_pool_and_threads.py). A replica admits pool + overflow requests at once.
-    db_pool_size: int = Field(default=20, ge=1, le=200)
+    # checkout is a new PostgreSQL backend. 1,500 enrolments 64 at a time on two cores: with
+    # 10 + 10, 820-902 sessions and 6.6-7.4 ms of PostgreSQL's CPU a node; with 10 + 0, 7
+    # sessions, 2.8-3.3 ms and the most nodes a second (91-106; 20 + 0 made 84-95: more
+    # backends than cores). A replica admits pool + overflow requests at once.
+    db_pool_size: int = Field(default=10, ge=1, le=200)
     db_max_overflow: int = Field(default=0, ge=0, le=200)
     max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1_024)
     # per bearer token (unauthenticated callers: per address), in each service process;

@@ -75,8 +75,8 @@ def test_a_steady_load_past_the_pool_opens_no_connection_per_request(
     """Nodes enrolling at the admission limit (an enrollment token, the enrolment, the
     inventory: three units of work each) reuse the pool's connections. A connection opened
     beyond the pool is closed when it is returned: with 10 + 10, every request past the pool
-    was a new PostgreSQL backend (902 sessions for 1,500 enrolments, bench.fleet's 64 in
-    flight), and PostgreSQL spent 7.4 ms of CPU a node against 3.4 with 20 + 0."""
+    was a new PostgreSQL backend (820-902 sessions for 1,500 enrolments, bench.fleet's 64 in
+    flight), and PostgreSQL spent 6.6-7.4 ms of CPU a node against 2.8-3.3 with 10 + 0."""
     name = "pool_sessions"
     url = create_database(server_url, name)
     service = ServiceProcess(
@@ -125,7 +125,9 @@ def test_a_steady_load_past_the_pool_opens_no_connection_per_request(
         before = _sessions(url, name)
         asyncio.run(enrol_all())
         opened = _sessions(url, name) - before
-        # at most the pool's own connections, opened once, and the count's own session
-        assert opened <= kept + 1, f"{opened} sessions for {3 * nodes} requests"
+        # at most the pool's own connections, each opened once — and two that PostgreSQL may
+        # count late (a backend reports its session when it next reports its statistics):
+        # the token-changes listener's, opened at start, and the first count's own
+        assert opened <= kept + 2, f"{opened} sessions for {3 * nodes} requests"
     finally:
         assert service.stop() == 0
