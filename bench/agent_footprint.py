@@ -39,6 +39,7 @@ import httpx
 from agent.enrollment import enroll_node
 from bench.cpu import cpu_seconds
 from bench.record import provenance, record
+from bench.unwind import on_termination
 from kernel.lab import devices as lab
 from tests.proc import BLKPILOT, clean_env, free_port, run, start_serve, stop, wait_ready
 
@@ -176,6 +177,7 @@ def main() -> int:
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
 
+    on_termination()  # a stopped run still removes what it started
     work = Path(tempfile.mkdtemp(prefix="blkpilot-footprint-"))
     env = clean_env(work / "service")
     (work / "service").mkdir()

@@ -30,6 +30,7 @@ from agent.contract.tunables import DeviceConfig, Scheduler
 from agent.contract.wire import CanaryVerdict
 from agent.host import HostPaths
 from bench.record import provenance, record
+from bench.unwind import on_termination
 from kernel.lab import devices as lab
 
 TARGET_FALSE_FAIL = 0.05
@@ -58,6 +59,7 @@ def main() -> int:
 
     started = provenance("canary.py")
     workload = library()[args.workload]
+    on_termination()  # a stopped run still removes what it started
     work = Path(tempfile.mkdtemp(prefix="blkpilot-canary-"))
     verdicts: dict[str, list[str]] = {kind: [] for kind in KINDS}
     rounds: dict[str, list[int]] = {kind: [] for kind in KINDS}

@@ -48,6 +48,7 @@ from bench.cpu import cpu_seconds, peak_rss_mib, postmaster_pid, tree_cpu_second
 from bench.http import LeanClient
 from bench.ingest import AGENT_JSON, UNLIMITED_SHAPE, with_distributions
 from bench.record import provenance, record
+from bench.unwind import on_termination
 from tests.factories import device_inventory
 from tests.proc import BLKPILOT, clean_env, start_replicas, stop
 
@@ -375,16 +376,9 @@ def main() -> int:
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
 
+    on_termination()  # a stopped run still removes what it started
     data_dir = Path(tempfile.mkdtemp(prefix="blkpilot-fleet-"))
     embedded = None
-    url = args.database_url
-    if url is None:
-        from service.embedded import EmbeddedPostgres
-
-        embedded = EmbeddedPostgres(data_dir / "db")
-        url = embedded.start()
-    env = clean_env(data_dir, BLKPILOT_DATABASE_URL=url, BLKPILOT_RATE_LIMIT=UNLIMITED_SHAPE)
-    env["BLKPILOT_ROLLOUT_WORKER"] = "false"
     servers: list[subprocess.Popen[str]] = []
     result: dict[str, Any] = {
         "benchmark": "fleet",
@@ -393,6 +387,14 @@ def main() -> int:
         "devices_total": f"{args.nodes:,} x {args.devices}",
     }
     try:
+        url = args.database_url
+        if url is None:
+            from service.embedded import EmbeddedPostgres
+
+            embedded = EmbeddedPostgres(data_dir / "db")
+            url = embedded.start()
+        env = clean_env(data_dir, BLKPILOT_DATABASE_URL=url, BLKPILOT_RATE_LIMIT=UNLIMITED_SHAPE)
+        env["BLKPILOT_ROLLOUT_WORKER"] = "false"
         bases = start_replicas(data_dir, env, args.replicas, servers)
         admin = subprocess.run(
             [BLKPILOT, "token", "create", "--name", "fleet", "--role", "admin"],

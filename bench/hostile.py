@@ -48,6 +48,7 @@ from typing import Any, cast
 import httpx
 
 from bench.record import ROOT, provenance, record
+from bench.unwind import on_termination
 from kernel.lab import devices as lab
 from tests.proc import ServiceProcess, stop_embedded
 
@@ -792,6 +793,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats (the suite's)")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
+    on_termination()  # a stopped run still removes what it started
     with probe(args.quick) as found:
         found.run()
     parts = found.parts

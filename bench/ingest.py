@@ -41,6 +41,7 @@ from agent.contract import histograms
 from bench.cpu import cpu_seconds, postmaster_pid, tree_cpu_seconds
 from bench.http import LeanClient
 from bench.record import provenance, record
+from bench.unwind import on_termination
 from tests.factories import device_inventory
 from tests.proc import BLKPILOT, clean_env, start_replicas, stop
 
@@ -342,20 +343,21 @@ def main() -> int:
     parser.add_argument("--no-record", action="store_true", help="do not write bench/results")
     args = parser.parse_args()
 
+    on_termination()  # a stopped run still removes what it started
     data_dir = Path(tempfile.mkdtemp(prefix="blkpilot-bench-"))
     embedded = None
-    url = args.database_url
-    if url is None:
-        from service.embedded import EmbeddedPostgres
-
-        embedded = EmbeddedPostgres(data_dir / "db")
-        url = embedded.start()
-    extra = {"BLKPILOT_DATABASE_URL": url}
-    # the ingest path's capacity is measured, not the per-token rate limit in front of it
-    extra["BLKPILOT_RATE_LIMIT"] = UNLIMITED_SHAPE
-    env = clean_env(data_dir, **extra)
     servers: list[subprocess.Popen[str]] = []
     try:
+        url = args.database_url
+        if url is None:
+            from service.embedded import EmbeddedPostgres
+
+            embedded = EmbeddedPostgres(data_dir / "db")
+            url = embedded.start()
+        extra = {"BLKPILOT_DATABASE_URL": url}
+        # the ingest path's capacity is measured, not the per-token rate limit in front of it
+        extra["BLKPILOT_RATE_LIMIT"] = UNLIMITED_SHAPE
+        env = clean_env(data_dir, **extra)
         bases = start_replicas(data_dir, env, args.replicas, servers)
         base = bases[0]
         admin = subprocess.run(

@@ -23,7 +23,6 @@ import json
 import math
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.record import provenance, record
+from bench.unwind import on_termination
 from kernel.lab.devices import TMPFS, DataDevice, data_device
 from tests.apps import _pg_bin, pgbench, postgres_exporter, postgres_on, rocksdb_on
 
@@ -292,9 +292,8 @@ def main() -> None:
     )
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
-    # stopped with SIGTERM (or from the background, where SIGINT is ignored): unwind, so that
-    # the applications stop and their loop devices are unmounted and detached
-    signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
+    # a stopped run still stops the applications and unmounts and detaches its devices
+    on_termination()
     runs: list[Run] = []
     base = Path(tempfile.mkdtemp(prefix="blkpilot-live-apps-"))
     makers = {"pgbench": postgres_app, "db_bench": rocksdb_app}

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from agent.contract.tunables import DeviceConfig, Scheduler
 from agent.host import HostPaths
 from agent.live_canary import LiveSettings, run_live_canary
 from bench.record import provenance, record
+from bench.unwind import on_termination
 from kernel.lab.devices import TMPFS, data_device, start_workload, stop_workload
 
 DISK = Path("/var/tmp")  # noqa: S108 (a file on disk, never a device)
@@ -50,8 +50,8 @@ def main() -> int:
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
 
-    # a stopped run still unmounts and detaches its devices
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # a stopped run still stops the applications and unmounts and detaches its devices
+    on_termination()
     settings = LiveSettings()
     started = provenance("live_canary.py")  # the commit this run's code came from
     work = Path(tempfile.mkdtemp(prefix="blkpilot-live-bench-"))

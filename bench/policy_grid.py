@@ -36,6 +36,7 @@ from pathlib import Path
 from bench.grid import grid_workloads
 from bench.grid.host import measure_host_grid
 from bench.record import provenance, record
+from bench.unwind import on_termination
 from kernel.lab import devices as lab
 from models.grid import Grid
 
@@ -121,6 +122,7 @@ def main() -> int:
     args = parser.parse_args()
     if not (args.host or args.lab):
         parser.error("give --host, --lab or both")
+    on_termination()  # a stopped run still detaches its devices
     from bench.grid import GRID_WORKLOADS
     from bench.grid.lab import LAB_DEVICES
 

@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 
 from bench.record import provenance, record
+from bench.unwind import on_termination
 from kernel.lab import devices as lab
 from tests.proc import free_port
 
@@ -435,6 +436,7 @@ def main() -> int:
     parser.add_argument("--once", action="store_true", help="each kind of fault once")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
+    on_termination()  # a stopped run still stops its services and agents
     started = provenance("soak.py")
     base = Path(tempfile.mkdtemp(prefix="blkpilot-soak-"))
     soak = Soak(base, args.seconds)

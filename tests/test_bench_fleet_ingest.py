@@ -5,9 +5,11 @@ sizes and read paths are measured. The figures themselves belong to the recorded
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -142,3 +144,82 @@ def test_partition_sizes_are_measured_against_each_other() -> None:
     assert sizes["hour"]["partitions_dropped_a_day_later"] >= 24
     assert sizes["day"]["partitions_dropped_a_day_later"] >= 1
     assert sizes["week"]["retained_beyond_horizon_share"] == 0.5
+
+
+def _serving_from(data_dir: Path) -> list[int]:
+    """The processes whose BLKPILOT_DATA_DIR is data_dir (the benchmark's `serve` replicas)."""
+    wanted = f"BLKPILOT_DATA_DIR={data_dir}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:  # gone meanwhile, or a kernel thread
+            continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.timeout(300)
+def test_a_benchmark_stopped_by_sigterm_stops_and_removes_what_it_started() -> None:
+    """bench.unwind: SIGTERM in the middle of bench.ingest stops its `serve` and its embedded
+    PostgreSQL and removes its data directory (Python's default left all three running and
+    on disk: hundreds of MB a run)."""
+    scratch = Path(tempfile.mkdtemp(prefix="bench-", dir="/tmp"))
+    serving: list[int] = []
+    postmaster = 0
+    try:
+        bench = subprocess.Popen(
+            # batches enough that building them outlasts the test's look around
+            [
+                sys.executable,
+                "-m",
+                "bench.ingest",
+                *("--clients", "1", "--batches", "1400"),
+                *("--windows", "500", "--no-record"),
+            ],
+            cwd=ROOT,
+            env={**os.environ, "TMPDIR": str(scratch)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            assert bench.stdout is not None
+            seen = []
+            for line in bench.stdout:  # servers up, the admin's token made
+                seen.append(line)
+                if line.startswith("building"):
+                    break
+            else:
+                raise AssertionError(f"bench.ingest ended before its servers were up: {seen}")
+            (data_dir,) = scratch.glob("blkpilot-bench-*")
+            serving = _serving_from(data_dir)
+            postmaster = int((data_dir / "db/postgres/postmaster.pid").read_text().split()[0])
+            assert serving
+            assert all(map(_alive, [*serving, postmaster]))
+            bench.terminate()
+            assert bench.wait(timeout=120) == 128 + 15
+        finally:
+            if bench.poll() is None:
+                bench.kill()
+                bench.wait()
+        assert not data_dir.exists()
+        assert not any(map(_alive, [*serving, postmaster]))
+    finally:
+        # what a failed run left: stopped here, not left to the suite's other tests
+        left = [*((p, signal.SIGTERM) for p in serving), (postmaster, signal.SIGINT)]
+        for pid, sig in left:
+            if pid > 0 and _alive(pid):  # never 0: that would signal this process's group
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -38,6 +38,7 @@ from bench.ingest import build_batches
 from bench.ingest_statement import repository
 from bench.ingest_statement.repository import Work
 from bench.record import provenance, record
+from bench.unwind import on_termination
 from service import db
 from service.embedded import EmbeddedPostgres
 from service.telemetry import distributions
@@ -89,6 +90,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
+    on_termination()  # a stopped run still removes what it started
     data = Path(tempfile.mkdtemp(prefix="blkpilot-ingest-statement-"))
     try:
         with EmbeddedPostgres(data) as server:

@@ -34,6 +34,7 @@ from typing import Any
 
 from bench.partitions import repository
 from bench.record import provenance, record
+from bench.unwind import on_termination
 
 SIZES = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(days=7)}
 RAW_DAYS, AHEAD_DAYS = 14, 3  # the service's defaults (RetentionPolicy)
@@ -135,6 +136,7 @@ def main() -> int:
     from service import db
 
     embedded = None
+    on_termination()  # a stopped run still removes what it started
     scratch = Path(tempfile.mkdtemp(prefix="blkpilot-partitions-"))
     url = args.database_url
     if url is None:
