@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from service.settings import Settings
-from tests.conftest import create_database
+from tests.conftest import create_database, drop_database
 from tests.factories import device_inventory
 from tests.proc import ServiceProcess
 
@@ -130,4 +130,7 @@ def test_a_steady_load_past_the_pool_opens_no_connection_per_request(
         # the token-changes listener's, opened at start, and the first count's own
         assert opened <= kept + 2, f"{opened} sessions for {3 * nodes} requests"
     finally:
-        assert service.stop() == 0
+        try:
+            assert service.stop() == 0
+        finally:
+            drop_database(server_url, name)
