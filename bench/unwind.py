@@ -1,7 +1,8 @@
 """A benchmark stopped by a signal unwinds as one interrupted with Ctrl-C does.
 
 Python's default for SIGTERM and SIGHUP ends the process at once: no `finally` runs, so a
-benchmark stopped by `kill`, a CI job's timeout or a closed terminal left behind what it had
+benchmark stopped by `kill` (the only way to stop one started in the background, where SIGINT
+is ignored), a CI job's timeout or a closed terminal left behind what it had
 started — `serve` replicas, the embedded PostgreSQL and its data directory (hundreds of MB a
 run of bench.ingest), mounted loop devices, the applications under test. With these handlers
 the signal raises SystemExit(128 + signal) wherever the benchmark is, and its `finally` blocks
