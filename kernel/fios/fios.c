@@ -541,13 +541,30 @@ static bool fios_place_less(struct rb_node *a, const struct rb_node *b)
 	       rb_entry(b, struct fios_place, node)->left;
 }
 
+/*
+ * Placed by its slice left now. Where it stands already — after every task with at least as
+ * much left, before every task with less: where rb_add_cached would put it again — only the
+ * key changes. Every charge places its task again, and a task alone in its direction (a
+ * reader at queue depth 1, one writer) never moves: no erase and insert, each rebalancing
+ * the tree and its cached leftmost, on those dispatches.
+ */
 static void fios_place(struct fios_data *fd, struct fios_task *task, int dir)
 {
 	struct fios_place *place = &task->place[dir];
+	s64 left = fios_remaining(fd, task);
 
-	if (!RB_EMPTY_NODE(&place->node))
+	if (!RB_EMPTY_NODE(&place->node)) {
+		struct rb_node *prev = rb_prev(&place->node);
+		struct rb_node *next = rb_next(&place->node);
+
+		if ((!prev || rb_entry(prev, struct fios_place, node)->left >= left) &&
+		    (!next || rb_entry(next, struct fios_place, node)->left < left)) {
+			place->left = left;
+			return;
+		}
 		rb_erase_cached(&place->node, &fd->by_left[dir]);
-	place->left = fios_remaining(fd, task);
+	}
+	place->left = left;
 	rb_add_cached(&place->node, &fd->by_left[dir], fios_place_less);
 }
 
