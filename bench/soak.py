@@ -43,6 +43,9 @@ BLKPILOT = str(Path(sys.executable).parent / "blkpilot")
 HOSTS = ("soak-a", "soak-b", "soak-c")
 INTERVAL_S = 1.0
 MARGIN_S = 3.0  # around a restart: answers in flight may fail
+# every device's scheduler before any policy: what a device no policy reached must still be on
+# (a rollout rolled back — its canaries could not show the gain on a loaded host — restores it)
+BASELINE = "bfq"
 WORKLOAD = "hs23-single-randread-4k-qd32"
 
 
@@ -159,7 +162,7 @@ class Soak:
             device = lab.attach(backing, 64 << 20, direct_io=True)
             # on bfq: the first rollout (none) is a gain its canaries can show, the second
             # (mq-deadline, a loss against none here) is rolled back
-            Path(f"/sys/block/{device}/queue/scheduler").write_text("bfq")
+            Path(f"/sys/block/{device}/queue/scheduler").write_text(BASELINE)
             state_dir = self.base / name
             state_dir.mkdir()
             config = state_dir / "agent.toml"
@@ -366,7 +369,19 @@ class Soak:
                         host_lost += round((start - end) / INTERVAL_S)
             lost += host_lost
             duplicated += host_dup
-            policy = self.api("GET", f"/devices/{host.device_id}/policy").json()
+            response = self.api("GET", f"/devices/{host.device_id}/policy")
+            if response.status_code == 404:
+                # no policy ever reached it (the rollouts rolled back before its stage, or
+                # were): it must be on the scheduler it started on, as nothing changed it
+                policy: dict[str, Any] = {
+                    "config": {"scheduler": BASELINE},
+                    "applied": None,
+                    "in_sync": True,
+                }
+            elif response.status_code == 200:
+                policy = response.json()
+            else:
+                raise SystemExit(f"{host.name}'s policy not read: {response.text}")
             wanted = policy["config"]["scheduler"]
             per_host[host.name] = {
                 "windows": len(spans),
