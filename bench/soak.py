@@ -44,7 +44,7 @@ HOSTS = ("soak-a", "soak-b", "soak-c")
 INTERVAL_S = 1.0
 MARGIN_S = 3.0  # around a restart: answers in flight may fail
 # every device's scheduler before any policy: what a device no policy reached must still be on
-# (a rollout rolled back — its canaries could not show the gain on a loaded host — restores it)
+# (a rollout rolled back restores it; on a loaded host, 2026-11-30, the first one was)
 BASELINE = "bfq"
 WORKLOAD = "hs23-single-randread-4k-qd32"
 

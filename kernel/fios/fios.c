@@ -546,7 +546,7 @@ static bool fios_place_less(struct rb_node *a, const struct rb_node *b)
  * much left, before every task with less: where rb_add_cached would put it again — only the
  * key changes. Every charge places its task again, and a task alone in its direction (a
  * reader at queue depth 1, one writer) never moves: no erase and insert, each rebalancing
- * the tree and its cached leftmost, on those dispatches.
+ * the tree and its cached leftmost, at those charges.
  */
 static void fios_place(struct fios_data *fd, struct fios_task *task, int dir)
 {
