@@ -758,9 +758,9 @@ def test_rocksdb_keeps_its_share_of_the_device_against_writers_under_fios(
     A comparison needs mq-deadline's run to have been unfair, past the issue's 1.5: two fair
     runs say nothing of which is fairer, and there fios is held to the issue's 1.5 alone. In one
     boot of 2026-11-30 mq-deadline's worse side read 0.93 (the device hardly contended; fios
-    1.17); in another the guest's CPU, shared with the suite's other worker, held every
-    scheduler's reads together to 188-197 a second (none's reader 1.13 of proportional; fios 192
-    against mq-deadline's 197)."""
+    1.17); in another the guest's CPU, shared with the suite's other worker and a CPU hog on one
+    core, held every scheduler's reads together to 188-197 a second (none's reader 1.13 of
+    proportional; fios 192 against mq-deadline's 197)."""
     cases = rocksdb.summary["rocksdb"]
     assert set(cases) == set(ROCKSDB_SCHEDULERS), cases
     fios, deadline = cases["fios"], cases["mq-deadline"]
