@@ -11,7 +11,11 @@ ratio over ten cases says more about the noise than about fios. Here the two are
 `--rounds` times in one boot, alternated (mq-deadline first in even rounds, fios first in
 odd), and each case's rounds are compared in pairs: fios' efficiency over mq-deadline's in
 the same round, their geometric mean and range, and in how many rounds fios kept the device
-at least as busy. Each round's fairness (worst over proportional slowdown) stands beside it.
+at least as busy. Each round's fairness (worst over proportional slowdown) stands beside it, and
+the guest's CPU over each run of the tasks together: its busy share and busy µs per request
+(on null_blk the device's time is the guest's CPU, so a gap in efficiency is either fios
+costing more a request — a higher busy µs per request — or holding work while the CPU could
+run it — a lower busy share).
 
     python -m bench.lab_fios_efficiency --cpus 2 --rounds 4 --seconds 4
 
@@ -37,6 +41,8 @@ COLUMNS = {
     "fios worst / proportional (highest round)": "fios_worst",
     "fios epochs (fewest)": "fios_epochs_min",
     "per case: geometric mean [range] (rounds fios ≥), fios worst/proportional max": "table",
+    "per case: guest busy µs a request, fios / mq-deadline (geometric mean); busy share, fios"
+    " / mq-deadline": "cpu",
     "kernel": "kernel",
 }
 
@@ -53,8 +59,22 @@ def judged(cases: dict[str, Any]) -> dict[str, Any]:
     )
     worst = [w for case in cases.values() for w in case["worst_over_proportional"]["fios"]]
     epochs = [e for case in cases.values() for e in case["fios_epochs"] if e is not None]
+    cpu = []
+    for name, case in cases.items():
+        ratios = case.get("busy_us_per_io_ratios") or []
+        shares = {
+            s: [run["busy_share"] for run in case.get("guest_cpu", {}).get(s, []) if run]
+            for s in ("fios", "mq-deadline")
+        }
+        if ratios and all(shares.values()):
+            cpu.append(
+                f"{name}: {round(statistics.geometric_mean(ratios), 3)};"
+                f" {round(statistics.mean(shares['fios']), 2)}"
+                f" / {round(statistics.mean(shares['mq-deadline']), 2)}"
+            )
     return {
         "lowest": min(means.values(), default=None),
+        "cpu": "; ".join(cpu) or None,
         "all_cases_geomean": (
             round(statistics.geometric_mean(means.values()), 3) if means else None
         ),

@@ -119,11 +119,14 @@ def fairness_files(
     seconds: float,
     tunables: dict[str, dict[str, int]] | None = None,
     dev: str = "flashsim0",
+    guest_cpu: bool = False,
 ) -> tuple[str, dict[str, str]]:
     """For each workload and scheduler: each job alone, then all together (FIOS's method).
     Each workload starts a fresh scheduler instance (selected through none), with `tunables`
     written under queue/iosched/: fios' counters, printed after each run, are that workload's
-    alone. On a device other than flashsim0 a run's workload is labelled WORKLOAD@DEV."""
+    alone. On a device other than flashsim0 a run's workload is labelled WORKLOAD@DEV. With
+    `guest_cpu`, the guest's /proc/stat before and after each run of all the tasks together is
+    printed as LABEL/cpu (guest_cpu_per_io reads it)."""
     target = BenchTarget(Path(f"/dev/{dev}"), dev, False, False)
     queue = f"/sys/block/{dev}/queue"
     suffix = "" if dev == "flashsim0" else f"@{dev}"
@@ -142,6 +145,8 @@ def fairness_files(
             timed = workload.model_copy(update={"duration_s": seconds, "warmup_s": 0.3})
             labels = fio_runs(f"{workload.name}{suffix}/{scheduler}", timed, target, files)
             for label, run in labels.items():
+                if guest_cpu and label.endswith("/together"):
+                    run = f"{GUEST_CPU_BEFORE}{run}{GUEST_CPU_AFTER.format(label=label)}"
                 script += run
                 if kernel_name == "fios":
                     script += (
@@ -149,6 +154,53 @@ def fairness_files(
                         "echo BLKPILOT-STATS-END\n"
                     )
     return script, files
+
+
+GUEST_USER_HZ = 100  # Debian's kernels
+# the guest's CPU time over a run: its "cpu" and "ctxt" lines of /proc/stat before and after
+GUEST_CPU_BEFORE = 'before=$(head -1 /proc/stat)\nbefore_ctxt=$(grep "^ctxt " /proc/stat)\n'
+GUEST_CPU_AFTER = (
+    "echo BLKPILOT-STATS-BEGIN {label}/cpu\n"
+    'echo "before $before"\necho "before_ctxt $before_ctxt"\n'
+    'echo "after $(head -1 /proc/stat)"\necho "after_ctxt $(grep "^ctxt " /proc/stat)"\n'
+    "echo BLKPILOT-STATS-END\n"
+)
+# /proc/stat's "cpu" line: user nice system idle iowait irq softirq steal (in USER_HZ ticks)
+STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def guest_cpu_per_io(counters: dict[str, str], ios: float) -> dict[str, float]:
+    """Where a run's guest CPU went, per I/O completed by all its tasks: the guest's busy
+    share (busy over busy and idle, every vCPU), its busy µs per I/O — user, system, and
+    interrupts with softirqs apart — and its context switches per I/O. Where the device's
+    time is the guest's CPU (null_blk), a scheduler that costs more per request shows a
+    higher busy µs per I/O at the same busy share; one that holds work back while the CPU
+    could run it shows a lower busy share."""
+    if not {"before", "after"} <= counters.keys() or ios <= 0:
+        return {}
+    first, last = (
+        dict(zip(STAT_FIELDS, (int(f) for f in counters[k].split()[1:9]), strict=True))
+        for k in ("before", "after")
+    )
+    ticks = {k: last[k] - first[k] for k in STAT_FIELDS}
+    busy = sum(ticks.values()) - ticks["idle"] - ticks["iowait"]
+    total = sum(ticks.values())
+    if total <= 0:
+        return {}
+    us = 1e6 / GUEST_USER_HZ / ios
+    out = {
+        "busy_share": round(busy / total, 3),
+        "busy_us_per_io": round(busy * us, 1),
+        "user_us_per_io": round((ticks["user"] + ticks["nice"]) * us, 1),
+        "system_us_per_io": round(ticks["system"] * us, 1),
+        "irq_us_per_io": round((ticks["irq"] + ticks["softirq"]) * us, 1),
+    }
+    if "before_ctxt" in counters and "after_ctxt" in counters:
+        switches = int(counters["after_ctxt"].split()[-1]) - int(
+            counters["before_ctxt"].split()[-1]
+        )
+        out["context_switches_per_io"] = round(switches / ios, 2)
+    return out
 
 
 def summarize_fairness(parsed: dict[str, fio_jobs.FioResult]) -> dict[str, Any]:
@@ -221,9 +273,6 @@ def polling_script(rounds: int, seconds: float) -> tuple[str, dict[str, str]]:
                     )
         script += "rmmod flashsim\ntest -e /sys/block/flashsim0 && echo BLKPILOT-UNLOAD-FAILED\n"
     return script, {}
-
-
-GUEST_USER_HZ = 100  # Debian's kernels
 
 
 def estimated_energy(before: str, after: str, iops: float) -> dict[str, float]:
@@ -967,7 +1016,9 @@ def _efficiency(cpus: int) -> Callable[[int, float, Tunables], tuple[str, dict[s
         script = FLASHSIM.format(params=f"{FLASH_STRIPED} submit_queues={cpus}")
         script += "insmod /lib/modules/configfs.ko\n" + SMP_DEVICES["nullb0"].format(cpus=cpus)
         for dev, these in (("flashsim0", flash), ("nullb0", null)):
-            more, more_files = fairness_files(chosen, tuple(order), seconds, these, dev=dev)
+            more, more_files = fairness_files(
+                chosen, tuple(order), seconds, these, dev=dev, guest_cpu=True
+            )
             if dev != "flashsim0":
                 more = more.replace("insmod /lib/modules/fios.ko\n", "")
             script += more + f"echo none > /sys/block/{dev}/queue/scheduler\n"
@@ -998,8 +1049,25 @@ def summarize_efficiency(
             / rounds[r]["mq-deadline"]["concurrent_efficiency"]
             for r in paired
         ]
+        cpu = {
+            s: [
+                guest_cpu_per_io(
+                    stats.get(f"{workload}/{round_label(s, r)}/together/cpu", {}),
+                    parsed[f"{workload}/{round_label(s, r)}/together"].metrics.get("ios", 0.0),
+                )
+                for r in paired
+            ]
+            for s in EFFICIENCY_SCHEDULERS
+        }
         cases[workload.removeprefix("fios-")] = {
             "rounds": len(paired),
+            # the guest's CPU per round, and fios' busy µs a request over mq-deadline's
+            "guest_cpu": cpu,
+            "busy_us_per_io_ratios": [
+                round(f["busy_us_per_io"] / m["busy_us_per_io"], 3)
+                for f, m in zip(cpu["fios"], cpu["mq-deadline"], strict=True)
+                if f.get("busy_us_per_io") and m.get("busy_us_per_io")
+            ],
             "efficiency": {
                 s: [rounds[r][s]["concurrent_efficiency"] for r in paired]
                 for s in EFFICIENCY_SCHEDULERS

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from agent.bench.fio import FioResult, TaskResult
 from bench.lab_fios_efficiency import judged
-from kernel.lab.scenarios import SCENARIOS, round_label, summarize_efficiency
+from kernel.lab.scenarios import SCENARIOS, guest_cpu_per_io, round_label, summarize_efficiency
 
 
 def _task(job: str, index: int, iops: float, latency_us: float) -> TaskResult:
@@ -80,3 +80,46 @@ def test_the_scenario_alternates_the_schedulers_round_by_round_on_both_devices()
     assert any(label.startswith("fios-1r7w@nullb0/") for label in together)
     assert "submit_queues=2" in script
     assert len(files) == len(begun)
+    # the guest's CPU is read around every run of the tasks together, and only those
+    cpu = [line.split()[2] for line in script.splitlines() if line.endswith("/cpu")]
+    assert cpu == [f"{label}/cpu" for label in together]
+
+
+def _stat(user: int, system: int, idle: int, softirq: int) -> str:
+    return f"cpu  {user} 0 {system} {idle} 0 0 {softirq} 0 0 0"
+
+
+def test_the_guest_cpu_of_a_run_is_split_per_io() -> None:
+    counters = {
+        "before": _stat(1000, 2000, 5000, 100),
+        "after": _stat(1100, 2300, 5100, 200),  # 500 ticks busy, 100 idle: 5 s of 6
+        "before_ctxt": "ctxt 10000",
+        "after_ctxt": "ctxt 30000",
+    }
+    split = guest_cpu_per_io(counters, ios=10_000)
+    assert split["busy_share"] == round(500 / 600, 3)
+    assert split["busy_us_per_io"] == 500.0  # 5 s over 10,000 I/Os
+    assert split["user_us_per_io"] == 100.0
+    assert split["system_us_per_io"] == 300.0
+    assert split["irq_us_per_io"] == 100.0
+    assert split["context_switches_per_io"] == 2.0
+    # nothing to split: no counters, or a run that completed nothing
+    assert guest_cpu_per_io({}, ios=10_000) == {}
+    assert guest_cpu_per_io(counters, ios=0) == {}
+
+
+def test_fios_cpu_a_request_is_paired_with_mq_deadlines_round_by_round() -> None:
+    parsed: dict[str, FioResult] = {}
+    stats: dict[str, dict[str, str]] = {}
+    for scheduler, busy in (("fios", 660), ("mq-deadline", 600)):
+        label = f"fios-a@nullb0/{round_label(scheduler, 0)}/together"
+        parsed |= _runs("fios-a@nullb0", round_label(scheduler, 0), 500)
+        parsed[label] = FioResult(parsed[label].tasks, {"ios": 6000.0})
+        stats[f"{label}/cpu"] = {
+            "before": _stat(0, 0, 0, 0),
+            "after": _stat(0, busy, 700 - busy, 0),
+        }
+    case = summarize_efficiency(parsed, stats)["cases"]["a@nullb0"]
+    assert case["guest_cpu"]["fios"][0]["busy_us_per_io"] == 1100.0
+    assert case["guest_cpu"]["mq-deadline"][0]["busy_us_per_io"] == 1000.0
+    assert case["busy_us_per_io_ratios"] == [1.1]
