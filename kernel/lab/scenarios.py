@@ -1029,6 +1029,16 @@ def _efficiency(cpus: int) -> Callable[[int, float, Tunables], tuple[str, dict[s
     return make
 
 
+def fios_counters_per_io(counters: dict[str, str], ios: float) -> dict[str, float]:
+    """fios' counters over one run (its stats, from a fresh instance), per request completed:
+    the queue runs its completions asked for (kicks), the writes it held, the requests it
+    issued on lent time and its anticipations."""
+    if ios <= 0:
+        return {}
+    wanted = ("kicks", "writes_held", "lent", "anticipations")
+    return {k: round(int(counters[k]) / ios, 3) for k in wanted if k in counters}
+
+
 def summarize_efficiency(
     parsed: dict[str, fio_jobs.FioResult], stats: dict[str, dict[str, str]]
 ) -> dict[str, Any]:
@@ -1063,6 +1073,15 @@ def summarize_efficiency(
             "rounds": len(paired),
             # the guest's CPU per round, and fios' busy µs a request over mq-deadline's
             "guest_cpu": cpu,
+            # fios' own counters over the run together (a fresh instance: they are its),
+            # per request: queue runs a completion asked for, writes held, requests lent
+            "fios_per_io": [
+                fios_counters_per_io(
+                    stats.get(f"{workload}/{round_label('fios', r)}/together", {}),
+                    parsed[f"{workload}/{round_label('fios', r)}/together"].metrics.get("ios", 0.0),
+                )
+                for r in paired
+            ],
             "busy_us_per_io_ratios": [
                 round(f["busy_us_per_io"] / m["busy_us_per_io"], 3)
                 for f, m in zip(cpu["fios"], cpu["mq-deadline"], strict=True)

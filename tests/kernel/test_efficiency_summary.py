@@ -119,7 +119,9 @@ def test_fios_cpu_a_request_is_paired_with_mq_deadlines_round_by_round() -> None
             "before": _stat(0, 0, 0, 0),
             "after": _stat(0, busy, 700 - busy, 0),
         }
+    stats[f"fios-a@nullb0/{round_label('fios', 0)}/together"] = {"kicks": "3000", "lent": "60"}
     case = summarize_efficiency(parsed, stats)["cases"]["a@nullb0"]
+    assert case["fios_per_io"] == [{"kicks": 0.5, "lent": 0.01}]
     assert case["guest_cpu"]["fios"][0]["busy_us_per_io"] == 1100.0
     assert case["guest_cpu"]["mq-deadline"][0]["busy_us_per_io"] == 1000.0
     assert case["busy_us_per_io_ratios"] == [1.1]
