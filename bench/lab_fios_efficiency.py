@@ -18,6 +18,7 @@ costing more a request — a higher busy µs per request — or holding work whi
 run it — a lower busy share).
 
     python -m bench.lab_fios_efficiency --cpus 2 --rounds 4 --seconds 4
+    python -m bench.lab_fios_efficiency --cpus 2 --cases 1r7w,1r-think1ms-4w   # some cases
 
 Records bench/results/lab_fios_efficiency_cpus{2,4}.*
 """
@@ -29,10 +30,11 @@ import json
 import math
 import statistics
 import sys
+from dataclasses import replace
 from typing import Any
 
 from bench.record import provenance, record
-from kernel.lab.scenarios import run
+from kernel.lab.scenarios import SCENARIOS, efficiency_cases, efficiency_script, run
 
 COLUMNS = {
     "rounds": "rounds",
@@ -98,9 +100,22 @@ def main() -> int:
     parser.add_argument("--cpus", type=int, choices=(2, 4), default=2)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument(
+        "--cases",
+        help="only these cases, comma-separated as the results name them (1r7w,1r7w@nullb0);"
+        " a subset is never recorded",
+    )
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
-    result = run(f"efficiency-smp{args.cpus}", rounds=args.rounds, seconds=args.seconds)
+    name = f"efficiency-smp{args.cpus}"
+    scenario = None
+    if args.cases:
+        try:
+            workloads, devices = efficiency_cases(args.cases.split(","))
+        except ValueError as e:
+            parser.error(str(e))
+        scenario = replace(SCENARIOS[name], script=efficiency_script(args.cpus, workloads, devices))
+    result = run(name, rounds=args.rounds, seconds=args.seconds, scenario=scenario)
     cases = result.summary["cases"]
     doc = {
         "benchmark": "lab_fios_efficiency",
@@ -116,7 +131,8 @@ def main() -> int:
         **provenance("lab_fios_efficiency.py"),
     }
     print(json.dumps(doc, indent=2))
-    if not args.no_record and doc["lowest"] is not None and not math.isnan(doc["lowest"]):
+    recordable = not args.no_record and not args.cases
+    if recordable and doc["lowest"] is not None and not math.isnan(doc["lowest"]):
         record(f"lab_fios_efficiency_cpus{args.cpus}", doc, COLUMNS)
     return 0 if not doc["kernel_problems"] else 1
 

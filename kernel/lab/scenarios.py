@@ -994,12 +994,40 @@ def round_label(scheduler: str, index: int) -> str:
     return f"{scheduler}+r{index}"
 
 
-def _efficiency(cpus: int) -> Callable[[int, float, Tunables], tuple[str, dict[str, str]]]:
+EFFICIENCY_DEVICES = ("flashsim0", "nullb0")
+
+
+def efficiency_cases(cases: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The review's cases named as the efficiency summary names them (`1r7w`: flashsim,
+    `1r7w@nullb0`: null_blk) as the workloads and devices to run (every workload named, on
+    every device named); ValueError for a case the review does not have."""
+    names = [f"fios-{case.partition('@')[0]}" for case in cases]
+    devices = [case.partition("@")[2] or "flashsim0" for case in cases]
+    unknown = [
+        case
+        for case, name, dev in zip(cases, names, devices, strict=True)
+        if name not in REVIEW_WORKLOADS or dev not in EFFICIENCY_DEVICES
+    ]
+    if unknown or not cases:
+        known = [w.removeprefix("fios-") for w in REVIEW_WORKLOADS]
+        raise ValueError(
+            f"no such case: {', '.join(unknown) or '(none given)'}; the cases are {known},"
+            " on flashsim, or with @nullb0"
+        )
+    return tuple(dict.fromkeys(names)), tuple(d for d in EFFICIENCY_DEVICES if d in devices)
+
+
+def efficiency_script(
+    cpus: int,
+    workloads: tuple[str, ...] = REVIEW_WORKLOADS,
+    devices: tuple[str, ...] = EFFICIENCY_DEVICES,
+) -> Callable[[int, float, Tunables], tuple[str, dict[str, str]]]:
     """The review's workloads under mq-deadline and fios (calibrated, the review's slices),
-    `rounds` times alternated, on flashsim and on null_blk with a hardware queue per vCPU."""
+    `rounds` times alternated, on flashsim and on null_blk with a hardware queue per vCPU
+    (or those of `workloads` on those of `devices`)."""
 
     def make(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
-        chosen = [w for w in fios() if w.name in REVIEW_WORKLOADS]
+        chosen = [w for w in fios() if w.name in workloads]
         order = [
             round_label(s, r)
             for r in range(rounds)
@@ -1016,10 +1044,12 @@ def _efficiency(cpus: int) -> Callable[[int, float, Tunables], tuple[str, dict[s
         script = FLASHSIM.format(params=f"{FLASH_STRIPED} submit_queues={cpus}")
         script += "insmod /lib/modules/configfs.ko\n" + SMP_DEVICES["nullb0"].format(cpus=cpus)
         for dev, these in (("flashsim0", flash), ("nullb0", null)):
+            if dev not in devices:
+                continue
             more, more_files = fairness_files(
                 chosen, tuple(order), seconds, these, dev=dev, guest_cpu=True
             )
-            if dev != "flashsim0":
+            if dev != "flashsim0" and "flashsim0" in devices:  # fios is loaded already
                 more = more.replace("insmod /lib/modules/fios.ko\n", "")
             script += more + f"echo none > /sys/block/{dev}/queue/scheduler\n"
             files.update(more_files)
@@ -1482,7 +1512,7 @@ for _cpus in (2, 4):
     SCENARIOS[f"efficiency-smp{_cpus}"] = Scenario(
         ["configfs", "null_blk"],
         ["flashsim", "fios"],
-        _efficiency(_cpus),
+        efficiency_script(_cpus),
         lambda parsed: summarize_efficiency(parsed, {}),
         calibrate=True,
         flash_params=f"{FLASH_STRIPED} submit_queues={_cpus}",
@@ -1541,9 +1571,16 @@ def _boot(
 
 
 def run(
-    name: str, *, rounds: int = 2, seconds: float = 2.0, cache: Path = packages.DEFAULT_CACHE
+    name: str,
+    *,
+    rounds: int = 2,
+    seconds: float = 2.0,
+    cache: Path = packages.DEFAULT_CACHE,
+    scenario: Scenario | None = None,
 ) -> LabResult:
-    scenario = SCENARIOS[name]
+    """Boot the lab and run the scenario `name` (or `scenario`, a variant of one, under that
+    name), after a calibration boot where the scenario asks for one."""
+    scenario = scenario or SCENARIOS[name]
     trio = packages.select_trio()
     root = packages.fetch(trio, cache, with_build=bool(scenario.ours))
     modules = _modules(root, trio, scenario.modules)

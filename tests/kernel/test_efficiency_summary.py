@@ -4,9 +4,18 @@ where fios is below in most rounds. (The lab boot itself is tests/kernel/test_la
 
 from __future__ import annotations
 
+import pytest
+
 from agent.bench.fio import FioResult, TaskResult
 from bench.lab_fios_efficiency import judged
-from kernel.lab.scenarios import SCENARIOS, guest_cpu_per_io, round_label, summarize_efficiency
+from kernel.lab.scenarios import (
+    SCENARIOS,
+    efficiency_cases,
+    efficiency_script,
+    guest_cpu_per_io,
+    round_label,
+    summarize_efficiency,
+)
 
 
 def _task(job: str, index: int, iops: float, latency_us: float) -> TaskResult:
@@ -125,3 +134,25 @@ def test_fios_cpu_a_request_is_paired_with_mq_deadlines_round_by_round() -> None
     assert case["guest_cpu"]["fios"][0]["busy_us_per_io"] == 1100.0
     assert case["guest_cpu"]["mq-deadline"][0]["busy_us_per_io"] == 1000.0
     assert case["busy_us_per_io_ratios"] == [1.1]
+
+
+def test_a_subset_of_cases_runs_only_its_workloads_on_its_devices() -> None:
+    workloads, devices = efficiency_cases(["1r7w", "deep-writers@nullb0"])
+    assert workloads == ("fios-1r7w", "fios-deep-writers")
+    assert devices == ("flashsim0", "nullb0")
+    script, _ = efficiency_script(2, *efficiency_cases(["1r7w@nullb0"]))(1, 1.0, {})
+    together = [
+        line.split()[2]
+        for line in script.splitlines()
+        if "RESULT-BEGIN" in line and line.endswith("/together")
+    ]
+    assert sorted(together) == [
+        "fios-1r7w@nullb0/fios+r0/together",
+        "fios-1r7w@nullb0/mq-deadline+r0/together",
+    ]
+    # null_blk alone still loads fios before selecting it
+    assert script.index("insmod /lib/modules/fios.ko") < script.index("echo fios >")
+    with pytest.raises(ValueError, match="no such case: 9r9w, 1r7w@sda"):
+        efficiency_cases(["9r9w", "1r7w", "1r7w@sda"])
+    with pytest.raises(ValueError, match="none given"):
+        efficiency_cases([])
