@@ -178,15 +178,22 @@ def guest_cpu_per_io(counters: dict[str, str], ios: float) -> dict[str, float]:
     could run it shows a lower busy share."""
     if not {"before", "after"} <= counters.keys() or ios <= 0:
         return {}
+    # busy, total and switches as the agent's collector reads /proc/stat; the split apart
     first, last = (
-        dict(zip(STAT_FIELDS, (int(f) for f in counters[k].split()[1:9]), strict=True))
-        for k in ("before", "after")
+        parse_stat(f"{counters[k]}\n{counters.get(f'{k}_ctxt', '')}") for k in ("before", "after")
     )
-    ticks = {k: last[k] - first[k] for k in STAT_FIELDS}
-    busy = sum(ticks.values()) - ticks["idle"] - ticks["iowait"]
-    total = sum(ticks.values())
+    busy, total = last.busy_ticks - first.busy_ticks, last.total_ticks - first.total_ticks
     if total <= 0:
         return {}
+    ticks = {
+        field: int(after) - int(before)
+        for field, before, after in zip(
+            STAT_FIELDS,
+            counters["before"].split()[1:9],
+            counters["after"].split()[1:9],
+            strict=True,
+        )
+    }
     us = 1e6 / GUEST_USER_HZ / ios
     out = {
         "busy_share": round(busy / total, 3),
@@ -196,10 +203,9 @@ def guest_cpu_per_io(counters: dict[str, str], ios: float) -> dict[str, float]:
         "irq_us_per_io": round((ticks["irq"] + ticks["softirq"]) * us, 1),
     }
     if "before_ctxt" in counters and "after_ctxt" in counters:
-        switches = int(counters["after_ctxt"].split()[-1]) - int(
-            counters["before_ctxt"].split()[-1]
+        out["context_switches_per_io"] = round(
+            (last.context_switches - first.context_switches) / ios, 2
         )
-        out["context_switches_per_io"] = round(switches / ios, 2)
     return out
 
 
