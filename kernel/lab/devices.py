@@ -187,18 +187,24 @@ def start_workload(
     engine: str = "io_uring",
     seconds: float = 86_400,
     rate_iops: int | None = None,
+    thinktime_us: int | None = None,
+    distinct_priorities: bool = False,
     device: str | None = None,
 ) -> subprocess.Popen[str]:
     """The "production" traffic: fio on a file in the filesystem, running until stopped. With
-    `device`, returns once the traffic reaches it."""
+    `device`, returns once the traffic reaches it.
+
+    `thinktime_us`: each job pauses this long after every I/O, as an application does between
+    the reads it needs. `distinct_priorities`: each job runs at its own best-effort I/O
+    priority (0, 1, ...), as a database's backends and background workers do; jobs of one
+    priority that start together are served as one queue by bfq (its "stable merge" of queues
+    created within 600 ms of each other), jobs of different priorities never are."""
     argv = [
         "fio",
-        "--name=production",
         f"--filename={data_file}",
         f"--rw={rw}",
         f"--bs={block_size}",
         f"--iodepth={iodepth}",
-        f"--numjobs={jobs}",
         f"--ioengine={engine}",
         "--direct=1",
         "--time_based",
@@ -212,6 +218,15 @@ def start_workload(
     ]
     if rate_iops:
         argv.append(f"--rate_iops={max(1, rate_iops // jobs)}")
+    if thinktime_us:
+        argv += [f"--thinktime={thinktime_us}us", "--thinktime_blocks=1"]
+    if distinct_priorities:  # one job section each (group_reporting still sums them)
+        if jobs > 8:
+            raise ValueError(f"{jobs} jobs: the best-effort class has 8 priorities")
+        argv.append("--prioclass=2")
+        argv += [arg for job in range(jobs) for arg in (f"--name=production{job}", f"--prio={job}")]
+    else:
+        argv += ["--name=production", f"--numjobs={jobs}"]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if device is not None:
         stat = Path(f"/sys/block/{device}/stat")
