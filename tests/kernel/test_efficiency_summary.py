@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agent.bench.fio import FioResult, TaskResult
-from bench.lab_fios_efficiency import judged
+from bench.lab_fios_efficiency import at_equal_user_cpu, judged, pooled
 from kernel.lab.scenarios import (
     SCENARIOS,
     efficiency_cases,
@@ -156,3 +156,60 @@ def test_a_subset_of_cases_runs_only_its_workloads_on_its_devices() -> None:
         efficiency_cases(["9r9w", "1r7w", "1r7w@sda"])
     with pytest.raises(ValueError, match="none given"):
         efficiency_cases([])
+
+
+def _case(rounds: list[tuple[float, float, float]]) -> dict[str, object]:
+    """A summarized case from (efficiency ratio, fios' user µs a request, mq-deadline's)."""
+    return {
+        "ratios": [ratio for ratio, _, _ in rounds],
+        "guest_cpu": {
+            "fios": [{"user_us_per_io": f} for _, f, _ in rounds],
+            "mq-deadline": [{"user_us_per_io": m} for _, _, m in rounds],
+        },
+    }
+
+
+def _noise(factor: float, slope: float) -> list[tuple[float, float, float]]:
+    """Rounds whose ratio is `factor` times the emulator's noise: the ratio of the two runs'
+    fio user CPU to the power `slope`, with a little scatter of its own."""
+    users = [0.6, 0.8, 1.0, 1.25, 1.5, 0.7, 1.1, 1.4]
+    scatter = [1.01, 0.99, 1.0, 1.01, 0.99, 1.0, 0.99, 1.01]
+    return [(factor * u**slope * e, 40.0 * u, 40.0) for u, e in zip(users, scatter, strict=True)]
+
+
+def test_null_blk_rounds_are_compared_at_equal_user_cpu() -> None:
+    """Ratios that swing with the emulator's speed but are 1 where both runs' fio user CPU
+    is the same read as parity, within an interval that holds 1; a true 10 % cost reads as
+    0.9, with an interval below 1; flashsim's rounds are not in the fit."""
+    even = at_equal_user_cpu(
+        {"a@nullb0": _case(_noise(1.0, -0.3)), "a": _case([(0.5, 80.0, 40.0)] * 4)}
+    )
+    assert even is not None
+    assert even["rounds"] == 8  # the flashsim case's four are left out
+    assert even["low"] <= 1.0 <= even["high"]
+    assert even["slope"] == pytest.approx(-0.3, abs=0.05)
+    assert even["spearman"] < -0.9
+    costly = at_equal_user_cpu({"a@nullb0": _case(_noise(0.9, -0.3))})
+    assert costly is not None
+    assert costly["high"] < 1.0
+    assert costly["ratio"] == pytest.approx(0.9, abs=0.01)
+    # too few rounds, or none with the guest's CPU, say nothing
+    assert at_equal_user_cpu({"a@nullb0": _case(_noise(1.0, -0.3)[:3])}) is None
+    assert at_equal_user_cpu({"a@nullb0": {"ratios": [0.9] * 6, "guest_cpu": {}}}) is None
+
+
+def test_boots_pool_their_rounds_per_case() -> None:
+    """Two boots' rounds of a case are one sample: its geometric mean and interval, and the
+    rounds fios was at least as efficient in. A boot recorded before the guest's CPU was
+    read still counts in the case's ratios, not in the fit at equal user CPU."""
+    first = {"commit": "aaa", "cases": {"b": _case([(0.9, 1, 1), (0.92, 1, 1)])}}
+    second = {"commit": "bbb", "cases": {"b": {"ratios": [0.94, 1.02]}}}
+    found = pooled([first, second])
+    value, low, high = found["cases"]["b"]
+    assert value == pytest.approx((0.9 * 0.92 * 0.94 * 1.02) ** 0.25)
+    assert low < value < high < 1.05
+    assert found["table"].startswith("b: ")
+    assert found["table"].endswith("(1/4)")
+    assert found["boots"] == "aaa, bbb"
+    assert found["null_rounds"] == 0
+    assert found["at_equal_user_cpu"] is None
