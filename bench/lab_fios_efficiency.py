@@ -46,7 +46,13 @@ from typing import Any
 from scipy import stats
 
 from bench.record import ROOT, provenance, record
-from kernel.lab.scenarios import SCENARIOS, efficiency_cases, efficiency_script, run
+from kernel.lab.scenarios import (
+    SCENARIOS,
+    efficiency_cases,
+    efficiency_script,
+    paired_difference,
+    run,
+)
 
 COLUMNS = {
     "rounds": "rounds",
@@ -73,12 +79,12 @@ NULL_BLK = "@nullb0"
 
 
 def _interval(logs: list[float]) -> tuple[float, float, float] | None:
-    """The geometric mean of ratios given as logs, and its two-sided 95 % t interval."""
+    """The geometric mean of ratios given as logs, and its two-sided 95 % t interval (the lab's
+    paired-round interval, on the logs)."""
     if len(logs) < 2:
         return None
-    mean = statistics.fmean(logs)
-    half = stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    found = paired_difference(logs)
+    return math.exp(found["mean"]), math.exp(found["low"]), math.exp(found["high"])
 
 
 def _cell(found: tuple[float, ...] | None) -> str | None:
