@@ -19,6 +19,7 @@ run it — a lower busy share).
 
     python -m bench.lab_fios_efficiency --cpus 2 --rounds 4 --seconds 4
     python -m bench.lab_fios_efficiency --cpus 2 --cases 1r7w,1r-think1ms-4w   # some cases
+    python -m bench.lab_fios_efficiency --cpus 2 --set alpha_permille=0        # a variant
     python -m bench.lab_fios_efficiency --cpus 2 --pool 07d8531 61cacc3        # no boot
 
 Records bench/results/lab_fios_efficiency_cpus{2,4}.*
@@ -47,9 +48,12 @@ from scipy import stats
 
 from bench.record import ROOT, provenance, record
 from kernel.lab.scenarios import (
+    EFFICIENCY_DEVICES,
+    REVIEW_WORKLOADS,
     SCENARIOS,
     efficiency_cases,
     efficiency_script,
+    fios_settings,
     paired_difference,
     run,
 )
@@ -275,6 +279,14 @@ def main() -> int:
         metavar="REV",
         help="no boot: pool the rounds the results at these git revisions recorded",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a fios tunable written over the calibrated ones on both devices (a variant to"
+        " try; never recorded)",
+    )
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     if args.pool:
@@ -290,12 +302,18 @@ def main() -> int:
         return 0
     name = f"efficiency-smp{args.cpus}"
     scenario = None
-    if args.cases:
+    if args.cases or args.set:
         try:
-            workloads, devices = efficiency_cases(args.cases.split(","))
+            workloads, devices = (
+                efficiency_cases(args.cases.split(","))
+                if args.cases
+                else (REVIEW_WORKLOADS, EFFICIENCY_DEVICES)
+            )
+            settings = fios_settings(args.set)
         except ValueError as e:
             parser.error(str(e))
-        scenario = replace(SCENARIOS[name], script=efficiency_script(args.cpus, workloads, devices))
+        script = efficiency_script(args.cpus, workloads, devices, settings)
+        scenario = replace(SCENARIOS[name], script=script)
     result = run(name, rounds=args.rounds, seconds=args.seconds, scenario=scenario)
     cases = result.summary["cases"]
     doc = {
@@ -305,6 +323,7 @@ def main() -> int:
         "seconds": args.seconds,
         "rounds": args.rounds,
         "fios_tunables": result.tunables,
+        "fios_settings": fios_settings(args.set),
         "cases": cases,
         **judged(cases),
         "kernel_problems": result.kernel_problems,
@@ -312,7 +331,7 @@ def main() -> int:
         **provenance("lab_fios_efficiency.py"),
     }
     print(json.dumps(doc, indent=2))
-    recordable = not args.no_record and not args.cases
+    recordable = not args.no_record and not args.cases and not args.set
     if recordable and doc["lowest"] is not None and not math.isnan(doc["lowest"]):
         record(f"lab_fios_efficiency_cpus{args.cpus}", doc, COLUMNS)
     return 0 if not doc["kernel_problems"] else 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -1023,14 +1024,40 @@ def efficiency_cases(cases: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]
     return tuple(dict.fromkeys(names)), tuple(d for d in EFFICIENCY_DEVICES if d in devices)
 
 
+def fios_tunable_names() -> tuple[str, ...]:
+    """The tunables fios' module has under queue/iosched/ (its fios_attrs, read from fios.c:
+    the one list of them)."""
+    source = (build.KERNEL_DIR / "fios" / "fios.c").read_text()
+    table = source.partition("fios_attrs[] = {")[2].partition("};")[0]
+    return tuple(re.findall(r"FIOS_RW\((\w+)\)", table))
+
+
+def fios_settings(pairs: list[str]) -> dict[str, int]:
+    """NAME=VALUE pairs as fios tunables to write over the calibrated ones; ValueError for a
+    name fios does not have or a value that is not a whole number."""
+    names = fios_tunable_names()
+    settings: dict[str, int] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or name not in names or not re.fullmatch(r"\d+", value.strip()):
+            raise ValueError(
+                f"not a fios tunable setting: {pair!r} (NAME=VALUE, a whole number; the names:"
+                f" {', '.join(names)})"
+            )
+        settings[name] = int(value)
+    return settings
+
+
 def efficiency_script(
     cpus: int,
     workloads: tuple[str, ...] = REVIEW_WORKLOADS,
     devices: tuple[str, ...] = EFFICIENCY_DEVICES,
+    settings: dict[str, int] | None = None,
 ) -> Callable[[int, float, Tunables], tuple[str, dict[str, str]]]:
     """The review's workloads under mq-deadline and fios (calibrated, the review's slices),
     `rounds` times alternated, on flashsim and on null_blk with a hardware queue per vCPU
-    (or those of `workloads` on those of `devices`)."""
+    (or those of `workloads` on those of `devices`; fios with `settings` written over its
+    tunables on both devices: a variant to try)."""
 
     def make(rounds: int, seconds: float, tunables: Tunables) -> tuple[str, dict[str, str]]:
         chosen = [w for w in fios() if w.name in workloads]
@@ -1045,7 +1072,8 @@ def efficiency_script(
             k: v for k, v in tunables.get(NULL_CALIBRATED, {}).items() if k in calibrate.POINTS
         }
         null_fios = {k: v for k, v in review.items() if k not in calibrate.POINTS}
-        null = {label: {**null_fios, **null_costs} for label in flash}
+        null = {label: {**null_fios, **null_costs, **(settings or {})} for label in flash}
+        flash = {label: {**review, **(settings or {})} for label in flash}
         files: dict[str, str] = {}
         script = FLASHSIM.format(params=f"{FLASH_STRIPED} submit_queues={cpus}")
         script += "insmod /lib/modules/configfs.ko\n" + SMP_DEVICES["nullb0"].format(cpus=cpus)
@@ -1129,6 +1157,11 @@ def summarize_efficiency(
             },
             "worst_over_proportional": {
                 s: [rounds[r][s]["worst_over_proportional"] for r in paired]
+                for s in EFFICIENCY_SCHEDULERS
+            },
+            # each task's slowdown (alone over together), round by round: whose share moved
+            "slowdowns": {
+                s: [rounds[r][s].get("slowdowns", {}) for r in paired]
                 for s in EFFICIENCY_SCHEDULERS
             },
             "fios_epochs": [rounds[r]["fios"].get("epochs") for r in paired],

@@ -9,9 +9,12 @@ import pytest
 from agent.bench.fio import FioResult, TaskResult
 from bench.lab_fios_efficiency import at_equal_user_cpu, judged, pooled
 from kernel.lab.scenarios import (
+    EFFICIENCY_DEVICES,
     SCENARIOS,
     efficiency_cases,
     efficiency_script,
+    fios_settings,
+    fios_tunable_names,
     guest_cpu_per_io,
     round_label,
     summarize_efficiency,
@@ -58,6 +61,11 @@ def test_rounds_are_paired_and_a_case_below_in_most_rounds_is_named() -> None:
     assert a["ratios"] == [0.9, 1.1, 0.95]
     assert a["fios_at_least_as_busy"] == 1
     assert a["fios_epochs"] == [61, None, None]
+    # whose share moved: each task's slowdown, round by round (fios' reader at 400 of 1,000)
+    first = a["slowdowns"]["fios"][0]
+    assert first["reader_0"] == pytest.approx(2.5, rel=0.01)
+    assert first["writer_0"] == pytest.approx(2.0, rel=0.01)
+    assert len(a["slowdowns"]["mq-deadline"]) == 3
     assert 0.97 < a["ratio_geomean"] < 0.99
     b = cases["b@nullb0"]
     assert b["ratios"] == [1.2, 1.2, 1.2]
@@ -156,6 +164,29 @@ def test_a_subset_of_cases_runs_only_its_workloads_on_its_devices() -> None:
         efficiency_cases(["9r9w", "1r7w", "1r7w@sda"])
     with pytest.raises(ValueError, match="none given"):
         efficiency_cases([])
+
+
+def test_a_variant_is_written_over_fios_tunables_on_both_devices_and_only_fios() -> None:
+    settings = fios_settings(["alpha_permille=0", "write_depth=2"])
+    assert settings == {"alpha_permille": 0, "write_depth": 2}
+    tunables = {"fios": {"alpha_permille": 500, "cost_read_4k_ns": 470_000}}
+    script, _ = efficiency_script(2, ("fios-1r7w",), EFFICIENCY_DEVICES, settings)(2, 1.0, tunables)
+    for dev in EFFICIENCY_DEVICES:
+        iosched = f"/sys/block/{dev}/queue/iosched"
+        # every fios run (two rounds) gets the variant's values, after the calibrated ones
+        assert script.count(f"echo 0 > {iosched}/alpha_permille") == 2
+        assert script.count(f"echo 2 > {iosched}/write_depth") == 2
+        assert f"echo 500 > {iosched}/alpha_permille" not in script
+    # the calibration still goes to flashsim's fios
+    assert script.count("echo 470000 > /sys/block/flashsim0/queue/iosched/cost_read_4k_ns") == 2
+    # mq-deadline's runs are as they were: nothing is written under their iosched/
+    mq = script.split("echo mq-deadline >")[1].split("RESULT-BEGIN")[0]
+    assert "iosched/" not in mq
+    # the names are fios.c's own; a misspelt one or a value that is not a number is refused
+    assert {"alpha_permille", "lend_permille", "cost_write_128k_ns"} <= set(fios_tunable_names())
+    for bad in (["alpah_permille=0"], ["alpha_permille=-1"], ["alpha_permille"]):
+        with pytest.raises(ValueError, match="not a fios tunable setting"):
+            fios_settings(bad)
 
 
 def _case(rounds: list[tuple[float, float, float]]) -> dict[str, object]:
