@@ -1103,6 +1103,14 @@ def fios_counters_per_io(counters: dict[str, str], ios: float) -> dict[str, floa
     return {k: round(int(counters[k]) / ios, 3) for k in wanted if k in counters}
 
 
+def _together(
+    parsed: dict[str, fio_jobs.FioResult], workload: str, scheduler: str, index: int
+) -> tuple[str, float]:
+    """The label of a round's run of all the workload's tasks together, and its requests."""
+    label = f"{workload}/{round_label(scheduler, index)}/together"
+    return label, parsed[label].metrics.get("ios", 0.0)
+
+
 def summarize_efficiency(
     parsed: dict[str, fio_jobs.FioResult], stats: dict[str, dict[str, str]]
 ) -> dict[str, Any]:
@@ -1125,11 +1133,8 @@ def summarize_efficiency(
         ]
         cpu = {
             s: [
-                guest_cpu_per_io(
-                    stats.get(f"{workload}/{round_label(s, r)}/together/cpu", {}),
-                    parsed[f"{workload}/{round_label(s, r)}/together"].metrics.get("ios", 0.0),
-                )
-                for r in paired
+                guest_cpu_per_io(stats.get(f"{label}/cpu", {}), ios)
+                for label, ios in (_together(parsed, workload, s, r) for r in paired)
             ]
             for s in EFFICIENCY_SCHEDULERS
         }
@@ -1140,11 +1145,8 @@ def summarize_efficiency(
             # fios' own counters over the run together (a fresh instance: they are its),
             # per request: queue runs a completion asked for, writes held, requests lent
             "fios_per_io": [
-                fios_counters_per_io(
-                    stats.get(f"{workload}/{round_label('fios', r)}/together", {}),
-                    parsed[f"{workload}/{round_label('fios', r)}/together"].metrics.get("ios", 0.0),
-                )
-                for r in paired
+                fios_counters_per_io(stats.get(label, {}), ios)
+                for label, ios in (_together(parsed, workload, "fios", r) for r in paired)
             ],
             "busy_us_per_io_ratios": [
                 round(f["busy_us_per_io"] / m["busy_us_per_io"], 3)
