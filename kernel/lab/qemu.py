@@ -20,6 +20,11 @@ class LabRunError(RuntimeError):
     pass
 
 
+# printed by the guest's script when a tunable written for a variant does not read back as
+# written (fios clamps a value out of its range): NAME=VALUE, then what it reads
+TUNABLE_NOT_SET = "BLKPILOT-TUNABLE-NOT-SET"
+
+
 @dataclass
 class Boot:
     console: str
@@ -36,6 +41,10 @@ class Boot:
         found = [line for line in self.dmesg.splitlines() if pattern.search(line)]
         if "BLKPILOT-UNLOAD-FAILED" in self.console:
             found.append("a module did not unload")
+        found += [
+            f"a tunable did not take: {asked} (reads {got or 'nothing'})"
+            for asked, got in re.findall(rf"{TUNABLE_NOT_SET} (\S+) ?(\S*)", self.console)
+        ]
         return found
 
 

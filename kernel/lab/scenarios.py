@@ -1085,6 +1085,13 @@ def efficiency_script(
             )
             if dev != "flashsim0" and "flashsim0" in devices:  # fios is loaded already
                 more = more.replace("insmod /lib/modules/fios.ko\n", "")
+            for name, value in (settings or {}).items():  # one that does not take is said so
+                path = f"/sys/block/{dev}/queue/iosched/{name}"
+                more = more.replace(
+                    f"echo {value} > {path}\n",
+                    f'echo {value} > {path}\ntest "$(cat {path})" = {value}'
+                    f' || echo {qemu.TUNABLE_NOT_SET} {name}={value} "$(cat {path})"\n',
+                )
             script += more + f"echo none > /sys/block/{dev}/queue/scheduler\n"
             files.update(more_files)
         script += "rmmod fios\ntest -e /sys/module/fios && echo BLKPILOT-UNLOAD-FAILED\n"

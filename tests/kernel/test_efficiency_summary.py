@@ -8,6 +8,7 @@ import pytest
 
 from agent.bench.fio import FioResult, TaskResult
 from bench.lab_fios_efficiency import at_equal_user_cpu, judged, pooled
+from kernel.lab.qemu import TUNABLE_NOT_SET, Boot
 from kernel.lab.scenarios import (
     EFFICIENCY_DEVICES,
     SCENARIOS,
@@ -182,6 +183,17 @@ def test_a_variant_is_written_over_fios_tunables_on_both_devices_and_only_fios()
     # mq-deadline's runs are as they were: nothing is written under their iosched/
     mq = script.split("echo mq-deadline >")[1].split("RESULT-BEGIN")[0]
     assert "iosched/" not in mq
+    # a value that does not read back as written (fios clamps one out of its range) is said
+    # so by the guest, and the boot reports it among its problems: the run is not taken for
+    # the variant asked for
+    for dev in EFFICIENCY_DEVICES:
+        path = f"/sys/block/{dev}/queue/iosched/alpha_permille"
+        assert f'test "$(cat {path})" = 0 || echo {TUNABLE_NOT_SET} alpha_permille=0' in script
+    console = f"fio ...\r\n{TUNABLE_NOT_SET} write_depth=100000 256\r\nBLKPILOT-RESULT-BEGIN x\r\n"
+    assert Boot(console, 1.0).kernel_problems() == [
+        "a tunable did not take: write_depth=100000 (reads 256)"
+    ]
+    assert Boot("fio ...\r\n", 1.0).kernel_problems() == []
     # the names are fios.c's own; a misspelt one or a value that is not a number is refused
     assert {"alpha_permille", "lend_permille", "cost_write_128k_ns"} <= set(fios_tunable_names())
     for bad in (["alpah_permille=0"], ["alpha_permille=-1"], ["alpha_permille"]):
