@@ -10,14 +10,18 @@ VENV := $(CURDIR)/.venv
 # prometheus: for promtool (its daemon is not started); chromium: the dashboard's browser tests;
 # clang and libbpf-dev build the agent's eBPF object, libbpf1 loads it; prometheus-postgres-exporter:
 # the live canary's application SLI, read from a real exporter in front of pgbench's database
-DEBIAN_PACKAGES := python3 python3-venv ca-certificates git util-linux e2fsprogs fio rocksdb-tools systemd qemu-system-x86 busybox-static cpio prometheus chromium clang libbpf-dev libbpf1 prometheus-postgres-exporter sparse perl
+# mariadb-server with sysbench (and prometheus-mysqld-exporter: every query's time, its SLI), and
+# redis-server (its append-only file) with redis-benchmark: the live canary judged on
+# applications nobody here tuned it to (bench.live_apps); tuned: its real profile files, read by the
+# agent to say what else sets a device's queue (its daemon is not started)
+DEBIAN_PACKAGES := python3 python3-venv ca-certificates git util-linux e2fsprogs fio rocksdb-tools systemd qemu-system-x86 busybox-static cpio prometheus chromium clang libbpf-dev libbpf1 prometheus-postgres-exporter sparse perl mariadb-server sysbench prometheus-mysqld-exporter redis-server tuned
 
 export PATH := $(TOOLS)/bin:$(VENV)/bin:$(PATH)
 # Use the machine's Python; never download one.
 export UV_PYTHON := $(PYTHON)
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: demo test setup system-packages lint contracts docs typecheck unit bench clean
+.PHONY: demo test setup system-packages lint contracts docs typecheck unit bench dist clean
 
 # The demo keeps its database, tokens and agent state in .demo/ unless told otherwise.
 demo: setup
@@ -97,6 +101,14 @@ bench: setup
 	python -m bench.fleet_gaps --hog
 	python -m bench.canary --hog
 	python -m bench.soak
+
+# What a deployment installs (docs/operations.md, "Deploying"): the wheel built from this
+# checkout, and the locked versions of everything it depends on as pip constraints, so that a
+# node gets exactly what was tested (the roles' blkpilot_*_constraints)
+dist: setup
+	rm -rf dist && $(UV) build --wheel -q -o dist
+	$(UV) export --frozen --all-extras --no-dev --no-hashes --no-emit-project \
+	  --format requirements.txt -q -o dist/constraints.txt
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache .site

@@ -13,8 +13,9 @@ import fcntl
 import logging
 import os
 import re
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -171,15 +172,42 @@ class Applier:
         return DeviceConfig(scheduler=chosen, scheduler_tunables=tunables, **limits)
 
     @contextmanager
-    def device_lock(self, device: str) -> Iterator[None]:
-        """Held for a whole canary: a second canary (or a rollout retried after a restart)
-        on the same device waits for the first instead of interleaving with it."""
-        with self._lock_file(device).open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    def device_lock(
+        self, device: str, on_wait: Callable[[str], None] | None = None
+    ) -> Iterator[None]:
+        """The device, for one process on the host at a time (a canary, a sweep, an apply):
+        a second one waits — saying so, and for whom, through `on_wait` (default: the log) —
+        instead of interleaving with the first, whatever state directory either uses. Once
+        held, a change to the device that a crash or kill -9 interrupted is undone first, so
+        that nothing takes a killed canary's candidate for the device's own configuration."""
+        path = self._lock_file(device)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
             try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
+                (on_wait or log.warning)(f"waiting for {device}: it is held by {holder}")
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, _holder().encode(), 0)
+            try:
+                self._recover_device(device)
                 yield
             finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+                os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def _recover_device(self, device: str) -> None:
+        """With the device's lock held: an interrupted change (the journal) undone, and a
+        killed canary's candidate on this device put back to the canary's baseline."""
+        with self._exclusive():
+            self._recover_locked()
+        marker = self._canary_marker(device)
+        if marker.exists():
+            self._recover_canary(marker)
 
     @contextmanager
     def canary(self, device: str) -> Iterator[str | None]:
@@ -225,42 +253,56 @@ class Applier:
         folder = self.state_dir / "canaries"
         for marker in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             try:
-                entry = read_json(marker)
-                device = str(entry["device"])
-                baseline = entry.get("baseline_txid")
-            except (ValueError, KeyError, TypeError, AttributeError, OSError) as error:
-                log.error("canary marker %s unreadable (%s): set aside", marker.name, error)
-                os.replace(marker, marker.with_suffix(".unreadable"))
-                continue
-            if self.effects.dry_run:
-                log.warning("dry run: the canary interrupted on %s would be undone", device)
-                continue
-            if self.busy(device):
+                alive = self.busy(marker.stem)
+            except AgentError:  # not a device's name, or a device gone: nothing holds it
+                alive = False
+            if alive:
                 continue  # that canary is alive (it holds the device's lock)
-            try:
-                if self.restore_canary_baseline(device, baseline):
-                    restored.append(device)
-                    log.warning("a canary on %s was killed: its baseline is restored", device)
-            except (AgentError, OSError, ValueError) as error:
-                self._hold(device, f"a killed canary's baseline could not be restored: {error}")
-            remove_durably(marker)
+            if self._recover_canary(marker):
+                restored.append(marker.stem)
+        return restored
+
+    def _recover_canary(self, marker: Path) -> bool:
+        """One killed canary's marker: its baseline restored where its candidate is still
+        applied (True), and the marker gone."""
+        try:
+            entry = read_json(marker)
+            device = str(entry["device"])
+            baseline = entry.get("baseline_txid")
+        except (ValueError, KeyError, TypeError, AttributeError, OSError) as error:
+            log.error("canary marker %s unreadable (%s): set aside", marker.name, error)
+            os.replace(marker, marker.with_suffix(".unreadable"))
+            return False
+        if self.effects.dry_run:
+            log.warning("dry run: the canary interrupted on %s would be undone", device)
+            return False
+        restored = False
+        try:
+            if self.restore_canary_baseline(device, baseline):
+                restored = True
+                log.warning("a canary on %s was killed: its baseline is restored", device)
+        except (AgentError, OSError, ValueError) as error:
+            self._hold(device, f"a killed canary's baseline could not be restored: {error}")
+        remove_durably(marker)
         return restored
 
     def busy(self, device: str) -> bool:
         """Whether a canary, a sweep or an apply holds the device now (without waiting)."""
-        with self._lock_file(device).open("w") as lock:
+        fd = os.open(self._lock_file(device), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
             try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return True
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
             return False
+        finally:
+            os.close(fd)
 
     def _lock_file(self, device: str) -> Path:
         self._queue(device)  # a device's name, not a path
-        locks = self.state_dir / "locks"
-        locks.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return locks / f"{device}.lock"
+        self.paths.locks.mkdir(parents=True, exist_ok=True, mode=0o755)
+        return self.paths.locks / f"{device}.lock"
 
     # --- snapshots and the journal -----------------------------------------------------------
 
@@ -298,7 +340,8 @@ class Applier:
     def _exclusive(self) -> Iterator[None]:
         """One change at a time on this node, whether from the daemon or the command line."""
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with (self.state_dir / "apply.lock").open("w") as lock:
+        self.paths.locks.mkdir(parents=True, exist_ok=True, mode=0o755)
+        with (self.paths.locks / "apply.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -596,3 +639,9 @@ class Applier:
             if actual != value:
                 found.append(Drift(attribute, value, actual))
         return found
+
+
+def _holder() -> str:
+    """Who holds a lock, as a waiting process reads it: pid, command and since when."""
+    command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv[:4]))
+    return f"pid {os.getpid()} ({command}) since {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}"

@@ -92,7 +92,8 @@ def describe(result: CanaryResult) -> list[dict[str, Any]]:
             "metric": s.metric,
             "baseline": round(s.baseline_median, 3),
             "candidate": round(s.candidate_median, 3),
-            "shift_%": round(100 * s.relative_shift, 2),
+            "gain_%": round(100 * s.relative_gain, 2),  # higher is better, as shown everywhere
+            "shift_%": round(100 * s.relative_shift, 2),  # candidate against baseline, raw
             "ci": (round(s.ci_low, 3), round(s.ci_high, 3)),
             "p": round(s.p_value, 4),
             "verdict": s.verdict.value,

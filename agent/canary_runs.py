@@ -74,6 +74,12 @@ class CanaryRun:
                 "pairs_set_aside": self.live.pairs_set_aside,
                 "set_aside_because": self.live.reasons,
                 "guard_tripped": self.live.guard_tripped,
+                "reference_mix": self.live.weights,
+                "classes": self.live.classes,
+                "left_out": self.live.left_out,
+                "loop": self.live.loop,
+                "loop_why": self.live.loop_why,
+                "interval_s": self.live.interval_s,
             }
         return found
 

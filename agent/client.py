@@ -70,6 +70,9 @@ class ServiceClient:
         bulk report); the agent's loop passes 0 — it never blocks, its spool holds the
         telemetry."""
         self._max_wait_s = max_wait_s
+        # this node's clock less the service's, from the Date of its last answer (whole
+        # seconds; positive: the node is ahead); None before an answer with a Date
+        self.clock_offset_s: float | None = None
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         verify: ssl.SSLContext | bool = True
         if ca_bundle is not None:
@@ -130,6 +133,18 @@ class ServiceClient:
                 if waited + self._not_before - time.monotonic() > self._max_wait_s:
                     raise
 
+    def _read_clock(self, response: httpx.Response) -> None:
+        date = response.headers.get("date")
+        if date is None:
+            return
+        try:
+            served = parsedate_to_datetime(date).timestamp()
+        except (TypeError, ValueError):
+            return
+        # against the middle of the call, to the Date's whole second
+        elapsed = response.elapsed.total_seconds() if response.is_closed else 0.0
+        self.clock_offset_s = round(time.time() - elapsed / 2 - served, 1)
+
     def _send(self, method: str, path: str, body: BaseModel | None) -> Any:
         """One request, with its own request id: logged here while it runs, sent to the service
         (whose log lines for it carry the same id), and named in any error."""
@@ -149,6 +164,7 @@ class ServiceClient:
             raise ServiceUnreachable(f"{self._http.base_url}: {error} (request {rid})") from error
         finally:
             request_id.reset(token)
+        self._read_clock(response)
         if response.is_error:
             try:
                 payload = response.json()

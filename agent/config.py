@@ -44,6 +44,8 @@ class AgentConfig(BaseModel):
     interval_s: Seconds = 10.0  # one telemetry window per device per interval
     push_interval_s: Seconds = 30.0  # windows are batched, spooled and sent this often
     policy_interval_s: Seconds = 60.0  # desired policies fetched, drift checked
+    # a device the kernel announces again (hot-plug, re-attached) gets its policy back at once
+    hotplug: bool = True
     inventory_interval_s: Seconds = 600.0  # devices rediscovered and reported
     metrics_address: str = "127.0.0.1"
     metrics_port: Annotated[int, Field(ge=0, le=65_535)] = 9477  # 0: no exporter
@@ -58,6 +60,9 @@ class AgentConfig(BaseModel):
     sys_root: Path = Path("/sys")
     proc_root: Path = Path("/proc")
     dev_root: Path = Path("/dev")
+    run_root: Path = Path("/run")  # where the host-wide device locks live (run/lock/blkpilot)
+    etc_root: Path = Path("/etc")  # udev rules and TuneD's profile, as set on this host
+    lib_root: Path = Path("/usr/lib")  # the distribution's udev rules and TuneD profiles
     power: PowerConfig = Field(default_factory=PowerConfig)
     disabled_collectors: list[str] = Field(default_factory=list)  # e.g. ["ipmi"]
     ebpf: bool = True  # per-I/O latency distributions from the block tracepoints
@@ -72,7 +77,14 @@ class AgentConfig(BaseModel):
 
     @property
     def paths(self) -> HostPaths:
-        return HostPaths(sys=self.sys_root, proc=self.proc_root, dev=self.dev_root)
+        return HostPaths(
+            sys=self.sys_root,
+            proc=self.proc_root,
+            dev=self.dev_root,
+            run=self.run_root,
+            etc=self.etc_root,
+            lib=self.lib_root,
+        )
 
     @classmethod
     def load(cls, path: Path | None) -> AgentConfig:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from agent.config import AgentConfig
 from agent.contract.logs import configure as configure_logs
+from agent.errors import MetricsPortUnavailable
 from agent.exporter import AgentCollector, serve_metrics
 from agent.runner import Agent
 from agent.state import NodeState
@@ -22,7 +23,17 @@ def run_until_signalled(
     agent = Agent(cfg, state, directory)
     server = None
     if cfg.metrics_port:
-        server = serve_metrics(cfg.metrics_address, cfg.metrics_port, AgentCollector(agent).parts)
+        try:
+            server = serve_metrics(
+                cfg.metrics_address, cfg.metrics_port, AgentCollector(agent).parts
+            )
+        except OSError as error:
+            raise MetricsPortUnavailable(
+                f"cannot serve metrics on {cfg.metrics_address}:{cfg.metrics_port}:"
+                f" {error.strerror or error} (another agent, or another program, holds it?)"
+                " — choose another with --metrics-port or metrics_port in the configuration,"
+                " or 0 to turn the exporter off"
+            ) from error
         echo(f"metrics on http://{cfg.metrics_address}:{cfg.metrics_port}/metrics")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -21,6 +21,7 @@ from agent.contract.wire import (
 )
 from agent.effects import Effects
 from agent.host import HostPaths, read_int, read_text
+from agent.owners import owners
 from agent.probe import probe
 
 KNOWN_SCHEDULERS = {s.value: s for s in Scheduler}
@@ -234,6 +235,7 @@ def describe(
         holds_data=data.holds_data,
         holds_data_reasons=[r[:255] for r in data.reasons][:32],
         capabilities=capabilities,
+        owners=owners(paths, name)[:16],
     )
     return DiscoveredDevice(
         inventory=inventory,

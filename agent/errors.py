@@ -2,6 +2,8 @@
 
 AgentError
 ├── NotEnrolled           no node state on disk yet
+├── StateUnreadable       node.json is there but cannot be read (exit status 78, EX_CONFIG)
+├── MetricsPortUnavailable  the exporter's address cannot be bound (`agent run` exits 1)
 └── ServiceError
     ├── ServiceUnreachable    connection refused, timed out, DNS (retry later; spool)
     └── ServiceRejected       the service answered with an error (4xx/5xx): .status, .error
@@ -17,6 +19,22 @@ class AgentError(Exception):
 
 
 class NotEnrolled(AgentError):
+    pass
+
+
+# sysexits.h's EX_CONFIG: the agent's units list it in RestartPreventExitStatus, so systemd
+# stops restarting an agent that cannot start until someone repairs its state
+EXIT_STATE_UNREADABLE = 78
+
+
+class StateUnreadable(AgentError):
+    """The node's state file exists but is not a node's state (truncated, emptied, edited):
+    restarting cannot help; re-enrolling or restoring the file does."""
+
+    exit_status = EXIT_STATE_UNREADABLE
+
+
+class MetricsPortUnavailable(AgentError):
     pass
 
 

@@ -294,6 +294,24 @@ def agent_families(agent: Agent) -> Iterator[Family]:
         "Windows dropped from memory while the spool could not be written.",
         value=counts.windows_unspooled_dropped,
     )
+    yield CounterMetricFamily(
+        "blkpilot_agent_batches_held_for_clock",
+        "Telemetry batches the service found in its future (the node's clock ahead): held and"
+        " sent again as real time catches up.",
+        value=counts.batches_held_for_clock,
+    )
+    yield GaugeMetricFamily(
+        "blkpilot_agent_clock_held",
+        "1 while telemetry is held because the service finds it in its future.",
+        value=1.0 if view.clock_hold else 0.0,
+    )
+    if view.clock_offset_s is not None:
+        yield GaugeMetricFamily(
+            "blkpilot_agent_clock_offset_seconds",
+            "This node's clock less the service's, from the Date of its last answer (whole"
+            " seconds; positive: the node is ahead). Past 300 s the service refuses telemetry.",
+            value=view.clock_offset_s,
+        )
     if view.last_push_ok is not None:
         yield GaugeMetricFamily(
             "blkpilot_agent_last_push_success_timestamp_seconds",
@@ -473,7 +491,8 @@ class PooledWSGIServer(WSGIServer):
 
     def server_close(self) -> None:
         super().server_close()
-        for _ in self._workers:
+        # (socketserver closes a server whose bind failed, before server_activate ran)
+        for _ in getattr(self, "_workers", ()):
             self._requests.put(None)
 
 

@@ -13,11 +13,28 @@ class HostPaths:
     sys: Path = Path("/sys")
     proc: Path = Path("/proc")
     dev: Path = Path("/dev")
+    run: Path = Path("/run")
+    etc: Path = Path("/etc")  # udev rules and the TuneD profile an administrator set
+    lib: Path = Path("/usr/lib")  # the distribution's udev rules and TuneD profiles
 
     @classmethod
     def under(cls, root: Path) -> HostPaths:
-        """A fixture tree with sys/, proc/ and dev/ below one directory."""
-        return cls(sys=root / "sys", proc=root / "proc", dev=root / "dev")
+        """A fixture tree with sys/, proc/, dev/, run/, etc/ and usr/lib/ below one directory."""
+        return cls(
+            sys=root / "sys",
+            proc=root / "proc",
+            dev=root / "dev",
+            run=root / "run",
+            etc=root / "etc",
+            lib=root / "usr" / "lib",
+        )
+
+    @property
+    def locks(self) -> Path:
+        """The host's locks on its devices (one per block device, and one for changes): under
+        /run/lock, so that every blkpilot process on the host shares them, whatever its state
+        directory — a canary run by hand beside the daemon waits for the daemon's."""
+        return self.run / "lock" / "blkpilot"
 
     @property
     def block(self) -> Path:

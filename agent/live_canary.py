@@ -4,27 +4,33 @@ that hold data, where no benchmark may write and a synthetic load would compete 
 The configurations alternate in short intervals, in pairs whose order is drawn at random
 (A B, B A, …: balanced, and not in step with any periodic load), every switch through the
 applier and its journal; nothing is written to the device. Each interval's eBPF histograms are
-its sample. Like is compared with like: the traffic is split into strata (operation x request
-size class), and each interval's p50 and p99 are those of the pair's pooled mix — both intervals
-of a pair re-weighted to the same shares — so a change of the mix is not read as an effect.
-A pair whose two mixes still differ beyond a bound (total variation distance), whose I/O rates
-differ by more than a factor, or that lacks a stratum the other has, is set aside and another
-pair run instead (up to a limit); the result says how many and why. The judge is the synthetic
-canary's in paired form (agent/live_judge.py): Hodges-Lehmann and the Wilcoxon signed-rank
-interval on the pairs' log-ratios of interval p50 and p99, Mann-Whitney reported beside them,
-with non-inferiority tolerances. The I/O rate each arm served is judged too, but can only fail a
-candidate: on live traffic it is the demand's as much as the configuration's, yet with the
-pairs' order random and balanced a rate that falls under the candidate in pair after pair is
-the candidate's doing (a closed-loop application slowed by it: live_judge.RATE_RULE).
+its sample. Like is compared with like: the traffic is split into request classes (operation x
+request size), and both intervals of every pair are read under one fixed mix — the baseline's
+own over the run, fixed at the first look (live_judge.reference_mix) — so that a change of the
+mix changes how many I/Os stand behind each class, not the verdict. A class one half of a pair
+lacks is left out of that pair, in both halves; a pair is set aside only for too little
+traffic, a load that moved tenfold, or no class in common (the result counts each, and why).
+The judge is the synthetic canary's in paired form (agent/live_judge.py): Hodges-Lehmann and
+the Wilcoxon signed-rank interval on the pairs' log-ratios of interval p50 and p99, Mann-Whitney
+reported beside them; a pass is an equivalence decision — every metric's interval within its
+tolerance — and "inconclusive" is for an effect whose interval straddles it when the budget is
+spent. The data rate each arm served (bytes per second) is judged too, but can only fail a
+candidate, and only where the application is closed-loop (the device sets its pace): told
+from the run's intervals, both arms (live_judge.loop_kind), or set by the policy; for an
+open-loop one (its clients set the pace) a lower rate is not harm. The verdict's first note
+names the rule that decided it.
 
 Sequential, like the synthetic canary (agent.contract.verdict.Budget): the first look after
 `pairs` comparable pairs; while inconclusive, as many more pairs and another look, up to
 `max_pairs`; each look at alpha / the planned looks, so the error rates hold over all of them.
+The budget is also time: `max_seconds` of intervals, which pairs set aside spend too; when it is
+spent the canary takes its last look.
 
-Intervals are as long as the traffic needs: the baseline is first measured in growing
-intervals (from `interval_s`, doubling, up to `max_interval_s`) until one holds `min_ios`
-completions; traffic thinner than that cannot be judged, and the canary says so
-(LiveCanaryUnavailable: the command exits 4, "could not run").
+Intervals follow the traffic: the baseline is first measured in growing intervals (from
+`interval_s`, doubling, up to `max_interval_s`) until one holds `min_ios` completions (traffic
+thinner than that cannot be judged: LiveCanaryUnavailable, "could not run", exit 4); after every
+pair the length is set again from the median I/O rate of the last eight intervals — never from
+one start-up burst — and doubled after a pair too thin to judge.
 
 Load: a pair whose halves saw very different I/O rates (beyond `load_ratio`) is set aside;
 within that, each pair's log-ratio is adjusted for the load its halves saw, by how the
@@ -53,7 +59,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from agent.app_sli import SliReader, SliSnapshot, SliUnavailable
@@ -62,6 +68,7 @@ from agent.canary import CanaryResult
 from agent.collectors.blklat import BlkLatCollector
 from agent.collectors.cpu import cpu_pressure_us
 from agent.contract import histograms
+from agent.contract.sli import SLI_METRIC
 from agent.contract.tunables import DeviceConfig
 from agent.contract.verdict import Budget, MetricStatistics
 from agent.contract.wire import CanaryVerdict
@@ -70,11 +77,17 @@ from agent.errors import AgentError, ChangeFailed
 from agent.live_judge import (
     Interval,
     LiveSettings,
+    Stratum,
+    class_effects,
+    decided_by,
     describe_workload,
     judge,
-    judge_pair,
+    loop_kind,
     pair_order,
+    pair_values,
+    reference_mix,
     strata_between,
+    stratum_name,
 )
 from agent.progress import Every, note
 
@@ -109,6 +122,22 @@ class LiveReport:
     # only fail it
     rules: list[dict[str, Any]] = field(default_factory=list)
     fail_only: list[str] = field(default_factory=list)
+    # the fixed weights every pair was compared under (the baseline's mix: "read 16 KiB" ->
+    # share), each class's own effect, and in how many pairs a class was left out because
+    # one half had none of it
+    weights: dict[str, float] = field(default_factory=dict)
+    classes: dict[str, dict[str, float]] = field(default_factory=dict)
+    left_out: dict[str, int] = field(default_factory=dict)
+    # closed (the device sets the pace: a lower data rate is harm), open, or unknown; and why
+    loop: str = ""
+    loop_why: str = ""
+    interval_s: list[float] = field(default_factory=list)  # each interval length used
+    # requests the device completed (its stat: reads and writes) from the first interval's
+    # start to the last's end: every one should be in some interval, the slow ones a switch
+    # drains too (a third went uncounted, most of them the candidate's, before intervals
+    # ended on their switch)
+    completed: int = 0
+    settling: int = 0  # of those, the ones that completed while a switch settled
 
 
 def run_live_canary(
@@ -176,7 +205,17 @@ class _LiveCanary:
         self.samples: dict[str, dict[str, list[float]]] = {"A": {}, "B": {}}
         self.rates = self.report.rates  # each pair's I/O rates
         self.used: list[Interval] = []
+        # every pair with enough traffic, as (baseline, candidate): judged under `weights`,
+        # the reference mix fixed at the first look (so a pair's values never change after)
+        self.kept: list[tuple[Interval, Interval]] = []
+        self.weights: dict[Stratum, float] | None = None
+        self.judging = settings  # the rules as judged: without the rate rule for an open loop
+        self.recent: list[float] = []  # the last intervals' I/O rates: what sizes the next
+        self.last: list[Interval] = []  # the last intervals: their classes, for the same
+        self.floor_s = 0.0  # the shortest interval the traffic's bursts allow
+        self.sized_from: list[Interval] = []  # the baseline's sizing intervals
         self.budget = Budget.of(settings.pairs, settings.max_pairs)
+        self.completions_from: int | None = None  # the device's stat at the first interval
         self.every = Every(15.0)  # how often a look that takes minutes says where it is
         self.sli = SliReader(settings.sli) if settings.sli is not None else None
 
@@ -185,13 +224,19 @@ class _LiveCanary:
     def use(self, arm: str) -> None:
         if arm == self.arm:
             return
+        self.switch(arm)
+        self.sleep(self.settings.settle_s)
+
+    def switch(self, arm: str) -> None:
+        """The write alone. Changing the scheduler freezes the queue until every request in it
+        has completed, and the write returns after that: what completes during it was issued
+        under the arm left."""
         self.arm = "?"
         if arm == "B":
             self.applier.apply(self.device, self.candidate)
         else:
             self.applier.rollback(self.device)
         self.arm = arm
-        self.sleep(self.settings.settle_s)
 
     def restore(self) -> None:
         """Back to the baseline by what is recorded as applied — right wherever a signal
@@ -276,11 +321,21 @@ class _LiveCanary:
 
     # --- measuring -----------------------------------------------------------------------
 
-    def measure(self, arm: str, length_s: float | None = None) -> Interval:
-        """One interval; for the candidate, the guard is checked as it runs."""
+    def measure(self, arm: str, length_s: float | None = None, then: str | None = None) -> Interval:
+        """One interval; for the candidate, the guard is checked as it runs. With `then`, the
+        interval ends by switching to that arm: a switch freezes the queue until every request
+        in it completes, and those requests — the slowest of an arm that holds requests back,
+        as an idling scheduler does — are counted in the interval that issued them, not lost
+        between two intervals."""
+        if self.arm != arm:
+            self.switch(arm)
+            self.settle()
         length = length_s if length_s is not None else self.length_s
+        if self.completions_from is None:
+            self.completions_from = self.device_completions()
         sli_begin = self.read_sli()
         stall_begin = cpu_pressure_us(self.applier.paths)
+        bytes_begin = self.device_bytes()
         begin = self.collector.collect(time.time())
         t0 = time.monotonic()
         # The map is read as often in both arms (the guard is only checked in the
@@ -292,8 +347,22 @@ class _LiveCanary:
             interval = strata_between(self.device, begin, self.collector.collect(time.time()))
             if arm == "B":
                 self.guard(interval)
+        switched = then is not None and then != arm
+        if switched:
+            assert then is not None
+            # the requests the switch drains — an idling scheduler's slowest, held back — were
+            # issued under this arm and count in its interval; the next arm's settling, after
+            # the write, counts in neither
+            self.switch(then)
+            interval = strata_between(self.device, begin, self.collector.collect(time.time()))
+            if arm == "B":
+                self.guard(interval)
+        completions = self.device_completions()
+        if completions is not None and self.completions_from is not None:
+            self.report.completed = completions - self.completions_from
         sli_end = self.read_sli()
         seconds = time.monotonic() - t0
+        bytes_end = self.device_bytes()
         stall_end = cpu_pressure_us(self.applier.paths)
         self.report.traffic_seconds += seconds
         self.report.ios[arm] += interval.ios
@@ -312,7 +381,46 @@ class _LiveCanary:
         stall = None
         if stall_begin is not None and stall_end is not None:
             stall = round(min(1.0, max(0.0, (stall_end - stall_begin) / 1e6 / seconds)), 4)
-        return Interval(arm, interval.strata, interval.ios, seconds, sli, stall)
+        moved = None if bytes_begin is None or bytes_end is None else bytes_end - bytes_begin
+        self.report.interval_s.append(round(seconds, 3))
+        found = Interval(arm, interval.strata, interval.ios, seconds, sli, stall, moved)
+        if arm == "A":  # the traffic as the baseline serves it: a bad candidate's own slowness
+            # must not stretch the intervals (nor the guard's baseline with them)
+            self.recent = [*self.recent[-7:], interval.ios / max(seconds, 1e-3)]
+            self.last = [*self.last[-7:], found]
+        if switched:
+            self.settle()
+        return found
+
+    def settle(self) -> None:
+        """The wait after a switch, between two intervals: what completes in it is counted
+        (report.settling) so that what no interval counted and no settling explains — requests
+        lost between intervals — can be told apart."""
+        before = self.device_completions() if self.completions_from is not None else None
+        self.sleep(self.settings.settle_s)
+        after = self.device_completions() if before is not None else None
+        if before is not None and after is not None:
+            self.report.settling += after - before
+
+    def device_completions(self) -> int | None:
+        """Reads and writes the device has completed since it appeared (its stat)."""
+        from agent.host import read_text
+
+        text = read_text(self.applier.paths.block / self.device / "stat")
+        fields = text.split() if text else []
+        if len(fields) < 5 or not (fields[0].isdigit() and fields[4].isdigit()):
+            return None
+        return int(fields[0]) + int(fields[4])
+
+    def device_bytes(self) -> int | None:
+        """Bytes the device has read and written since it appeared (its stat's sectors)."""
+        from agent.host import read_text
+
+        text = read_text(self.applier.paths.block / self.device / "stat")
+        fields = text.split() if text else []
+        if len(fields) < 7 or not (fields[2].isdigit() and fields[6].isdigit()):
+            return None
+        return 512 * (int(fields[2]) + int(fields[6]))
 
     def read_sli(self) -> SliSnapshot | None:
         """The application's series now; None (that interval has no SLI) if the endpoint
@@ -334,6 +442,7 @@ class _LiveCanary:
         length = settings.interval_s
         while True:
             reference = self.measure("A", length)
+            self.sized_from.append(reference)
             if reference.ios >= settings.min_ios or length >= settings.max_interval_s:
                 break
             length = min(settings.max_interval_s, 2 * length)
@@ -347,7 +456,7 @@ class _LiveCanary:
         rate = reference.ios / max(reference.seconds, 1e-3)
         self.length_s = min(
             settings.max_interval_s,
-            max(settings.interval_s, 1.25 * settings.min_ios / max(rate, 1e-3)),
+            max(settings.interval_s, 1.25 * target_ios(settings) / max(rate, 1e-3)),
         )
         if settings.sli is not None:  # no shorter than the application's metrics can tell
             self.length_s = max(self.length_s, settings.sli.min_interval_s)
@@ -364,59 +473,158 @@ class _LiveCanary:
             2 * self.length_s * self.budget.max_rounds,
         )
 
-    def pair(self, order: tuple[str, str]) -> bool:
-        """One pair in the order given; False if it was set aside."""
+    def resize(self, starved: bool) -> None:
+        """The next intervals' length from the traffic now, never from one start-up burst:
+        long enough that each holds target_ios I/Os (min_ios at least) at the lower quartile
+        of the last eight baseline intervals' rates (with half again to spare); doubled after a pair
+        too thin to judge,
+        and doubled — never to shrink below that again — while a class that carries a tenth of
+        the traffic is missing from more than a fifth of those intervals: a database's
+        flushes come in bursts, and an interval shorter than their period reads a burst's
+        tail as the configuration's."""
+        settings = self.settings
+        rates = sorted(self.recent)
+        rate = rates[len(rates) // 4] if rates else 0.0
+        wanted = 1.5 * target_ios(settings) / max(rate, 1e-3)
+        if starved:
+            wanted = max(wanted, 2 * self.length_s)
+        if self.bursty():  # and never shorter again: the bursts do not go away
+            self.floor_s = min(settings.max_interval_s, 2 * self.length_s)
+            self.last.clear()  # judged again on eight intervals of the new length
+        wanted = max(wanted, self.floor_s)
+        self.length_s = min(settings.max_interval_s, max(settings.interval_s, wanted))
+        if settings.sli is not None:
+            self.length_s = max(self.length_s, settings.sli.min_interval_s)
+
+    def bursty(self) -> bool:
+        """Whether a class of a tenth of the traffic or more is missing from more than a fifth
+        of the last eight intervals."""
+        recent = self.last[-8:]
+        if len(recent) < 8:
+            return False
+        counts: dict[Stratum, int] = {}
+        present: dict[Stratum, int] = {}
+        for interval in recent:
+            for stratum, hist in interval.strata.items():
+                counts[stratum] = counts.get(stratum, 0) + sum(c for _, c in hist)
+                present[stratum] = present.get(stratum, 0) + 1
+        total = sum(counts.values()) or 1
+        return any(
+            count / total >= 0.1 and present[stratum] < 0.8 * len(recent)
+            for stratum, count in counts.items()
+        )
+
+    def pair(self, order: tuple[str, str], following: str = "A") -> bool:
+        """One pair in the order given, each interval ending on the switch to the arm measured
+        next (`following`: the next pair's first); False if it was set aside."""
         measured = {}
-        for arm in order:
-            self.use(arm)
-            measured[arm] = self.measure(arm)
-        values, why = judge_pair(measured[order[0]], measured[order[1]], self.settings)
+        for arm, then in zip(order, (order[1], following), strict=True):
+            measured[arm] = self.measure(arm, then=then)
+        first, second = measured[order[0]], measured[order[1]]
+        weights = self.weights or {s: 1.0 for s in {*first.strata, *second.strata}}
+        values, why, _ = pair_values(first, second, weights, self.settings)
+        self.resize(starved=why.startswith("too little traffic"))
         if self.every.due():
             note(
-                "live canary on %s: %d pairs judged, %d set aside",
+                "live canary on %s: %d pairs judged, %d set aside; intervals of %.2f s",
                 self.device,
-                self.report.pairs_used + (values is not None),
+                len(self.kept) + (values is not None),
                 self.report.pairs_set_aside + (values is None),
+                self.length_s,
             )
         if values is None:
             self.report.pairs_set_aside += 1
             self.report.reasons.append(why)
             return False
-        self.report.pairs_used += 1
-        self.used.extend(measured.values())
-        for arm, metrics in values.items():
-            self.rates[arm].append(measured[arm].ios / max(measured[arm].seconds, 1e-3))
-            self.report.cpu_stall[arm].append(measured[arm].cpu_stall)
-            self.report.latency[arm].append(histograms.merge(measured[arm].strata.values()))
-            for metric, value in metrics.items():
-                self.samples[arm].setdefault(metric, []).append(value)
-            if self.settings.rate_rule is not None:
-                metric = self.settings.rate_rule.metric
-                self.samples[arm].setdefault(metric, []).append(self.rates[arm][-1])
+        self.kept.append((measured["A"], measured["B"]))
+        if self.weights is not None:
+            self.sample(measured["A"], measured["B"])
         return True
 
+    def freeze(self) -> None:
+        """At the first look: the reference mix (the baseline's, over every baseline interval
+        so far) and the kind of loop the application is, fixed for the rest of the canary;
+        the pairs so far judged under them."""
+        baseline = [a for a, _ in self.kept] + self.sized_from
+        self.weights = reference_mix(baseline, self.settings.min_share)
+        self.report.weights = {stratum_name(s): round(w, 4) for s, w in self.weights.items()}
+        # both arms: a closed loop shows itself where the candidate moves the latency (four
+        # readers thinking 500 µs between reads barely move theirs in the baseline)
+        measured = baseline + [b for _, b in self.kept]
+        kind, why = (
+            (self.settings.loop, "as the policy says")
+            if self.settings.loop != "auto"
+            else loop_kind(measured)
+        )
+        self.report.loop, self.report.loop_why = kind, why
+        if kind == "open":
+            self.judging = replace(self.settings, rate_rule=None)
+        self.report.rules = [asdict(r) for r in self.judging.judged()]
+        self.report.fail_only = sorted(self.judging.fail_only())
+        kept, self.kept = self.kept, []
+        for a, b in kept:
+            values, why, _ = pair_values(a, b, self.weights, self.settings)
+            if values is None:
+                self.report.pairs_set_aside += 1
+                self.report.reasons.append(why)
+                continue
+            self.kept.append((a, b))
+            self.sample(a, b)
+
+    def sample(self, a: Interval, b: Interval) -> None:
+        """A kept pair's values under the reference mix, appended to the samples."""
+        assert self.weights is not None
+        values, _, left_out = pair_values(a, b, self.weights, self.settings)
+        assert values is not None
+        self.report.pairs_used += 1
+        self.used.extend((a, b))
+        for stratum in left_out:
+            name = stratum_name(stratum)
+            self.report.left_out[name] = self.report.left_out.get(name, 0) + 1
+        for arm, interval in (("A", a), ("B", b)):
+            self.rates[arm].append(interval.ios / max(interval.seconds, 1e-3))
+            self.report.cpu_stall[arm].append(interval.cpu_stall)
+            self.report.latency[arm].append(histograms.merge(interval.strata.values()))
+            for metric, value in values[arm].items():
+                self.samples[arm].setdefault(metric, []).append(value)
+
+    def fail_only(self) -> frozenset[str]:
+        """The metrics that can fail the candidate but are not needed to pass it, as judged
+        now: block latency's too where the SLI decides and has been measured."""
+        found = self.judging.fail_only(bool(self.samples["A"].get(SLI_METRIC)))
+        self.report.fail_only = sorted(found)
+        return found
+
+    def out_of_time(self) -> bool:
+        return self.report.traffic_seconds >= self.settings.max_seconds
+
     def looks(self) -> tuple[CanaryVerdict, list[MetricStatistics], int]:
+        """Pairs until each planned look's count is judged — set-aside pairs are replaced, and
+        spend the time budget (max_seconds) rather than a count of attempts — then a look; the
+        budget spent, one last look at what there is."""
         planned = self.budget.looks()
         per_look = self.settings.alpha / len(planned)
         verdict, per_metric, looks = CanaryVerdict.INCONCLUSIVE, list[MetricStatistics](), 0
         for look, target in enumerate(planned, start=1):
-            orders = pair_order(max(0, target - self.report.pairs_used), self.rng)
-            extra = 0
-            while orders:
-                if not self.pair(orders.pop(0)) and extra < self.settings.extra_pairs:
-                    extra += 1
-                    orders.append(self.rng.choice([("A", "B"), ("B", "A")]))
+            while len(self.kept) < target and not self.out_of_time():
+                orders = pair_order(max(2, target - len(self.kept)), self.rng)
+                while orders and len(self.kept) < target and not self.out_of_time():
+                    self.pair(orders.pop(0), orders[0][0] if orders else "A")
+            if self.weights is None:
+                self.freeze()
             looks = look
             if self.report.pairs_used >= 3:
                 verdict, per_metric = judge(
                     self.samples,
-                    self.settings.judged(),
+                    self.judging.judged(),
                     per_look,
                     load=self.rates,
-                    fail_only=self.settings.fail_only(),
+                    fail_only=self.fail_only(),
                 )
                 if verdict is not CanaryVerdict.INCONCLUSIVE:
                     break
+            if self.out_of_time():
+                break
             if look < len(planned):
                 note(
                     "live canary on %s: inconclusive after %d pairs (%s); %d more",
@@ -466,7 +674,8 @@ class _LiveCanary:
             verdict, per_metric, looks = self.looks()
         except _GuardTripped:
             self.restore()
-            return self.result(CanaryVerdict.FAIL, [], looks, [self.report.guard_tripped])
+            said = self.report.guard_tripped.removeprefix("guard: ")
+            return self.result(CanaryVerdict.FAIL, [], looks, [f"decided by the guard: {said}"])
         except BaseException:
             self.restore()
             raise
@@ -475,50 +684,106 @@ class _LiveCanary:
     def conclude(
         self, verdict: CanaryVerdict, per_metric: list[MetricStatistics], looks: int
     ) -> tuple[CanaryResult, LiveReport, WorkloadSpec]:
-        report, notes = self.report, []
+        report = self.report
         pooled: dict[str, float] = {}
         for interval in self.used:
             for (op, slot), share in interval.mix().items():
                 key = f"{op.value}/{1 << slot}"
                 pooled[key] = pooled.get(key, 0.0) + share / len(self.used)
         report.mix = {k: round(v, 4) for k, v in sorted(pooled.items())}
-        rates = [i.ios / max(i.seconds, 1e-3) for i in self.used]
-        if rates and max(rates) > 2 * max(min(rates), 1e-3):
-            notes.append(
-                f"the load moved between {min(rates):.0f} and {max(rates):.0f} I/Os per second"
-                " during the canary; each pair was compared within itself, adjusted for the"
-                " load its two halves saw"
-            )
-        if report.pairs_set_aside:
-            notes.append(
-                f"{report.pairs_set_aside} pair(s) set aside: "
-                + "; ".join(sorted(set(report.reasons)))
-            )
+        if self.weights:
+            report.classes = class_effects(self.kept, self.weights)
         if report.pairs_used < 3:
             verdict, per_metric = CanaryVerdict.INCONCLUSIVE, []
-            notes.append(f"only {report.pairs_used} comparable pair(s): no verdict")
-        elif verdict is CanaryVerdict.INCONCLUSIVE:
-            notes.append(
-                f"inconclusive after {report.pairs_used} pairs and {looks} look(s): the budget"
-                " is spent"
-            )
+        notes = [self.decision(verdict, per_metric, looks), *self.evidence_lines(per_metric)]
         if verdict is CanaryVerdict.PASS:
             self.use("B")
         else:
             self.restore()
         return self.result(verdict, per_metric, looks, notes)
 
+    def decision(
+        self, verdict: CanaryVerdict, per_metric: list[MetricStatistics], looks: int
+    ) -> str:
+        """The verdict's first note: the rule that decided it, after how many pairs."""
+        report = self.report
+        if report.pairs_used < 3:
+            return f"undecided: only {report.pairs_used} comparable pair(s) in the budget"
+        said = decided_by(verdict, per_metric, self.fail_only())
+        if verdict is CanaryVerdict.INCONCLUSIVE:
+            spent = "time" if self.out_of_time() else "pairs"
+            said += f"; the budget ({spent}) is spent"
+        return f"{said} — {report.pairs_used} pairs, {looks} look(s)"
+
+    def evidence_lines(self, per_metric: list[MetricStatistics]) -> list[str]:
+        """What a reader needs beside the verdict, a line each: the data-rate rule and why,
+        the reference mix with each class's effect, what was set aside or left out and why,
+        the load, and where the arms' medians and the paired shift disagree."""
+        report, lines = self.report, []
+        rate = "applied" if self.judging.rate_rule is not None else "not applied"
+        lines.append(
+            f"data-rate rule {rate}: {report.loop or 'unknown'} loop ({report.loop_why})"
+            if report.loop
+            else f"data-rate rule {rate}"
+        )
+        if report.classes:
+            lines.append(
+                "per class (weight; p50 and p99 gain, higher is better): "
+                + "; ".join(
+                    f"{name} {100 * c['weight']:.0f} %: {-100 * c['p50_shift']:+.1f} % /"
+                    f" {-100 * c['p99_shift']:+.1f} %"
+                    for name, c in report.classes.items()
+                )
+            )
+        if report.pairs_set_aside:
+            counts: dict[str, int] = {}
+            for why in report.reasons:
+                kind = why.split(" (")[0]
+                counts[kind] = counts.get(kind, 0) + 1
+            lines.append(
+                f"{report.pairs_set_aside} pair(s) set aside: "
+                + "; ".join(f"{kind} ({n})" for kind, n in sorted(counts.items()))
+            )
+        if report.left_out:
+            lines.append(
+                "classes one half of a pair lacked, left out of that pair (both halves): "
+                + "; ".join(f"{name} in {n} pair(s)" for name, n in report.left_out.items())
+            )
+        rates = [i.ios / max(i.seconds, 1e-3) for i in self.used]
+        if rates and max(rates) > 2 * max(min(rates), 1e-3):
+            lines.append(
+                f"the load moved between {min(rates):.0f} and {max(rates):.0f} I/Os per second;"
+                " each pair was compared within itself, adjusted for the load its halves saw"
+            )
+        for stats in per_metric:
+            medians = stats.candidate_median - stats.baseline_median
+            if medians * stats.relative_shift < 0 and abs(stats.relative_shift) > 0.02:
+                lines.append(
+                    f"{stats.metric}: the arms' medians differ the other way from the paired"
+                    f" shift ({100 * stats.relative_shift:+.1f} %): the shift compares each pair"
+                    " within itself, so the host's drift cancels; the medians do not"
+                )
+        return lines
+
+
+def target_ios(settings: LiveSettings) -> int:
+    return max(settings.min_ios, settings.target_ios)
+
 
 def budget_for(settings: LiveSettings, length_s: float) -> Budget:
-    """`pairs` at the first look, or fewer where intervals are long: as many as fit in
-    first_look_s of traffic, at least min_pairs; a budget given (max_pairs) holds."""
+    """Looks shaped by time: the first after about first_look_s of traffic (`pairs` where
+    intervals are short, fewer where they are long, never fewer than min_pairs), then one
+    every as many pairs more, as many as max_seconds holds (six by default); a budget given
+    in pairs (max_pairs) holds. The time budget itself (max_seconds) ends the canary
+    whatever the looks."""
     pairs = settings.pairs
     if 2 * length_s * pairs > settings.first_look_s:
         fitting = round(settings.first_look_s / (2 * length_s))
         pairs = max(min(settings.min_pairs, pairs), min(pairs, fitting))
     if settings.max_pairs is not None:
         return Budget.of(min(pairs, settings.max_pairs), settings.max_pairs)
-    return Budget.of(pairs)
+    looks = max(1, int(settings.max_seconds // max(settings.first_look_s, 1e-3)))
+    return Budget.of(pairs, max(pairs, 3 * pairs if looks < 3 else looks * pairs))
 
 
 class _GuardTripped(Exception):
@@ -535,7 +800,11 @@ def _check_restored(applier: Applier, device: str, scheduler: str | None) -> Non
 
 
 def live_statistics(report: LiveReport) -> dict[str, float]:
-    """What goes into the observation's statistics beside the judge's."""
+    """What goes into the observation's statistics beside the judge's: the pairs, the traffic,
+    the guard; the loop (1 closed, 0 open, 0.5 unknown) and whether the data-rate rule
+    applied; each class's weight and effect (`live.class.read_16KiB.p50_shift`), and the pairs
+    set aside by reason and classes left out (`live.set_aside.too_little_traffic`) — what the
+    dashboard shows of a live canary, a line each."""
     found = {
         "live.pairs_used": float(report.pairs_used),
         "live.pairs_set_aside": float(report.pairs_set_aside),
@@ -544,4 +813,27 @@ def live_statistics(report: LiveReport) -> dict[str, float]:
         "live.ios_candidate": float(report.ios["B"]),
         "live.guard_tripped": 1.0 if report.guard_tripped else 0.0,
     }
+    if report.completed:
+        # the device's completions no interval counted and no settling explains (requests
+        # lost between intervals, as a switch's drain was before it ended the interval)
+        counted = report.ios["A"] + report.ios["B"] + report.settling
+        found["live.uncounted_share"] = round(
+            max(0, report.completed - counted) / report.completed, 4
+        )
+    if report.loop:
+        found["live.loop_closed"] = {"closed": 1.0, "open": 0.0}.get(report.loop, 0.5)
+        found["live.data_rate_rule"] = 1.0 if "bytes_per_s" in report.fail_only else 0.0
+    for name, effect in list(report.classes.items())[:12]:
+        slug = _slug(name)
+        for key in ("weight", "pairs", "p50_shift", "p99_shift"):
+            found[f"live.class.{slug}.{key}"] = float(effect[key])
+    for why in report.reasons:
+        key = f"live.set_aside.{_slug(why.split(' (')[0])}"
+        found[key] = found.get(key, 0.0) + 1
+    for name, count in list(report.left_out.items())[:12]:
+        found[f"live.left_out.{_slug(name)}"] = float(count)
     return {k: v for k, v in found.items() if math.isfinite(v)}
+
+
+def _slug(text: str) -> str:
+    return "_".join(text.replace(" KiB", "KiB").split())[:40]

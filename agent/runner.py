@@ -23,23 +23,35 @@ from agent.collectors.blklat import BlkLatCollector, LatencySnapshot
 from agent.collectors.diskstats import DiskStats
 from agent.config import AgentConfig
 from agent.contract import __version__
-from agent.contract.base import MAX_WINDOWS_PER_BATCH
+from agent.contract.base import CLOCK_AHEAD, MAX_WINDOWS_PER_BATCH
+from agent.contract.owned import owned_by
 from agent.contract.tunables import DeviceConfig, Scheduler
 from agent.contract.wire import (
     AppliedStateReport,
     AppliedStatus,
     Heartbeat,
     InventoryReport,
+    OwnerPolicy,
+    TelemetryBatch,
     TelemetryWindow,
 )
 from agent.discovery import Discovery, discover, queue_configuration
 from agent.effects import Effects
-from agent.errors import AgentError, ChangeFailed, ChangeRefused, ServiceError
+from agent.errors import (
+    AgentError,
+    ChangeFailed,
+    ChangeRefused,
+    ServiceError,
+    ServiceRejected,
+    ServiceUnreachable,
+)
 from agent.fsutil import read_json, write_json_atomic
+from agent.owners import owners
 from agent.power import PowerSample
-from agent.spool import DrainResult, Spool
+from agent.spool import RETRY_LATER, DrainResult, Spool
 from agent.state import NodeState, PausedPolicies
 from agent.telemetry import Collection, NodeWindow, windows
+from agent.uevents import Uevents
 
 log = logging.getLogger(__name__)
 # windows kept in memory while the spool cannot be written (16 devices at 10 s windows: 2 h)
@@ -63,6 +75,9 @@ class AgentView:
     spool_bytes: int = 0
     last_push_ok: float | None = None
     latency: LatencySnapshot | None = None  # cumulative, from eBPF
+    # this node's clock less the service's (s, from its answers' Date); batches held for it
+    clock_offset_s: float | None = None
+    clock_hold: bool = False
 
 
 @dataclass
@@ -72,10 +87,19 @@ class Counters:
     spool_rejected: int = 0
     windows_sent: int = 0
     token_renewals: int = 0
-    applies: dict[str, int] = field(default_factory=lambda: {"applied": 0, "failed": 0})
+    applies: dict[str, int] = field(
+        default_factory=lambda: {
+            "applied": 0,
+            "failed": 0,
+            "yielded": 0,
+            "taken_over": 0,
+            "hotplug": 0,
+        }
+    )
     drift_reports: int = 0
     spool_write_failures: int = 0
     windows_unspooled_dropped: int = 0
+    batches_held_for_clock: int = 0
     # the loop's actions (collect, push, policy, inventory) that raised: each is tried again
     # at its next turn, the others go on
     action_failures: dict[str, int] = field(default_factory=dict)
@@ -118,6 +142,7 @@ class Agent:
         self.counters = Counters()
         self._last: Collection | None = None
         self._pending: list[TelemetryWindow] = []
+        self._unspooled: TelemetryBatch | None = None  # _send_unspooled's batch in flight
         self._latest: dict[str, TelemetryWindow] = {}
         self._energy: dict[tuple[str, str, str], float] = {}
         self._device_ids: dict[str, uuid.UUID] = {}
@@ -125,6 +150,11 @@ class Agent:
         # what the last inventory the service took said each device runs
         self._inventoried: dict[str, tuple[Scheduler | None, dict[str, int]]] = {}
         self._drift_seen: dict[str, tuple[Drift, ...]] = {}
+        self.uevents = Uevents() if config.hotplug else None
+        # per device: its policy's stance on other owners, and the devices where it yielded
+        self._owner_policies: dict[str, OwnerPolicy] = {}
+        self._yielded: set[str] = set()
+        self._wanted_configs: dict[str, tuple[uuid.UUID, int, Any]] = {}  # the last applied
         self._policy_file = state_dir / "policies.json"
         self._policy_versions: dict[str, int] = (
             dict(read_json(self._policy_file)) if self._policy_file.exists() else {}
@@ -156,6 +186,8 @@ class Agent:
     def step(self) -> float:
         """Do what is due; return the seconds until something is due again."""
         self.renew_token_if_due()
+        if self.uevents is not None:
+            self._isolated("hotplug", self.hotplug, self.config.policy_interval_s)
         intervals = {
             "collect": self.config.interval_s,
             "push": self.config.push_interval_s,
@@ -201,8 +233,15 @@ class Agent:
         self.start()
         try:
             while not stop.is_set():
-                stop.wait(self.step())
+                wait = self.step()
+                if self.uevents is not None and self.uevents.socket is not None:
+                    # woken by a device's announcement, and each second to see the stop
+                    self.uevents.wait(min(wait, 1.0))
+                else:
+                    stop.wait(wait)
         finally:
+            if self.uevents is not None:
+                self.uevents.close()
             self.push()  # what was collected is spooled, whatever happens next
             self.spool.close()
             if self.client is not None:
@@ -337,6 +376,7 @@ class Agent:
                 if excess > 0:
                     del self._pending[:excess]
                     self.counters.windows_unspooled_dropped += excess
+                    self._unspooled = None  # its windows may be among those dropped
                 return
             del self._pending[:MAX_WINDOWS_PER_BATCH]
 
@@ -351,17 +391,50 @@ class Agent:
                 result = self.spool.drain(self.client.send_telemetry)
                 self.counters.spool_rejected += result.rejected
                 self.counters.windows_sent += result.windows
+                self.counters.batches_held_for_clock += result.held_for_clock
                 if not result.stopped:
+                    self._send_unspooled()
+                if not result.stopped and not self._pending:
                     self.view = _replace(self.view, last_push_ok=time.time())
-                else:
+                elif result.stopped:
                     log.warning("telemetry stays spooled: %s", result.stopped)
         self.counters.spool_dropped = self.spool.dropped
         self.view = _replace(
             self.view,
             spool_batches=len(self.spool.pending()),
             spool_bytes=self.spool.size_bytes(),
+            clock_offset_s=self.client.clock_offset_s if self.client is not None else None,
+            clock_hold=self.spool.clock_hold() is not None,
         )
         return result
+
+    def _send_unspooled(self) -> None:
+        """What waits in memory because the spool cannot be written (a full disk), sent as it
+        is while the service answers: a full disk on the node does not stop its telemetry.
+        Each batch keeps its id until it is acknowledged (a resend is idempotent); one the
+        service refuses for good is dropped and counted, as it cannot be set aside on disk."""
+        assert self.client is not None
+        while self._pending:
+            batch = self._unspooled
+            if batch is None:
+                batch = self._unspooled = TelemetryBatch.model_construct(
+                    batch_id=uuid.uuid4(), windows=list(self._pending[:MAX_WINDOWS_PER_BATCH])
+                )
+            try:
+                receipt = self.client.send_telemetry(batch)
+            except ServiceUnreachable as error:
+                log.warning("windows not spooled stay in memory: %s", error)
+                return
+            except ServiceRejected as error:
+                if error.status >= 500 or error.status in RETRY_LATER or error.error == CLOCK_AHEAD:
+                    log.warning("windows not spooled stay in memory: %s", error)
+                    return
+                log.error("service refused unspooled windows for good (dropped): %s", error)
+                self.counters.spool_rejected += 1
+            else:
+                self.counters.windows_sent += receipt.windows
+            del self._pending[: len(batch.windows)]
+            self._unspooled = None
 
     # --- policies ---------------------------------------------------------------------------
 
@@ -388,6 +461,7 @@ class Agent:
             name, version = str(policy["device_name"]), int(policy["version"])
             if name in paused or name not in self.device_names:
                 continue
+            self._owner_policies[name] = OwnerPolicy(policy.get("owners") or "take_over")
             if self._policy_versions.get(name) != version:
                 self._apply_policy(name, uuid.UUID(policy["device_id"]), version, policy["config"])
         self._check_drift()
@@ -455,8 +529,33 @@ class Agent:
                 self.discover_and_report()
                 return
 
-    def _apply_policy(self, name: str, device_id: uuid.UUID, version: int, wanted: Any) -> None:
+    def _apply_policy(
+        self, name: str, device_id: uuid.UUID, version: int, wanted: Any, why: str = ""
+    ) -> None:
+        self._wanted_configs[name] = (device_id, version, wanted)
         config = DeviceConfig.model_validate(wanted)
+        if self._owner_policies.get(name) is OwnerPolicy.YIELD:
+            standing = self._standing_owners(name, config)
+            if standing:
+                self._yielded.add(name)
+                self.counters.applies["yielded"] += 1
+                self._report(
+                    device_id,
+                    AppliedStateReport(
+                        policy_version=version,
+                        status=AppliedStatus.YIELDED,
+                        config=self._current_config(name),
+                        detail=(
+                            "not applied: the policy yields to "
+                            + "; ".join(standing)
+                            + " (blkpilot recommends, the other owner's setting stands)"
+                        )[:2000],
+                    ),
+                )
+                self._policy_versions[name] = version
+                write_json_atomic(self._policy_file, self._policy_versions)
+                return
+        self._yielded.discard(name)
         note = ""
         if calibrate.needs_calibration(config) and self.config.calibrate_fios:
             calibration = self._calibration(name)
@@ -464,7 +563,7 @@ class Agent:
         try:
             with self.applier.device_lock(name):  # after a canary under way, never amid it
                 result = self.applier.apply(name, config)
-            status, detail = AppliedStatus.APPLIED, f"read back: {result.after}{note}"
+            status, detail = AppliedStatus.APPLIED, f"{why}read back: {result.after}{note}"
             reported = config
         except (ChangeRefused, ChangeFailed) as error:
             status = (
@@ -509,7 +608,7 @@ class Agent:
     def _check_drift(self) -> None:
         drift: dict[str, list[Drift]] = {}
         for name in sorted(self._policy_versions):
-            if name not in self.device_names or name in self._paused:
+            if name not in self.device_names or name in self._paused or name in self._yielded:
                 continue
             found = self.applier.drift(name)
             if not any(d.attribute == "scheduler" for d in found):
@@ -532,8 +631,10 @@ class Agent:
                 )
             if found and name in self._device_ids:
                 self.counters.drift_reports += 1
+                whom = [self._by_whom(name, d) for d in found]
                 detail = "; ".join(
-                    f"{d.attribute}: {d.actual!r}, not {d.expected!r}" for d in found
+                    f"{d.attribute}: {d.actual!r}, not {d.expected!r}{by}"
+                    for d, by in zip(found, whom, strict=True)
                 )
                 self._report(
                     self._device_ids[name],
@@ -544,7 +645,73 @@ class Agent:
                         detail=f"changed behind blkpilot: {detail}",
                     ),
                 )
+                if any(whom) and self._owner_policies.get(name) is OwnerPolicy.TAKE_OVER:
+                    self._take_over(name, detail)
+                    drift.pop(name, None)
         self.view = _replace(self.view, drift=drift)
+
+    def hotplug(self) -> list[str]:
+        """Devices the kernel announced (added, changed) whose queue no longer holds what their
+        policy applied — a disk back after a reset, a loop device removed and added again — get
+        the policy back now, not at the next policy check; returns their names."""
+        assert self.uevents is not None
+        again = []
+        for name in sorted(self.uevents.block_devices()):
+            wanted = self._wanted_configs.get(name)
+            if (
+                wanted is None
+                or name not in self.device_names
+                or name in self._paused
+                or name in self._yielded
+                or self.applier.busy(name)  # a canary or sweep holds it: between configurations
+                or not self.applier.drift(name)
+            ):
+                continue
+            device_id, version, config = wanted
+            log.info("%s: announced by the kernel without its policy: applying it again", name)
+            self.counters.applies["hotplug"] += 1
+            self._apply_policy(
+                name, device_id, version, config, "the kernel announced the device again; "
+            )
+            self._drift_seen[name] = ()
+            again.append(name)
+        return again
+
+    def _take_over(self, name: str, what: str) -> None:
+        """The policy applied again after another owner set the device back (take_over): once
+        per change that owner makes — the next check then finds the device in line, and only
+        a new change of the other owner's is drift again."""
+        wanted = self._wanted_configs.get(name)
+        if wanted is None:
+            return
+        device_id, version, config = wanted
+        log.info("%s: taking the policy back over (%s)", name, what)
+        self.counters.applies["taken_over"] += 1
+        self._apply_policy(name, device_id, version, config, f"taken back over: {what}; ")
+        self._drift_seen[name] = ()
+
+    def _standing_owners(self, name: str, config: DeviceConfig) -> list[str]:
+        """Other owners that certainly set an attribute this configuration sets, said."""
+        sets = {f"iosched/{k}" for k in config.scheduler_tunables} | {
+            attribute
+            for attribute in ("scheduler", "nr_requests", "read_ahead_kb")
+            if getattr(config, attribute) is not None
+        }
+        return [
+            owned_by(owner.model_dump(mode="json"))
+            for owner in owners(self.paths, name)
+            if owner.certain and sets & set(owner.settings)
+        ]
+
+    def _by_whom(self, name: str, drift: Drift) -> str:
+        """ ", by udev rule 60-ioschedulers.rules:3 (scheduler=bfq)" where another owner of the
+        device's queue sets the attribute to the value found (agent.owners); else nothing."""
+        attribute = drift.attribute.split(" ")[0]
+        for owner in owners(self.paths, name):
+            value = owner.settings.get(attribute)
+            if value is not None and value.lstrip(">") == (drift.actual or ""):
+                return f", by {owned_by(owner.model_dump(mode='json'))}"
+        return ""
 
     def _policy_drift(self, name: str) -> list[Drift]:
         """The scheduler the device's policy asks for, when another blkpilot change came after

@@ -3,7 +3,9 @@
 Every batch is written here (durably) before it is sent, so neither an outage of the service
 nor a crash of the agent loses it. A batch leaves the spool only when the service has
 acknowledged it (stored, or already stored: ingest is idempotent by batch id). A batch the
-service refuses as invalid goes to rejected/ with the reason, not back into the queue. When
+service refuses as invalid goes to rejected/ with the reason, not back into the queue — but one
+it refuses as ending in its future (CLOCK_AHEAD: the node's clock is ahead) is held and sent
+again, since it becomes acceptable as real time catches up. When
 the bounds are reached the oldest batches are dropped, and counted.
 
 Two kinds of file, named by a number that orders them: `N.json`, a sealed batch written whole
@@ -25,10 +27,12 @@ import os
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from agent.contract.base import CLOCK_AHEAD, MAX_CLOCK_SKEW
 from agent.contract.wire import TelemetryBatch, TelemetryBatchReceipt, TelemetryWindow
 from agent.errors import ServiceRejected, ServiceUnreachable
 from agent.fsutil import fsync_dir, remove_durably, write_bytes_atomic
@@ -58,6 +62,9 @@ class DrainResult:
     windows: int = 0  # in the batches sent (not the duplicates)
     duplicates: int = 0
     rejected: int = 0
+    # batches the service refused because they end in its future (the node's clock is ahead):
+    # kept, and offered again at the next drain
+    held_for_clock: int = 0
     stopped: str = ""  # why draining stopped early, if it did
 
 
@@ -116,10 +123,16 @@ class Spool:
             path = self._new_path(".jsonl")
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
             opened = self._open = _OpenBatch(path, batch_id, fd, [])
-            self._files[path] = 0  # pending from now on, whatever happens to the writes
             # the header and the first windows in one write: no file holds a header alone
             lines = json.dumps({"batch_id": str(batch_id)}).encode() + b"\n" + lines
-            self._append(opened, lines)
+            try:
+                self._append(opened, lines)
+            except BaseException:
+                # nothing of it was kept (a full disk): no empty file is left for the next
+                # drain to count as a rejected batch
+                path.unlink(missing_ok=True)
+                raise
+            self._files[path] = 0  # pending from now on
             fsync_dir(self.directory)  # the new name is durable too
         else:
             self._append(opened, lines)
@@ -191,6 +204,12 @@ class Spool:
         self._seal()  # offered to the service from now on: never appended to again
         result = DrainResult()
         for path in self.pending():
+            if path not in self._memo and _empty(path):
+                # an open batch whose first write never landed (an agent before 2026-12 left
+                # one on a full disk): it held nothing, so nothing is rejected
+                self._forget(path)
+                path.unlink(missing_ok=True)
+                continue
             try:
                 batch = self._memo.get(path) or self.load(path)
             except (ValidationError, ValueError) as error:  # written by an agent with other rules
@@ -206,6 +225,14 @@ class Spool:
                 if error.status >= 500 or error.status in RETRY_LATER:
                     result.stopped = str(error)
                     break
+                if error.error == CLOCK_AHEAD and _worth_holding(batch):
+                    result.held_for_clock += 1
+                    self._hold_for_clock(batch, str(error))
+                    if _made_with_this_clock(batch):
+                        # the node's clock is ahead now: every later batch is too
+                        result.stopped = f"held for the node's clock: {error}"
+                        break
+                    continue  # made while the clock was ahead, since set right: go on
                 self._reject(path, str(error))
                 result.rejected += 1
                 log.error("service refused batch %s for good: %s", batch.batch_id, error)
@@ -217,7 +244,38 @@ class Spool:
                 result.duplicates += 1
             self._forget(path)
             remove_durably(path)
+        if not result.held_for_clock and not result.stopped:
+            self.clock_file.unlink(missing_ok=True)
         return result
+
+    @property
+    def clock_file(self) -> Path:
+        """Written while batches are held because the service finds them in its future: what
+        `blkpilot agent status` reads."""
+        return self.directory / "clock-ahead.json"
+
+    def clock_hold(self) -> dict[str, str] | None:
+        try:
+            found = json.loads(self.clock_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return found if isinstance(found, dict) else None
+
+    def _hold_for_clock(self, batch: TelemetryBatch, why: str) -> None:
+        latest = max(w.end for w in batch.windows)
+        with contextlib.suppress(OSError):  # a full disk: the metric and the log still say it
+            write_bytes_atomic(
+                self.clock_file,
+                json.dumps(
+                    {"since": _now().isoformat(), "batch_ends": latest.isoformat(), "why": why}
+                ).encode(),
+            )
+        log.warning(
+            "batch %s held: the service finds it in its future (the node's clock is ahead?);"
+            " it is sent again as real time catches up: %s",
+            batch.batch_id,
+            why,
+        )
 
     @staticmethod
     def load(path: Path) -> TelemetryBatch:
@@ -252,3 +310,29 @@ class Spool:
         self.rejected_dir.mkdir(exist_ok=True)
         path.rename(self.rejected_dir / path.name)
         (self.rejected_dir / f"{path.stem}.reason").write_text(reason + "\n")
+
+
+def _empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except FileNotFoundError:
+        return True
+
+
+# a batch refused as "in the future" is held at most this far ahead of the node's own clock:
+# beyond, it was made while the clock was far off, and would wait that long
+MAX_HOLD_AHEAD = timedelta(days=1)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _worth_holding(batch: TelemetryBatch) -> bool:
+    return bool(batch.windows) and max(w.end for w in batch.windows) <= _now() + MAX_HOLD_AHEAD
+
+
+def _made_with_this_clock(batch: TelemetryBatch) -> bool:
+    """Whether the batch is "now" by the node's own clock (so the clock itself is ahead of
+    the service's), rather than dated past it (made before the clock was set back)."""
+    return max(w.end for w in batch.windows) <= _now() + MAX_CLOCK_SKEW

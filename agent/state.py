@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.client import ServiceClient
-from agent.errors import NotEnrolled
+from agent.errors import NotEnrolled, StateUnreadable
 from agent.fsutil import read_json, write_json_atomic
 
 STATE_FILE = "node.json"
@@ -53,15 +53,31 @@ class NodeState:
             raise NotEnrolled(
                 f"not enrolled: {path} does not exist (run `blkpilot agent enroll`)"
             ) from None
-        return cls(
-            server_url=data["server_url"],
-            node_id=uuid.UUID(data["node_id"]),
-            node_token=data["node_token"],
-            hostname=data["hostname"],
-            token_expires_at=_when(data.get("token_expires_at")),
-            renew_after=_when(data.get("renew_after")),
-            ca_bundle=Path(data["ca_bundle"]) if data.get("ca_bundle") else None,
-        )
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            raise _unreadable(path, str(error)) from None
+        try:
+            return cls(
+                server_url=str(data["server_url"]),
+                node_id=uuid.UUID(str(data["node_id"])),
+                node_token=str(data["node_token"]),
+                hostname=str(data["hostname"]),
+                token_expires_at=_when(data.get("token_expires_at")),
+                renew_after=_when(data.get("renew_after")),
+                ca_bundle=Path(data["ca_bundle"]) if data.get("ca_bundle") else None,
+            )
+        except KeyError as error:
+            raise _unreadable(path, f"it has no {error.args[0]!r}") from None
+        except (AttributeError, TypeError, ValueError) as error:
+            raise _unreadable(path, str(error) or type(error).__name__) from None
+
+
+def _unreadable(path: Path, why: str) -> StateUnreadable:
+    return StateUnreadable(
+        f"the node's state file {path} is unreadable ({why}): restore it from a backup, or"
+        " re-enrol the node with `blkpilot agent enroll` (a new enrollment token from the"
+        f" service's operator); exit status {StateUnreadable.exit_status}, which the agent's"
+        " systemd unit does not restart"
+    )
 
 
 def _when(value: str | None) -> datetime | None:

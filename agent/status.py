@@ -54,4 +54,11 @@ def node_status(cfg: AgentConfig, directory: Path) -> list[str]:
     lines.append(
         f"spool: {len(spool.pending())} batches ({spool.size_bytes()} bytes), {rejected} rejected"
     )
+    held = spool.clock_hold()
+    if held is not None:
+        lines.append(
+            f"CLOCK AHEAD: since {held.get('since')} the service finds this node's telemetry in"
+            f" its future (a batch ends {held.get('batch_ends')}): check NTP; the batches are"
+            " held and sent as real time catches up"
+        )
     return lines

@@ -23,6 +23,7 @@ Records the result, with the command that reproduces it, in bench/results/agent_
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -41,7 +42,16 @@ from bench.cpu import cpu_seconds
 from bench.record import provenance, record
 from bench.unwind import on_termination
 from kernel.lab import devices as lab
-from tests.proc import BLKPILOT, clean_env, free_port, run, start_serve, stop, wait_ready
+from tests.proc import (
+    BLKPILOT,
+    clean_env,
+    free_port,
+    run,
+    start_serve,
+    stop,
+    stop_embedded,
+    wait_ready,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -190,9 +200,9 @@ def main() -> int:
         for i in range(args.devices)
     }
     try:
-        wait_ready(f"{base}/readyz", server, timeout=90)
+        wait_ready(f"{base}/readyz", server)
         admin = run(
-            "token", "create", "--name", "bench", "--role", "admin", env=env
+            "token", "create", "--bootstrap", "--name", "bench", "--role", "admin", env=env
         ).stdout.split()[-1]
         token = httpx.post(
             f"{base}/api/v1/enrollment-tokens",
@@ -282,7 +292,11 @@ def main() -> int:
             f"{base}/api/v1/devices", headers={"Authorization": f"Bearer {admin}"}
         ).json()
     finally:
-        stop(server)
+        # whatever happened (a start that never got ready, an interrupt): serve stopped, and
+        # the embedded PostgreSQL it may have left behind with it
+        with contextlib.suppress(Exception):
+            stop(server)
+        stop_embedded(work / "service")
         shutil.rmtree(work, ignore_errors=True)  # the service's database: ~40 MB a run
 
     cpu_percent = 100 * (cpu1 - cpu0) / (wall1 - wall0)

@@ -397,7 +397,7 @@ def main() -> int:
         env["BLKPILOT_ROLLOUT_WORKER"] = "false"
         bases = start_replicas(data_dir, env, args.replicas, servers)
         admin = subprocess.run(
-            [BLKPILOT, "token", "create", "--name", "fleet", "--role", "admin"],
+            [BLKPILOT, "token", "create", "--bootstrap", "--name", "fleet", "--role", "admin"],
             env=env,
             capture_output=True,
             text=True,

@@ -13,7 +13,10 @@ client and a failing operator would:
   agent sends telemetry and another client keeps sending batches;
 - kills: SIGKILL between the journal and the sysfs write; SIGTERM, SIGINT, SIGHUP and SIGKILL
   in the middle of a canary;
-- corrupt state files: the journal, the hold list, a canary marker, a spooled batch.
+- corrupt state files: the journal, the hold list, a canary marker, a spooled batch;
+- node trouble (bench.hostile_node): overlapping windows, bytes that are not UTF-8, another
+  charset, clients hanging up mid-body, a clock ahead, an unreadable node.json, a spool on a
+  full disk, a killed canary's leftover candidate, two canaries from two state directories.
 
 Recorded per part: tried, refused (a 4xx where a 4xx was right), 5xx, wrong (any other answer
 where a refusal was right, or a refusal where the call was allowed), lost (telemetry windows
@@ -133,8 +136,12 @@ class Probe:
             self.service.stop()
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """The CLI on this service: through its API with the admin token once there is one."""
+        env = {**self.env, "BLKPILOT_URL": self.url}
+        if self.admin:
+            env["BLKPILOT_TOKEN"] = self.admin
         done = subprocess.run(
-            [BLKPILOT, *args], env=self.env, capture_output=True, text=True, check=False
+            [BLKPILOT, *args], env=env, capture_output=True, text=True, check=False
         )
         if check and done.returncode != 0:
             raise SystemExit(f"blkpilot {' '.join(args)}: {done.stderr}")
@@ -165,8 +172,8 @@ class Probe:
 
     def set_up(self) -> None:
         self.start_service()
-        self.admin = self.cli("token", "create", "--name", "hostile", "--role", "admin").stdout
-        self.admin = self.admin.split()[-1]
+        made = self.cli("token", "create", "--bootstrap", "--name", "hostile", "--role", "admin")
+        self.admin = made.stdout.split()[-1]
         self.agent_device = self.device()
         self.state_dir = self.base / "agent"
         self.state_dir.mkdir()
@@ -557,9 +564,12 @@ class Probe:
         def hammer() -> None:
             """Small batches from the other node every 0.1 s, each retried until stored."""
             index = 0
+            origin = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
             while not stop.is_set():
                 index += 1
-                body = self.batch(self.window(seconds_ago=7200 - index))
+                start = origin + timedelta(seconds=10 * index)  # a device's windows: no overlap
+                end = start + timedelta(seconds=10)
+                body = self.batch(self.window(start=start.isoformat(), end=end.isoformat()))
                 while not stop.is_set():
                     try:
                         code = self.call(
@@ -761,7 +771,14 @@ class Probe:
             )
         return tally
 
-    def run(self) -> None:
+    def node_trouble(self) -> Tally:
+        from bench.hostile_node import node_trouble
+
+        tally = Tally()
+        node_trouble(self, tally)
+        return tally
+
+    def run(self, only: list[str] | None = None) -> None:
         for name, part in [
             ("telemetry", self.hostile_telemetry),
             ("policies", self.hostile_policies),
@@ -769,7 +786,10 @@ class Probe:
             ("outages", self.outages),
             ("kills", self.kills),
             ("state files", self.corrupt_state),
+            ("node trouble", self.node_trouble),
         ]:
+            if only and name not in only:
+                continue
             log(f"{name} …")
             self.parts[name] = part()
             log(f"{name}: {self.parts[name].cell()}")
@@ -792,10 +812,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (the suite's)")
     parser.add_argument("--no-record", action="store_true")
+    parser.add_argument(
+        "--part",
+        action="append",
+        help="only this part (repeatable): telemetry, policies, authorisation, outages, kills,"
+        " 'state files', 'node trouble'; a run of some parts is never recorded",
+    )
     args = parser.parse_args()
     on_termination()  # a stopped run still removes what it started
     with probe(args.quick) as found:
-        found.run()
+        found.run(args.part)
     parts = found.parts
     bad = sum(t.bad for t in parts.values())
     result: dict[str, Any] = {
@@ -806,7 +832,7 @@ def main() -> None:
         "bad": bad,
     }
     print(json.dumps({k: v for k, v in result.items() if k != "notes"}, indent=2))
-    if not args.no_record:
+    if not args.no_record and not args.part:
         record("hostile", result, {name: name for name in parts} | {"5xx+wrong+lost": "bad"})
     raise SystemExit(1 if bad else 0)
 

@@ -241,7 +241,7 @@ def roll_up_cost(
         before = tree_cpu_seconds(postmaster) if postmaster else 0.0
         started, python = time.perf_counter(), time.process_time()
         with engine.begin() as connection:
-            rolled = roll_up(connection, T0, T0 + timedelta(hours=hours))
+            rolled = roll_up(connection, T0, T0 + timedelta(hours=hours)).hours
         elapsed, python = time.perf_counter() - started, time.process_time() - python
         cpu = tree_cpu_seconds(postmaster) - before if postmaster else None
     finally:
@@ -361,7 +361,7 @@ def main() -> int:
         bases = start_replicas(data_dir, env, args.replicas, servers)
         base = bases[0]
         admin = subprocess.run(
-            [BLKPILOT, "token", "create", "--name", "bench", "--role", "admin"],
+            [BLKPILOT, "token", "create", "--bootstrap", "--name", "bench", "--role", "admin"],
             env=env,
             capture_output=True,
             text=True,

@@ -34,13 +34,14 @@ def provenance(script: str) -> dict[str, str]:
     }
 
 
-def record(name: str, result: dict[str, Any], columns: dict[str, str]) -> None:
-    """bench/results/NAME.json holds the latest run; NAME.md gains a row per run.
+def record(name: str, result: dict[str, Any], columns: dict[str, str], out: Path = RESULTS) -> None:
+    """OUT/NAME.json holds the latest run; NAME.md gains a row per run (OUT: bench/results by
+    default).
 
     columns: header -> key in result; `when`, `commit` and `command` frame every row."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    table = RESULTS / f"{name}.md"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    table = out / f"{name}.md"
     headers = ["when", "commit", *columns, "command"]
     header = f"| {' | '.join(headers)} |\n|{'---|' * len(headers)}\n"
     if not table.exists():

@@ -37,7 +37,7 @@ import httpx
 from bench.record import provenance, record
 from bench.unwind import on_termination
 from kernel.lab import devices as lab
-from tests.proc import free_port
+from tests.proc import free_port, wait_ready
 
 BLKPILOT = str(Path(sys.executable).parent / "blkpilot")
 HOSTS = ("soak-a", "soak-b", "soak-c")
@@ -115,17 +115,10 @@ class Soak:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.service.poll() is not None:
-                raise SystemExit(f"blkpilot serve exited with {self.service.returncode}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise SystemExit("blkpilot serve not ready within 120 s")
+        try:
+            wait_ready(f"{self.url}/readyz", self.service)
+        except AssertionError as error:
+            raise SystemExit(f"blkpilot serve: {error}") from None
 
     def stop_service(self) -> None:
         assert self.service is not None
@@ -176,7 +169,8 @@ class Soak:
             variables[name] = {"blkpilot_state_dir": str(state_dir)}
         self.host_vars.write_text(json.dumps(variables))
         self.start_service()
-        self.admin = self.cli("token", "create", "--name", "soak", "--role", "admin").split()[-1]
+        made = self.cli("token", "create", "--bootstrap", "--name", "soak", "--role", "admin")
+        self.admin = made.split()[-1]
         self.label = uuid.uuid4().hex[:8]
         for host in self.hosts.values():
             token = self.api("POST", "/enrollment-tokens", json={}).json()["token"]

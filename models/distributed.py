@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
+from pathlib import Path
 from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -25,6 +29,7 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
         yield "the Ray session already open"
         return
     try:
+        _keep_ray_token_private()
         if address:
             ray.init(address=address, log_to_driver=False)
             where = f"the Ray cluster at {address}"
@@ -36,10 +41,26 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
         # a start that failed half-way leaves its processes running: stop what it started
         ray.shutdown()
         raise
+    _keep_ray_token_private()
     try:
         yield where
     finally:
         ray.shutdown()
+
+
+def _keep_ray_token_private() -> None:
+    """Ray writes the cluster's authentication token to ~/.ray/auth_token readable by every
+    user (0644) the first time it starts: it is made the owner's alone (0600, its directory
+    0700) before Ray reads it and once Ray has written it."""
+    token = Path.home() / ".ray" / "auth_token"
+    for path, mode in ((token.parent, 0o700), (token, 0o600)):
+        try:
+            if path.stat().st_mode & 0o777 != mode:
+                path.chmod(mode)
+        except FileNotFoundError:
+            continue
+        except OSError as error:  # not ours to change: say so, start anyway
+            log.warning("cannot make %s private: %s", path, error)
 
 
 # A local Ray is one node: the GCS marking it dead for missed health checks never helps (no
@@ -167,3 +188,65 @@ def ray_map(
             on_done(len(refs) - len(pending), len(refs))
     results: list[R] = ray.get(refs)
     return results
+
+
+def pool_map(
+    function: Callable[[T], R],
+    items: Sequence[T],
+    *,
+    on_done: Callable[[int, int], None] | None = None,
+    **_options: Any,
+) -> list[R]:
+    """ray_map's contract on a pool of this host's processes, for where Ray cannot start (a
+    loaded host) or is not wanted: results in the items' order, the first exception raised
+    after every task has ended. Ray's task options (num_cpus …) mean nothing here."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    import cloudpickle
+
+    # by value, as Ray sends a task: the evaluation's tasks are closures, which the pool's
+    # own pickle refuses
+    shipped = cloudpickle.dumps(function)
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        futures = {
+            pool.submit(_call_shipped, shipped, item): index for index, item in enumerate(items)
+        }
+        results: dict[int, R] = {}
+        failed: BaseException | None = None
+        for done, future in enumerate(as_completed(futures), start=1):
+            try:
+                results[futures[future]] = future.result()
+            except Exception as error:
+                failed = failed or error
+            if on_done is not None:
+                on_done(done, len(items))
+    if failed is not None:
+        raise failed
+    return [results[index] for index in range(len(items))]
+
+
+def _call_shipped(shipped: bytes, item: Any) -> Any:
+    import cloudpickle
+
+    return cloudpickle.loads(shipped)(item)
+
+
+@contextmanager
+def mapper_session(
+    use_ray: bool = True,
+) -> Iterator[tuple[str, Callable[..., list[Any]]]]:
+    """Where tasks run and the map that runs them: Ray (the cluster RAY_ADDRESS names, or a
+    local one) when asked for and it starts, else a pool of this host's processes — said in
+    the first value, so a record says which."""
+    with ExitStack() as stack:
+        if use_ray:
+            try:
+                where = stack.enter_context(ray_session())
+            except Exception as error:
+                reason = f"Ray could not start ({type(error).__name__}: {str(error)[:120]})"
+            else:
+                yield where, ray_map
+                return
+        else:
+            reason = "Ray not asked for"
+        yield f"a pool of {os.cpu_count()} processes on this host; {reason}", pool_map

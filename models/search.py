@@ -647,7 +647,9 @@ def recommend(
                 " crosses zero"
             )
     if skill is not None and skill <= 0:
-        doubts.append(f"cross-validated R² {skill:.2f}: no skill on cells it had not seen")
+        doubts.append(
+            f"cross-validated R² {skill:.2f}: no skill on devices (or cells) it had not seen"
+        )
     doubts += model_outside(model, device, range_margin)
     basis = "model"
     if doubts and current is not None:

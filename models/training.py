@@ -118,20 +118,31 @@ def objectives_with_data(samples: Sequence[Sample], wanted: Sequence[Objective])
 
 
 def cross_validate(samples: list[Sample], objective: Objective, folds: int = 3) -> dict[str, Any]:
-    """Held-out cells (device, workload): typical error of the log prediction, R², and how
-    often a configuration's mean in a held-out cell fell inside its 80 % interval — the
-    calibrated interval the dashboard shows, and the members' own spread for comparison."""
+    """Held-out devices — every cell of a device out of training together, as a device the
+    model has never seen is what a recommendation before its first canary faces — where the
+    samples have at least `folds` devices, else held-out cells (device, workload): typical error
+    of the log prediction, R², and how often a configuration's mean in a held-out cell fell
+    inside its 80 % interval — the calibrated interval the dashboard shows, and the members'
+    own spread for comparison. `held_out` says which."""
     cells = sorted(
         {(str(s.device_id), s.workload.name) for s in samples if s.value(objective) is not None}
     )
     if len(cells) < folds:
         return {"folds": 0, "note": f"{len(cells)} cells: too few to hold any out"}
+    devices = sorted({device for device, _ in cells})
+    by_device = len(devices) >= folds
+
+    def group_of(sample: Sample) -> object:
+        cell = (str(sample.device_id), sample.workload.name)
+        return cell[0] if by_device else cell
+
+    groups: list[Any] = list(devices) if by_device else list(cells)
     errors, truths, predictions = [], [], []
     inside = inside_raw = units = 0
     for k in range(folds):
-        held = set(cells[k::folds])
-        train = [s for s in samples if (str(s.device_id), s.workload.name) not in held]
-        test = [s for s in samples if (str(s.device_id), s.workload.name) in held]
+        held = set(groups[k::folds])
+        train = [s for s in samples if group_of(s) not in held]
+        test = [s for s in samples if group_of(s) in held]
         test = [s for s in test if (v := s.value(objective)) is not None and v > 0]
         try:
             model = fit(train, objective)
@@ -162,6 +173,7 @@ def cross_validate(samples: list[Sample], objective: Objective, folds: int = 3) 
     total = float(((t - t.mean()) ** 2).sum())
     return {
         "folds": folds,
+        "held_out": "devices" if by_device else "cells",
         "held_out_rows": len(errors),
         "typical_error": round(math.expm1(float(np.median(errors))), 4),  # as a ratio
         "r2_log": round(1 - float(((t - p) ** 2).sum()) / total, 4) if total > 0 else None,

@@ -16,6 +16,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from agent.contract import __version__
@@ -153,6 +154,19 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
     return response
 
 
+# nginx's "client closed request": the caller hung up before its request was read whole.
+# Not a server error (no alert, no traceback); nobody reads the answer.
+CLIENT_CLOSED = 499
+
+
+async def _client_disconnected(request: Request, _: Exception) -> JSONResponse:
+    log.info("client hung up before its request was read: %s %s", request.method, request.url.path)
+    return _error(
+        CLIENT_CLOSED,
+        ErrorBody(error="client_closed_request", detail="the client closed the connection"),
+    )
+
+
 async def _unexpected_error(_: Request, error: Exception) -> JSONResponse:
     """The traceback was logged with the request's id (RequestIdMiddleware); the caller gets
     the id to quote."""
@@ -167,6 +181,31 @@ async def _unexpected_error(_: Request, error: Exception) -> JSONResponse:
     if rid:
         response.headers[REQUEST_ID_HEADER] = rid
     return response
+
+
+# every string the service takes must be storable (agent.contract.base.reject_nul): no NUL and
+# no lone surrogate. Said in the schema, so that a client generated from it agrees.
+STORABLE_TEXT = r"^[^\u0000\ud800-\udfff]*$"
+_CONSTRAINED = ("pattern", "enum", "const", "format")
+
+
+def _storable_text(node: Any) -> None:
+    """STORABLE_TEXT as the pattern of every free-text string in the document (one that no
+    pattern, enumeration or format constrains already), and of free-text property names."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+            continue
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "string" and not any(k in item for k in _CONSTRAINED):
+            item["pattern"] = STORABLE_TEXT
+        names = item.get("propertyNames")
+        if isinstance(names, dict) and not any(k in names for k in _CONSTRAINED):
+            names["pattern"] = STORABLE_TEXT
+        stack.extend(v for k, v in item.items() if k != "propertyNames")
 
 
 def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
@@ -201,6 +240,7 @@ def _openapi_with_one_error_shape(app: FastAPI) -> Callable[[], dict[str, Any]]:
                     }
         schemas.pop("HTTPValidationError", None)
         schemas.pop("ValidationError", None)
+        _storable_text(spec)
         app.openapi_schema = spec
         return spec
 
@@ -265,6 +305,7 @@ def create_app(settings: Settings, database: Database) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     for unavailable in DATABASE_UNAVAILABLE:
         app.add_exception_handler(unavailable, _database_unavailable)
+    app.add_exception_handler(ClientDisconnect, _client_disconnected)
     app.add_exception_handler(Exception, _unexpected_error)
     # innermost: the fleet's pushes answered without the router where the route would answer
     # them so (service.telemetry.fastpath), inside every middleware below

@@ -7,6 +7,7 @@ canary on the data device. Each step uses the same public API an operator or age
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import platform
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,6 +26,7 @@ import uvicorn
 
 from agent.client import ServiceClient
 from agent.contract import __version__
+from agent.contract.logs import dressed
 from agent.contract.wire import Heartbeat
 from agent.enrollment import enroll_node
 from agent.errors import AgentError, NotEnrolled, ServiceRejected
@@ -31,6 +34,7 @@ from agent.state import NodeState
 from kernel.lab.devices import TMPFS, data_device, lab_devices, start_workload, stop_workload
 from service.app import create_app
 from service.db import Database
+from service.rollouts.worker import RolloutWorker
 from service.runtime import exit_cleanly_on_signals, open_database
 from service.security import Role
 from service.settings import Settings
@@ -190,6 +194,36 @@ def _await_inventory(
     raise httpx.HTTPError(f"the local agent did not report {sorted(names)} within 60 s")
 
 
+@dataclass
+class Tuning:
+    """Where the demo's first tuning is, for the terminal and the dashboard: step `step` of
+    `steps` (what it does), and about how long the rest takes — the steps left at the mean
+    of those done (the host's own pace, busy or not); None until one step is done."""
+
+    steps: int = 0
+    step: int = 0
+    what: str = ""
+    started: float = field(default_factory=time.monotonic)
+    done: bool = False
+
+    def left_s(self) -> float | None:
+        finished = self.step - 1
+        if finished < 1 or self.done:
+            return None
+        return (time.monotonic() - self.started) / finished * (self.steps - finished)
+
+    def said(self) -> str:
+        """ "tuning: step 3 of 5 (the nightly job: training and recommending), about 2
+        minutes left" — the dashboard's line while no recommendation is open yet."""
+        left = self.left_s()
+        eta = (
+            ""
+            if left is None
+            else f", about {max(1, round(left / 60))} minute{'s' if left >= 90 else ''} left"
+        )
+        return f"tuning: step {self.step} of {self.steps} ({self.what}){eta}"
+
+
 def _tune(
     base_url: str,
     admin_token: str,
@@ -200,6 +234,7 @@ def _tune(
     running: list[subprocess.Popen[bytes]],
     server: uvicorn.Server,
     data: str | None = None,
+    tuning: Tuning | None = None,
 ) -> None:
     """The loop's first turn on the lab devices: every stock scheduler benchmarked on a few
     workloads (results reported as observations), then the nightly job (local Ray) trains and
@@ -264,9 +299,14 @@ def _tune(
         f" canaries (log {log})",
         flush=True,
     )
+    tuning = tuning or Tuning()
+    tuning.steps, tuning.started = len(steps), time.monotonic()
     for number, command in enumerate(steps, start=1):
         began = time.monotonic()
-        print(f"blkpilot demo: [{number}/{len(steps)}] {_what(command)} …", flush=True)
+        tuning.step, tuning.what = number, _what(command)
+        left = tuning.left_s()
+        eta = "" if left is None else f" (about {left / 60:.0f} min left)"
+        print(f"blkpilot demo: [{number}/{len(steps)}] {_what(command)} …{eta}", flush=True)
         code = _step(command, log, running)
         print(
             f"blkpilot demo: [{number}/{len(steps)}] done in {time.monotonic() - began:.0f} s"
@@ -291,6 +331,7 @@ def _tune(
         if code != 0 and not (command[1:3] == ["agent", "canary"] and code in (1, 3)):
             print(f"blkpilot demo: {' '.join(command[1:3])} failed ({code}); see {log}", flush=True)
             return
+    tuning.done = True
     headers = {"Authorization": f"Bearer {admin_token}"}
     proposed = httpx.get(
         f"{base_url}/api/v1/recommendations",
@@ -306,6 +347,28 @@ def _tune(
     print("blkpilot demo recommendations ready", flush=True)
 
 
+def _rollout_worker(
+    settings: Settings, database: Database, node: NodeState, state_dir: Path
+) -> RolloutWorker:
+    """The rollout worker, pointed at this machine as the local node: an accepted
+    recommendation is tried under a canary here by the same playbooks a fleet runs
+    (ansible's local connection, the CLI of this installation, the demo agent's state)."""
+    host_vars = settings.data_dir / "rollout-hosts.json"
+    cli = Path(sys.executable).parent / "blkpilot"
+    variables = {
+        node.hostname: {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "blkpilot_cli": str(cli),
+            "blkpilot_state_dir": str(state_dir),
+        }
+    }
+    host_vars.write_text(json.dumps(variables, indent=2) + "\n")
+    worker = RolloutWorker(settings.model_copy(update={"rollout_host_vars": host_vars}), database)
+    worker.start()
+    return worker
+
+
 def run_demo(
     settings: Settings,
     *,
@@ -317,10 +380,12 @@ def run_demo(
 ) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not every request the demo makes
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+
     # the service's access log (a JSON line per request) to a file: on the terminal it buried
     # the banner that says where everything is
     access = logging.getLogger("blkpilot.access")
-    access.addHandler(logging.FileHandler(settings.data_dir / "access.log"))
+    # with its time, request id, route, status and duration, as the service writes it
+    access.addHandler(dressed(logging.FileHandler(settings.data_dir / "access.log")))
     access.propagate = False
     port = port or settings.port
     host = settings.host
@@ -336,6 +401,7 @@ def run_demo(
         "disk": (settings.data_dir / "lab" / "disk.img", 512 << 20),
     }
     agents: list[subprocess.Popen[bytes]] = []
+    workers: list[RolloutWorker] = []
     with (
         exit_cleanly_on_signals(),
         lab_devices(lab) as devices,
@@ -354,6 +420,8 @@ def run_demo(
             (Path("/sys/block") / devices[kind] / "queue" / "scheduler").write_text(scheduler)
         admin_token, token_path = _fresh_admin_token(database, settings.data_dir)
         app = create_app(settings, database)
+        tuning = Tuning()
+        app.state.tuning = tuning  # the dashboard says where it is
         server = uvicorn.Server(
             uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
         )
@@ -379,6 +447,7 @@ def run_demo(
                     log=settings.data_dir / "agent.log",
                 )
             )
+            workers.append(_rollout_worker(settings, database, state, state_dir))
             verb = "enrolled" if new else "already enrolled"
             lab_line = ", ".join(f"{name} ({kind})" for kind, name in sorted(devices.items()))
             print(
@@ -403,6 +472,7 @@ def run_demo(
                         f" http://127.0.0.1:{agent_metrics_port}/metrics;"
                         f" log {settings.data_dir / 'agent.log'}",
                         f"  access log     {settings.data_dir / 'access.log'}",
+                        f"  service log    {settings.data_dir / 'service.log'}",
                         f"  database       embedded PostgreSQL in {settings.data_dir / 'postgres'}"
                         if settings.database_url is None
                         else "  database       BLKPILOT_DATABASE_URL",
@@ -429,14 +499,19 @@ def run_demo(
                     agents,
                     server,
                     data=holding.name,
+                    tuning=tuning,
                 )
             except (OSError, httpx.HTTPError) as error:
                 print(f"blkpilot demo: tuning failed ({error}); see the tuning log", flush=True)
+            finally:
+                tuning.done = True
 
         threading.Thread(target=after_start_then_tune, name="demo-enroll", daemon=True).start()
         try:
             server.run()
         finally:
+            for worker in workers:
+                worker.stop()
             for process in agents:
                 _stop(process)
             stop_workload(traffic)

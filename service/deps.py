@@ -96,10 +96,23 @@ def _calls(dependant: Dependant) -> list[Callable[..., Any]]:
 
 
 def is_json(content_type: str) -> bool:
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (
-        media.startswith("application/") and media.endswith("+json")
-    )
+    """JSON, in UTF-8: the only encoding JSON has (RFC 8259); a body declared in another
+    charset is not read as if it were UTF-8."""
+    media, _, parameters = content_type.partition(";")
+    media = media.strip().lower()
+    if not (
+        media == "application/json"
+        or (media.startswith("application/") and media.endswith("+json"))
+    ):
+        return False
+    for parameter in parameters.split(";"):
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in (
+            "utf-8",
+            "utf8",
+        ):
+            return False
+    return True
 
 
 class AuthFirstRoute(APIRoute):
@@ -137,7 +150,8 @@ class AuthFirstRoute(APIRoute):
                     and not is_json(request.headers.get("content-type", ""))
                 ):
                     raise UnsupportedMediaType(
-                        "this endpoint takes JSON: send Content-Type: application/json"
+                        "this endpoint takes JSON in UTF-8: send Content-Type:"
+                        " application/json (with no charset, or charset=utf-8)"
                     )
             return await handler(request)
 

@@ -8,6 +8,7 @@ BlkpilotError (500)
 ├── PayloadTooLarge (413)
 ├── UnsupportedMediaType (415)  a JSON endpoint sent another Content-Type
 ├── Unprocessable (422)  well-formed but not acceptable (unknown device, bad policy)
+│   └── ClockAhead (422)   telemetry that ends in the future: the node's clock is ahead
 └── ServiceUnavailable (503)  the database is away: retry after Retry-After
 """
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from agent.contract.base import CLOCK_AHEAD
 
 
 class ErrorBody(BaseModel):
@@ -94,6 +97,14 @@ class Unprocessable(BlkpilotError):
 
     status_code = 422
     error = "unprocessable"
+
+
+class ClockAhead(Unprocessable):
+    """Telemetry windows end further in the future than clocks may be off: the node's clock
+    is ahead. Its own error name, so that an agent holds the batch until real time catches
+    up rather than setting it aside for good (agents before 2026-12 see a 422 as before)."""
+
+    error = CLOCK_AHEAD
 
 
 class ServiceUnavailable(BlkpilotError):

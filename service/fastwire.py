@@ -257,11 +257,14 @@ class FastDecoder(Generic[M]):
             return None
         try:
             decoded = self._decoder.decode(raw)
-        except msgspec.DecodeError:  # ValidationError is one
+            if self._whole is None:
+                return decoded, None
+            checked = self._whole(decoded)
+        except (msgspec.DecodeError, ValueError):
+            # DecodeError: refused (ValidationError is one). ValueError: what msgspec raises
+            # past its own errors — UnicodeDecodeError for a string that is not UTF-8, where a
+            # pattern is checked — or the whole check's: the model judges it, with its 4xx
             return None
-        if self._whole is None:
-            return decoded, None
-        checked = self._whole(decoded)
         if checked is None or checked is False:
             return None
         return decoded, checked

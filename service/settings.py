@@ -64,6 +64,8 @@ class Settings(BaseSettings):
     enrollment_token_ttl_hours: float = Field(default=24.0, gt=0, le=24 * 30)
     # Rollouts: `serve` runs a worker that carries them out with ansible-runner.
     rollout_worker: bool = True
+    # runs the nightly jobs operators queue through the API (POST /api/v1/nightly-runs)
+    nightly_worker: bool = True
     playbooks_dir: Path | None = None  # default: the playbooks shipped with blkpilot
     # Connection variables for the rollout inventory (YAML: `all:` and a section per host).
     rollout_host_vars: Path | None = None

@@ -119,6 +119,8 @@ class Device(Base):
     available_schedulers: Mapped[list[str]] = mapped_column(ARRAY(String(16)), default=list)
     current_scheduler: Mapped[str | None] = mapped_column(String(16))
     capabilities: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # what else sets its queue attributes (agent.owners), as its agent last reported
+    owners: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, default=list, server_default="[]")
     present: Mapped[bool] = mapped_column(Boolean, default=True)
     first_seen_at: Mapped[datetime] = _now()
     last_seen_at: Mapped[datetime] = _now()
@@ -279,6 +281,11 @@ class Policy(Base):
     applied_config: Mapped[dict[str, Any] | None] = mapped_column()
     applied_detail: Mapped[str | None] = mapped_column(Text)
     applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # a policy that only puts the device back as it was before blkpilot changed it: cleared
+    # once its agent reports it applied, so the device is unmanaged again (an undo)
+    release_when_applied: Mapped[bool] = mapped_column(default=False, server_default="false")
+    # where another owner sets what this policy sets: take_over or yield (OwnerPolicy)
+    owners: Mapped[str] = mapped_column(String(16), default="take_over", server_default="take_over")
 
 
 # Present devices counted by class, current scheduler and completion mode, kept by triggers
@@ -338,10 +345,12 @@ class RecommendationRow(Base):
     __tablename__ = "recommendations"
     __table_args__ = (
         CheckConstraint(
-            "status IN ('proposed', 'accepted', 'rejected', 'superseded', 'refuted')",
+            "status IN ('proposed', 'accepted', 'verifying', 'kept', 'rolled_back', 'applied',"
+            " 'reverted', 'rejected', 'superseded', 'refuted')",
             name="status",
         ),
         Index("ix_recommendations_device_status", "device_id", "status"),
+        Index("ix_recommendations_rollout", "rollout_id"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
@@ -369,6 +378,11 @@ class RecommendationRow(Base):
     # observation_id, verdict, finished_at, effects {metric: change, low, high, unit}; a fail
     # makes the status 'refuted'
     canary: Mapped[dict[str, Any] | None] = mapped_column()
+    # accepting it starts a one-device rollout that tries it under a canary: verifying while
+    # the rollout runs, then kept or rolled_back (service.recommendations.service)
+    rollout_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("rollouts.id", ondelete="SET NULL")
+    )
     created_at: Mapped[datetime] = _now()
 
 
@@ -394,6 +408,27 @@ class ScheduledCanary(Base):
     rank: Mapped[int] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(16), default="scheduled")
     created_at: Mapped[datetime] = _now()
+
+
+class NightlyRun(Base):
+    """A nightly job an operator queued through the API: the service's nightly worker claims
+    it, runs it and stores its report (or why it failed)."""
+
+    __tablename__ = "nightly_runs"
+    __table_args__ = (
+        CheckConstraint("status IN ('queued', 'running', 'done', 'failed')", name="status"),
+        Index("ix_nightly_runs_status_created", "status", "created_at"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    options: Mapped[dict[str, Any]] = mapped_column()
+    requested_by: Mapped[str] = mapped_column(String(128))
+    report: Mapped[dict[str, Any] | None] = mapped_column()
+    error: Mapped[str | None] = mapped_column(String(2000))
+    created_at: Mapped[datetime] = _now()
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Rollout(Base):

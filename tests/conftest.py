@@ -35,6 +35,7 @@ LONGEST_FIRST = (
     "tests/kernel/test_lab.py",
     "tests/test_rollouts.py",
     "tests/models/test_transfer.py",
+    "tests/agent/test_live_apps_unseen.py",
     "tests/test_dashboard_browser.py",
     "tests/test_soak.py",
     "tests/agent/test_live_canary.py",

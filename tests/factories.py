@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from agent.contract.tunables import Scheduler
+from agent.contract.tunables import DeviceConfig, Scheduler
 from agent.contract.wire import (
     DeviceCapabilities,
     DeviceClass,
@@ -21,7 +22,7 @@ from service.devices import repository as device_repository
 from service.devices import service as device_service
 from service.nodes import service as node_service
 from service.security import Principal, Role
-from service.tables import Device, Node
+from service.tables import Device, ModelVersion, Node, RecommendationRow
 from service.tokens import service as token_service
 
 # yesterday's noon: inside the raw telemetry retention whenever the suite runs
@@ -190,3 +191,50 @@ def rapl_window(
     )
     window.update(overrides)
     return window
+
+
+def create_recommendation(
+    session: Session,
+    device_id: uuid.UUID,
+    config: DeviceConfig,
+    workload_name: str,
+    evidence: dict[str, object] | None = None,
+) -> RecommendationRow:
+    """A proposed recommendation (p50 latency 40 → 30 µs predicted) as the nightly job stores
+    one, made an hour ago."""
+    version = ModelVersion(
+        run_id=uuid.uuid4(), device_class="ull", objective="p50_latency", rows=10, cells=4
+    )
+    session.add(version)
+    session.flush()
+    row = RecommendationRow(
+        device_id=device_id,
+        model_version_id=version.id,
+        objective="p50_latency",
+        objectives=["p50_latency"],
+        workload_name=workload_name,
+        workload_basis="test",
+        current_config={"scheduler": "none"},
+        recommended_config=config.model_dump(mode="json", exclude_none=True),
+        predictions={
+            "p50_latency": {
+                "metric": "lat_p50_us",
+                "current": 40.0,
+                "recommended": 30.0,
+                "change": -0.25,
+                "change_low": -0.4,
+                "change_high": -0.1,
+                "higher_is_better": False,
+            }
+        },
+        confidence=0.6,
+        evidence=evidence or {},
+        reason="predicted faster",
+        next_canary=None,
+        expected_gain=0.25,
+        status="proposed",
+        created_at=datetime.now(UTC) - timedelta(hours=1),
+    )
+    session.add(row)
+    session.flush()
+    return row

@@ -4,8 +4,10 @@ taken for markup)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -35,3 +37,25 @@ def test_defaults_are_shown_whole() -> None:
     assert "127.0.0.1" in shown.output
     assert "8000" in shown.output
     assert "Port ." not in shown.output
+
+
+def test_no_token_is_said_before_anything_is_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no token anywhere, an API command says so and where to put one (it said "cannot
+    reach …: Illegal header value b'Bearer '"), and sends nothing: exit status 2."""
+    import httpx
+
+    monkeypatch.delenv("BLKPILOT_TOKEN", raising=False)
+    monkeypatch.delenv("BLKPILOT_TOKEN_FILE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.config/blkpilot/token
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("a request was sent without a token")
+
+    monkeypatch.setattr(httpx, "request", refuse)
+    shown = CliRunner().invoke(app, ["nodes", "list", "--url", "http://127.0.0.1:9"])
+    assert shown.exit_code == 2, shown.output
+    assert "no API token" in shown.output
+    assert "BLKPILOT_TOKEN" in shown.output
+    assert "Illegal header" not in shown.output

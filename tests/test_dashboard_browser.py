@@ -2,10 +2,11 @@
 schedulers on its lab loop devices and runs the nightly job (in-process: Ray is made
 unreachable, and the demo falls back); headless Chromium (Debian's, driven
 by Playwright) then signs in as an operator, goes from the fleet overview to a device, accepts
-its recommendation and sees the policy applied on the device, reverts it and finds all three on
-the fleet's audit page; signed in as a viewer it sees the actions disabled and is refused when
-it submits one anyway. Every chart on the way is checked as shown: at the size it is drawn,
-no label outside it or over another. Screenshots of each step go to
+its recommendation — a canary tries it on the device, which keeps it (applied on the device,
+then reverted in one step to what it ran, unmanaged) or goes back by itself — and finds every
+step on the fleet's audit page; signed in as a viewer it sees the actions disabled and is
+refused when it submits one anyway. Every chart on the way is checked as shown: at the size it
+is drawn, no label outside it or over another. Screenshots of each step go to
 .artifacts/dashboard/ (or BLKPILOT_ARTIFACTS_DIR)."""
 
 from __future__ import annotations
@@ -225,48 +226,78 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
         device_id = device_url.rsplit("/", 1)[-1].split("?")[0]
         page.screenshot(path=ARTIFACTS / "2-device.png", full_page=True)
 
-        # accept it: it becomes the device's policy, and the audit log says so
+        # accept it: a one-device rollout tries it under a canary, and keeps it only if it
+        # passes; the card says it is being verified, and links to the rollout
         card = page.get_by_test_id("recommendation").first
         card.get_by_label("reason to accept").fill("looks right on the lab device")
-        card.get_by_role("button", name="Accept").click()
-        expect(page.get_by_role("status")).to_contain_text("accepted")
-        expect(page.get_by_test_id("policy")).to_contain_text("v1")
-        expect(page.get_by_test_id("audit")).to_contain_text("policy.set")
-        expect(page.get_by_test_id("audit")).to_contain_text("looks right on the lab device")
-        policy = httpx.get(
+        card.get_by_label("soak seconds").fill("5")
+        card.get_by_role("button", name="Accept and verify").click()
+        expect(page.get_by_role("status")).to_contain_text("verifying")
+        (verifying,) = demo.api("/recommendations", device_id=device_id, status="verifying")
+        assert verifying["decided_by"].startswith("token:operator-")
+        assert verifying["rollout_id"]
+        expect(page.get_by_test_id("verification").first).to_contain_text(
+            "Being tried under a canary"
+        )
+        page.screenshot(path=ARTIFACTS / "3-verifying.png", full_page=True)
+        device_name = demo.api(f"/devices/{device_id}")["name"]
+        scheduler = Path(f"/sys/block/{device_name}/queue/scheduler")
+        ended = verifying
+        deadline = time.monotonic() + 600
+        while ended["status"] == "verifying" and time.monotonic() < deadline:
+            time.sleep(2)
+            ended = demo.api(f"/recommendations/{verifying['id']}")
+        assert ended["status"] in ("kept", "rolled_back"), ended["status"]
+        rollout = demo.api(f"/rollouts/{verifying['rollout_id']}")
+        page.reload()
+        if ended["status"] == "kept":
+            # its canary passed on this device: the policy, applied by the node's agent
+            assert rollout["status"] == "succeeded", rollout["status_detail"]
+            expect(page.get_by_test_id("verification").first).to_contain_text("Kept")
+            wanted = ended["recommended_config"]["scheduler"]
+            tunables = ended["recommended_config"].get("scheduler_tunables") or {}
+            wait_until_applied(page, wanted)
+            assert f"[{wanted}]" in scheduler.read_text()  # on the device, not only the page
+            iosched = Path(f"/sys/block/{device_name}/queue/iosched")
+            for name, value in tunables.items():
+                assert int((iosched / name).read_text()) == value, name
+            page.screenshot(path=ARTIFACTS / "4-kept.png", full_page=True)
+            # undo in one step: back to exactly what it ran, and unmanaged, as it was
+            undo = page.get_by_test_id("recommendation").filter(has_text="Kept")
+            undo.get_by_label("reason to revert").fill("undo the lab change")
+            undo.get_by_role("button", name="Revert").click()
+            expect(page.get_by_role("status")).to_contain_text("reverted")
+            rollout = demo.api(f"/rollouts/{verifying['rollout_id']}")
+            while rollout["status"] == "rolling_back" and time.monotonic() < deadline:
+                time.sleep(1)
+                rollout = demo.api(f"/rollouts/{verifying['rollout_id']}")
+            assert rollout["status"] == "rolled_back", rollout["status_detail"]
+            assert demo.api(f"/recommendations/{verifying['id']}")["status"] == "reverted"
+            trail: tuple[str, ...] = (
+                "recommendation.accepted",
+                "recommendation.kept",
+                "recommendation.reverted",
+            )
+        else:
+            # its canary did not prove it here (this device, this host's load): put back by
+            # itself, and the card says so
+            assert rollout["status"] == "rolled_back", rollout["status_detail"]
+            expect(page.get_by_test_id("verification").first).to_contain_text("Rolled back")
+            page.screenshot(path=ARTIFACTS / "4-kept.png", full_page=True)
+            trail = ("recommendation.accepted", "recommendation.rolled_back")
+        assert f"[{before}]" in scheduler.read_text()  # the device runs what it ran
+        response = httpx.get(
             f"{demo.base}/api/v1/devices/{device_id}/policy",
             headers={"Authorization": f"Bearer {demo.admin}"},
-        ).json()
-        (accepted,) = demo.api("/recommendations", device_id=device_id, status="accepted")
-        assert policy["config"] == accepted["recommended_config"]
-        assert accepted["decided_by"].startswith("token:operator-")
-        # the node's agent applies it to the device, and the page shows it applied
-        wanted = accepted["recommended_config"]["scheduler"]
-        tunables = accepted["recommended_config"].get("scheduler_tunables") or {}
-        wait_until_applied(page, wanted)
-        device_name = demo.api(f"/devices/{device_id}")["name"]
-        sysfs = Path(f"/sys/block/{device_name}/queue/scheduler").read_text()
-        assert f"[{wanted}]" in sysfs  # really on the device, not only on the page
-        iosched = Path(f"/sys/block/{device_name}/queue/iosched")
-        for name, value in tunables.items():
-            assert int((iosched / name).read_text()) == value, name
-        page.screenshot(path=ARTIFACTS / "3-accepted.png", full_page=True)
-
-        # undo: back to what the device ran before the policy, applied by the agent again
-        page.get_by_label("reason to revert").fill("undo the lab change")
-        page.get_by_role("button", name="Revert").click()
-        expect(page.get_by_test_id("policy")).to_contain_text("v2")
-        wait_until_applied(page, before)
-        assert f"[{before}]" in Path(f"/sys/block/{device_name}/queue/scheduler").read_text()
-        # the fleet's audit page, filtered to this device: the accept, the agent's report of
-        # each change applied, and the revert with its reason
+        )
+        assert response.status_code == 404  # and blkpilot holds no policy over it
+        # the fleet's audit page, filtered to the recommendation: every step, with its reason
         page.goto(f"{demo.base}/ui/audit")
-        page.get_by_label("target").fill(device_id)
+        page.get_by_label("target").fill(verifying["id"])
         page.get_by_role("button", name="Filter").click()
         audit_log = page.get_by_test_id("audit-log")
-        for action in ("policy.set", "policy.applied", "policy.reverted", "undo the lab change"):
+        for action in (*trail, "looks right on the lab device"):
             expect(audit_log).to_contain_text(action)
-        assert audit_log.locator("tr", has_text="policy.applied").count() >= 2
         page.screenshot(path=ARTIFACTS / "3b-reverted-audit.png", full_page=True)
 
         # a viewer: the actions are disabled, and refused when submitted anyway
@@ -280,11 +311,11 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
         page.goto(f"{demo.base}/ui/devices/{other['device_id']}")
         expect(page.get_by_test_id("viewer-note").first).to_be_visible()
         expect(page.get_by_role("button", name="Accept").first).to_be_disabled()
-        page.screenshot(path=ARTIFACTS / "4-viewer.png", full_page=True)
+        page.screenshot(path=ARTIFACTS / "5-viewer.png", full_page=True)
         page.evaluate("document.querySelectorAll('button, input').forEach(e => e.disabled = false)")
         page.get_by_role("button", name="Accept").first.click()
         expect(page.get_by_test_id("refused")).to_contain_text("needs the operator role")
-        page.screenshot(path=ARTIFACTS / "5-viewer-refused.png", full_page=True)
+        page.screenshot(path=ARTIFACTS / "6-viewer-refused.png", full_page=True)
         browser.close()
 
     still = demo.api(f"/recommendations/{other['id']}")
@@ -298,10 +329,11 @@ def test_operator_accepts_a_recommendation_and_a_viewer_cannot(demo: Demo) -> No
     assert shots == [
         "1-overview.png",
         "2-device.png",
-        "3-accepted.png",
+        "3-verifying.png",
         "3b-reverted-audit.png",
-        "4-viewer.png",
-        "5-viewer-refused.png",
+        "4-kept.png",
+        "5-viewer.png",
+        "6-viewer-refused.png",
     ]
 
 

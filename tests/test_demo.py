@@ -4,6 +4,7 @@ on them, and a clean stop."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -62,6 +63,11 @@ def test_demo_runs_the_loop_on_lab_devices_and_stops_cleanly(tmp_path: Path) -> 
     try:
         assert seconds < 60, f"demo took {seconds:.1f} s"
         assert f"  API            {base}/api/v1" in lines
+        # the service's own log lines (the database's start, each migration) go to its log
+        # file, not before the banner (issue 67: ~170 JSON lines did)
+        logged = [line for line in lines if line.startswith("{")]
+        assert not logged, logged[:5]
+        assert "alembic" in (tmp_path / "service.log").read_text()
         assert httpx.get(f"{base}/readyz").json()["status"] == "ok"
         token = (tmp_path / "admin.token").read_text().strip()
         assert (tmp_path / "admin.token").stat().st_mode & 0o777 == 0o600
@@ -92,6 +98,12 @@ def test_demo_runs_the_loop_on_lab_devices_and_stops_cleanly(tmp_path: Path) -> 
         lab = [d["name"] for d in devices]
         metrics = httpx.get(f"http://127.0.0.1:{agent_port}/metrics").text
         assert all(f'device="{name}"' in metrics for name in lab)
+        # the access log: a JSON line per request, with its time and id (issue 67)
+        entries = [json.loads(line) for line in (tmp_path / "access.log").read_text().splitlines()]
+        ready = next(e for e in entries if e["message"].startswith("GET /readyz"))
+        assert ready["time"], ready
+        assert ready["request_id"], ready
+        assert ready["status"] == 200, ready
     finally:
         code = stop(process, signal.SIGINT)
     assert code == 0

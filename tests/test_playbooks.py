@@ -36,6 +36,25 @@ def test_playbook_syntax(playbook: str) -> None:
     assert "WARNING" not in checked.stderr, checked.stderr
 
 
+def test_without_an_inventory_nothing_is_targeted_and_a_bad_one_is_an_error() -> None:
+    """Issue 67: the shipped ansible.cfg made every command without -i fail; it now reads an
+    inventory with no hosts, and an inventory named that cannot be read is still an error."""
+
+    def playbook(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(BIN / "ansible-playbook"), *extra, "agent.yml"],
+            cwd=PLAYBOOKS, env=ENV, capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+
+    assert playbook("--syntax-check").returncode == 0
+    listed = playbook("--list-hosts")
+    assert listed.returncode == 0, listed.stderr
+    assert "hosts (0)" in listed.stdout, listed.stdout
+    unreadable = playbook("-i", "/nonexistent/inventory.yml", "--list-hosts")
+    assert unreadable.returncode != 0
+    assert "No inventory was parsed" in unreadable.stderr, unreadable.stderr
+
+
 def test_inventory_plugin_documents_itself() -> None:
     doc = subprocess.run(
         [str(BIN / "ansible-doc"), "-t", "inventory", "--json", "blkpilot"],

@@ -4,6 +4,7 @@ real agent CLI and client."""
 from __future__ import annotations
 
 import http.client
+import json
 import subprocess
 import time
 import uuid
@@ -191,21 +192,33 @@ def test_production_refuses_the_embedded_database(tmp_path: Path) -> None:
 
 
 def test_tokens_are_listed_rotated_and_revoked_from_the_cli(served: ServiceProcess) -> None:
-    """`blkpilot token list | rotate | revoke` on the running service's database: the list
-    shows expiry and last use (UTC), rotation prints a new secret and stops the old one."""
-    made = run("token", "create", "--name", "cli-ops", "--role", "operator", env=served.env)
+    """`blkpilot token create | list | rotate | revoke` through the running service's API with
+    an admin token (issue 67: they went to the database, and with only a URL and a token set
+    `token list` started an empty embedded PostgreSQL of its own): the list shows expiry and
+    last use (UTC), rotation prints a new secret and stops the old one."""
+    admin = served.create_admin(f"cli-admin-{uuid.uuid4().hex[:6]}")
+    env = {**served.env, "BLKPILOT_URL": served.base_url, "BLKPILOT_TOKEN": admin}
+    elsewhere = Path(served.data_dir).parent / f"elsewhere-{uuid.uuid4().hex[:6]}"
+    elsewhere.mkdir()
+    # a workstation with the URL and no token: said, and no database of its own started
+    bare = run("token", "list", env={**clean_env(elsewhere), "BLKPILOT_URL": served.base_url,
+                                     "HOME": str(elsewhere)})  # fmt: skip
+    assert bare.returncode == 2, bare.stderr
+    assert "no API token" in bare.stderr
+    assert not (elsewhere / "postgres").exists()
+    made = run("token", "create", "--name", "cli-ops", "--role", "operator", env=env)
     assert made.returncode == 0, made.stderr
     secret = made.stdout.split()[-1]
     url = f"{served.base_url}/api/v1/nodes"
     assert httpx.get(url, headers={"Authorization": f"Bearer {secret}"}).status_code == 200
-    listed = run("token", "list", env=served.env)
+    listed = run("token", "list", env=env)
     assert listed.returncode == 0, listed.stderr
     (row,) = [line for line in listed.stdout.splitlines() if line.startswith("cli-ops ")]
     assert "operator" in row
     assert "active" in row
     assert row.count("UTC") == 2  # expires in 90 days, used just now
 
-    rotated = run("token", "rotate", "cli-ops", "--ttl-hours", "0", env=served.env)
+    rotated = run("token", "rotate", "cli-ops", "--ttl-hours", "0", env=env)
     assert rotated.returncode == 0, rotated.stderr
     fresh = rotated.stdout.split()[-1]
     assert fresh != secret
@@ -213,14 +226,31 @@ def test_tokens_are_listed_rotated_and_revoked_from_the_cli(served: ServiceProce
     assert httpx.get(url, headers={"Authorization": f"Bearer {fresh}"}).status_code == 200
     (row,) = [
         line
-        for line in run("token", "list", env=served.env).stdout.splitlines()
+        for line in run("token", "list", env=env).stdout.splitlines()
         if line.startswith("cli-ops ")
     ]
     assert "never" in row
 
-    assert run("token", "revoke", "cli-ops", env=served.env).returncode == 0
+    # issue 67: a token past its expiry read "active" while the service refused it
+    short = run("token", "create", "--name", "cli-short", "--role", "viewer", "--ttl-hours",
+                "0.0003", env=env)  # fmt: skip
+    assert short.returncode == 0, short.stderr
+    time.sleep(1.5)
+    assert (
+        httpx.get(url, headers={"Authorization": f"Bearer {short.stdout.split()[-1]}"}).status_code
+        == 401
+    )
+    (row,) = [
+        line
+        for line in run("token", "list", env=env).stdout.splitlines()
+        if line.startswith("cli-short ")
+    ]
+    assert "expired" in row
+    assert "active" not in row
+
+    assert run("token", "revoke", "cli-ops", env=env).returncode == 0
     assert httpx.get(url, headers={"Authorization": f"Bearer {fresh}"}).status_code == 401
-    missing = run("token", "rotate", "no-such-token", env=served.env)
+    missing = run("token", "rotate", "no-such-token", env=env)
     assert missing.returncode == 1
     assert "no active API token" in missing.stderr
 
@@ -239,3 +269,54 @@ def test_a_fixture_that_gives_up_stops_what_it_started(tmp_path: Path) -> None:
     assert leftovers.stdout == "", leftovers.stdout
     time.sleep(1)
     assert not (tmp_path / "svc" / "postgres" / "postmaster.pid").exists()
+
+
+def test_an_operator_runs_the_nightly_job_through_the_api(served: ServiceProcess) -> None:
+    """`blkpilot nightly --url` from a workstation (issue 67: it worked on the database only):
+    queued in the service, run by its nightly worker, followed until it ends, its report
+    printed; audited; a viewer cannot queue one; one at a time."""
+    admin = served.create_admin(f"nightly-admin-{uuid.uuid4().hex[:6]}")
+    workstation = Path(served.data_dir).parent / f"ws-{uuid.uuid4().hex[:6]}"
+    workstation.mkdir()
+    env = {**clean_env(workstation), "HOME": str(workstation), "BLKPILOT_TOKEN": admin}
+    done = run("nightly", "--url", served.base_url, "--local", "--max-canaries", "0", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "queued in" in done.stderr
+    assert "nightly run" in done.stdout, done.stdout
+    assert "observations" in done.stdout, done.stdout
+    assert not (workstation / "postgres").exists()  # nothing of its own started
+    headers = {"Authorization": f"Bearer {admin}"}
+    runs = httpx.get(f"{served.base_url}/api/v1/nightly-runs", headers=headers).json()
+    latest = runs[0]
+    assert latest["status"] == "done", latest
+    assert latest["options"]["local"] is True
+    assert latest["options"]["max_canaries"] == 0
+    assert latest["report"]["samples"] >= 0
+    assert latest["started_at"]
+    assert latest["finished_at"]
+    events = httpx.get(
+        f"{served.base_url}/api/v1/audit", headers=headers, params={"action": "nightly.queued"}
+    ).json()
+    assert any(e["target_id"] == latest["id"] for e in events), events
+
+    made = run("token", "create", "--name", f"v-{uuid.uuid4().hex[:6]}", "--role", "viewer",
+               env={**env, "BLKPILOT_URL": served.base_url})  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    viewer = {"Authorization": f"Bearer {made.stdout.split()[-1]}"}
+    url = f"{served.base_url}/api/v1/nightly-runs"
+    assert httpx.post(url, headers=viewer, json={}).status_code == 403
+    assert httpx.post(url, headers=headers, json={"max_canaries": -1}).status_code == 422
+    # queued without waiting, then a second while it is open: refused
+    first = run("nightly", "--url", served.base_url, "--local", "--no-wait", env=env)
+    assert first.returncode == 0, first.stderr
+    first_id = json.loads(first.stdout)["id"]
+    second = httpx.post(url, headers=headers, json={"local": True})
+    if second.status_code != 409:  # only where the first had already ended
+        assert second.status_code == 202, second.text
+        assert httpx.get(f"{url}/{first_id}", headers=headers).json()["status"] == "done"
+    else:
+        assert first_id in second.json()["detail"], second.text
+    deadline = time.monotonic() + 120
+    while httpx.get(url, headers=headers).json()[0]["status"] in ("queued", "running"):
+        assert time.monotonic() < deadline
+        time.sleep(0.5)

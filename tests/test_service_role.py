@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
-def _playbook(variables: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _playbook(variables: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return run_playbook(
         "-i", "control-role-test,", "-c", "local", "-e", f"@{variables}",
-        "-e", f"ansible_python_interpreter={sys.executable}", "service.yml",
+        "-e", f"ansible_python_interpreter={sys.executable}", *extra, "service.yml",
         tmp_path=tmp_path,
     )  # fmt: skip
 
@@ -111,9 +111,18 @@ def test_service_role_deploys_serve_against_an_external_postgresql(
     )
     assert built.returncode == 0, built.stderr
     (wheel,) = (tmp_path / "dist").glob("blkpilot-*.whl")
+    # and the locked versions of its dependencies, as `make dist` exports them
+    constraints = tmp_path / "dist" / "constraints.txt"
+    exported = subprocess.run(
+        [uv, "export", "--frozen", "--all-extras", "--no-dev", "--no-hashes",
+         "--no-emit-project", "--format", "requirements.txt", "-q", "-o", str(constraints)],
+        capture_output=True, text=True, timeout=120, check=False, cwd=ROOT,
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr
     variables = {
         "blkpilot_service_prefix": str(prefix),
         "blkpilot_service_package": f"{wheel}[server]",
+        "blkpilot_service_constraints": str(constraints),
         "blkpilot_install_os_packages": False,
         "blkpilot_service_create_user": False,
         "blkpilot_service_user": "root",
@@ -131,10 +140,40 @@ def test_service_role_deploys_serve_against_an_external_postgresql(
     (tmp_path / "vars.json").write_text(json.dumps(variables))
     serve = None
     try:
+        # a dry run on the fresh host (issue 67): it says what it would do and does nothing
+        dry = _playbook(tmp_path / "vars.json", tmp_path, "--check", "--diff")
+        assert dry.returncode == 0, dry.stdout[-4000:] + dry.stderr[-2000:]
+        assert secret not in dry.stdout + dry.stderr
+        assert not prefix.exists()
+        assert not etc.exists()
+        assert any("service's virtualenv" in task for task in _changed(dry)), dry.stdout
         run = _playbook(tmp_path / "vars.json", tmp_path)
         assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
         assert secret not in run.stdout + run.stderr  # the URL's credentials: no_log
         assert any("Migrate the schema" in task for task in _changed(run)), run.stdout
+        # exactly the locked versions (issue 67: the roles installed whatever pip resolved)
+        from packaging.requirements import Requirement
+
+        locked = {}
+        for line in constraints.read_text().splitlines():
+            if "==" not in line or line.startswith(("#", " ")):
+                continue
+            requirement = Requirement(line)  # a version per Python: its marker says which
+            if requirement.marker is None or requirement.marker.evaluate():
+                locked[requirement.name] = str(requirement.specifier).removeprefix("==")
+        frozen = subprocess.run(
+            [str(prefix / "bin" / "python"), "-m", "pip", "list", "--format", "freeze"],
+            capture_output=True, text=True, timeout=120, check=True,
+        ).stdout  # fmt: skip
+        installed = dict(line.split("==") for line in frozen.splitlines() if "==" in line)
+        normal = {k.lower().replace("_", "-"): v for k, v in installed.items()}
+        checked = {name: normal.get(name.lower()) for name in locked if name.lower() in normal}
+        assert len(checked) >= 20, checked  # the server's dependencies are there
+        assert all(locked[name] == version for name, version in checked.items()), {
+            name: (locked[name], version)
+            for name, version in checked.items()
+            if locked[name] != version
+        }
 
         # secrets only in root-only files; the rest readable
         token_file, url_file = etc / "admin.token", etc / "credentials" / "database_url"

@@ -154,7 +154,11 @@ def run(
     metrics_port: Annotated[int | None, typer.Option(help="0 turns the exporter off.")] = None,
     offline: Annotated[bool, typer.Option(help="Collect and spool without a service.")] = False,
 ) -> None:
-    """Run the agent: telemetry, inventory, policies and drift, and /metrics on a local port."""
+    """Run the agent: telemetry, inventory, policies and drift, and /metrics on a local port.
+
+    Exit status: 0 stopped by a signal; 1 could not start (the service refused, a port in
+    use); 2 a bad option or configuration; 78 the node's state file is unreadable (restore it
+    or re-enrol: a restart cannot help, and the systemd unit does not restart on it)."""
     from agent.daemon import run_until_signalled
     from agent.state import NodeState
 
@@ -170,9 +174,9 @@ def run(
     directory = cfg.state_dir or state_dir
     try:
         state = None if offline else NodeState.load(directory)
+        run_until_signalled(cfg, state, directory, typer.echo)
     except AgentError as error:
         raise fail(error) from error
-    run_until_signalled(cfg, state, directory, typer.echo)
 
 
 @app.command()
@@ -318,6 +322,22 @@ def canary(
             " thinner traffic cannot be judged (exit 4).",
         ),
     ] = 10.0,
+    max_seconds: Annotated[
+        float,
+        typer.Option(
+            min=10,
+            max=7200,
+            help="Live: the budget in time, seconds of intervals; then a last look.",
+        ),
+    ] = 480.0,
+    loop: Annotated[
+        str,
+        typer.Option(
+            help="Live: closed (the device sets the application's pace: a lower data rate"
+            " fails a candidate), open (its clients do: it does not), or auto (told from the"
+            " baseline's own intervals)."
+        ),
+    ] = "auto",
     alpha: Annotated[float, typer.Option(min=0.001, max=0.5)] = 0.05,
     guard_ratio: Annotated[
         float,
@@ -344,6 +364,12 @@ def canary(
     sli_tolerance: Annotated[
         float, typer.Option(min=0.001, max=1.0, help="Live: how much worse the SLI may get.")
     ] = 0.10,
+    sli_decides: Annotated[
+        bool,
+        typer.Option(
+            help="Live: the SLI alone is needed for a pass; block latency can still fail it."
+        ),
+    ] = False,
     sli_file: Annotated[
         Path | None, typer.Option(help="Live: the SLI as JSON (agent.contract.sli.AppSli).")
     ] = None,
@@ -369,16 +395,22 @@ def canary(
 
     if mode not in ("auto", "synthetic", "live"):
         raise typer.BadParameter("auto, synthetic or live", param_hint="--mode")
+    if loop not in ("auto", "closed", "open"):
+        raise typer.BadParameter("auto, closed or open", param_hint="--loop")
     cfg = load_config(config)
     directory = cfg.state_dir or state_dir
     spec = workload_option(workload, workload_file)
     candidate = candidate_option(config_file, scheduler, tunable, nr_requests, read_ahead_kb)
     live = LiveSettings(
-        sli=sli_option(sli_file, sli_url, sli_metric, sli_per, sli_label, sli_tolerance),
+        sli=sli_option(
+            sli_file, sli_url, sli_metric, sli_per, sli_label, sli_tolerance, sli_decides
+        ),
         pairs=pairs,
         max_pairs=max_pairs,
         interval_s=interval,
         max_interval_s=max(interval, max_interval),
+        max_seconds=max_seconds,
+        loop=loop,  # type: ignore[arg-type]  # (checked above)
         alpha=alpha,
         guard_ratio=guard_ratio,
     )
@@ -417,8 +449,9 @@ def canary(
         typer.echo(f"note: {note}")
     kind = "live" if run.live is not None else "synthetic"
     outcome = "candidate kept" if result.kept_candidate else "baseline restored"
+    counted = "pairs" if kind == "live" else "rounds"
     typer.echo(
-        f"verdict: {result.verdict.value} ({kind}) after {result.rounds} rounds"
+        f"verdict: {result.verdict.value} ({kind}) after {result.rounds} {counted}"
         f" ({result.looks} look{'s' if result.looks > 1 else ''}) in"
         f" {result.seconds:.1f} s; {outcome}"
     )

@@ -51,7 +51,7 @@ StateDir = Annotated[
 
 def fail(error: AgentError) -> typer.Exit:
     typer.secho(f"error: {error}", err=True, fg=typer.colors.RED)
-    return typer.Exit(code=1)
+    return typer.Exit(code=getattr(error, "exit_status", 1))
 
 
 def sli_option(
@@ -61,15 +61,18 @@ def sli_option(
     per: str | None,
     labels: list[str],
     tolerance: float,
+    decides: bool = False,
 ) -> AppSli | None:
-    """The application SLI of `--sli-file`, or of `--sli-url` and `--sli-metric`."""
+    """The application SLI of `--sli-file` (`--sli-decides` sets its `decides`), or of
+    `--sli-url` and `--sli-metric`."""
     from pydantic import ValidationError
 
     from agent.contract.sli import AppSli
 
     if file is not None:
         try:
-            return AppSli.model_validate_json(file.read_bytes())
+            found = AppSli.model_validate_json(file.read_bytes())
+            return found.model_copy(update={"decides": True}) if decides else found
         except (OSError, ValidationError) as error:
             raise typer.BadParameter(str(error), param_hint="--sli-file") from error
     if url is None and metric is None:
@@ -84,6 +87,7 @@ def sli_option(
             per=per,
             labels=labels_option(labels),
             tolerance=tolerance,
+            decides=decides,
         )
     except ValidationError as error:
         raise typer.BadParameter(str(error), param_hint="--sli-url") from error

@@ -23,6 +23,9 @@ MAX_WINDOW_SPAN = timedelta(hours=1)
 # end further in its future than a clock may be off (a node's NTP failing, a VM's clock).
 EARLIEST_WINDOW = datetime(2000, 1, 1, tzinfo=UTC)
 MAX_CLOCK_SKEW = timedelta(minutes=5)
+# the error name of a telemetry push refused because a window ends past that: the node's clock
+# is ahead, and the batch becomes acceptable as real time catches up (the agent holds it)
+CLOCK_AHEAD = "clock_ahead"
 MAX_DEVICES_PER_NODE = 1_024
 INT64_MAX = 2**63 - 1
 
@@ -36,8 +39,10 @@ Counter = Annotated[int, Field(ge=0, le=INT64_MAX, strict=True)]
 # The fastest devices do about 1e7 I/Os and 1.4e10 bytes a second (PCIe 5 NVMe); a node's
 # widest stack (md or dm over many of them) stays under ten times that. So a window may count
 # at most MAX_IOPS I/Os and MAX_BYTES_PER_S bytes for each second it spans — and, whatever
-# its span, no more than an hour of that. Eight hours of windows at these ceilings still sum
-# far inside BIGINT (3.6e11 x 8 << 9.2e18).
+# its span, no more than an hour of that. A device's windows may not overlap (the service
+# refuses one that overlaps another of its device), so an hour of them sums to at most an
+# hour at these ceilings, far inside BIGINT (3.6e14 << 9.2e18); the hourly roll-up clamps
+# whatever got past that into BIGINT for its own device alone.
 MAX_IOPS = 1e8
 MAX_BYTES_PER_S = 1e11
 MAX_IOS_PER_WINDOW = int(MAX_IOPS * MAX_WINDOW_SPAN.total_seconds())  # 3.6e11
@@ -52,13 +57,16 @@ def measure(high: float) -> Any:
     return Field(ge=0.0, le=high, strict=True)
 
 
+MAX_MICROS = 3.6e9  # a latency: up to an hour
+MAX_DEPTH = 1e6  # requests in flight
+MAX_JOULES = 1e12
 Iops = Annotated[float, measure(MAX_IOPS)]  # the fastest devices do about 1e7
-Micros = Annotated[float, measure(3.6e9)]  # a latency: up to an hour
+Micros = Annotated[float, measure(MAX_MICROS)]
 Bytes = Annotated[float, measure(float(1 << 32))]  # a mean request size
-Depth = Annotated[float, measure(1e6)]  # requests in flight
+Depth = Annotated[float, measure(MAX_DEPTH)]
 PerSecond = Annotated[float, measure(1e10)]  # events per second on a node
 Watts = Annotated[float, measure(1e6)]
-Joules = Annotated[float, measure(1e12)]
+Joules = Annotated[float, measure(MAX_JOULES)]
 
 
 _LEAVES = (int, float, bool, type(None))

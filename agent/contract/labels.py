@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Field
 
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_./-]{0,62}$")
 MAX_LABELS = 64
@@ -22,7 +22,18 @@ def check_labels(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
-Labels = Annotated[dict[str, str], AfterValidator(check_labels)]
+# the same rules in the schema, so that a client generated from the OpenAPI document agrees
+Labels = Annotated[
+    dict[str, str],
+    AfterValidator(check_labels),
+    Field(
+        json_schema_extra={
+            "propertyNames": {"pattern": LABEL_KEY.pattern},
+            "maxProperties": MAX_LABELS,
+            "additionalProperties": {"type": "string", "maxLength": 255},
+        }
+    ),
+]
 
 
 def parse_labels(labels: list[str]) -> dict[str, str]:

@@ -52,13 +52,19 @@ def formatter(log_format: LogFormat) -> logging.Formatter:
     return logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def dressed(handler: logging.Handler, log_format: LogFormat = "json") -> logging.Handler:
+    """The handler with the process's format: time, level, logger, message, the request id,
+    and a record's extra fields (JSON)."""
+    handler.addFilter(_WithRequestId())
+    handler.setFormatter(formatter(log_format))
+    return handler
+
+
 def configure(
     log_format: LogFormat = "json", *, level: int = logging.INFO, stream: IO[str] | None = None
 ) -> logging.Handler:
     """The process's logging: one handler on the root logger, replacing any other."""
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.addFilter(_WithRequestId())
-    handler.setFormatter(formatter(log_format))
+    handler = dressed(logging.StreamHandler(stream or sys.stderr), log_format)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -9,8 +9,13 @@ interval, the interval's value is
 
 Series are selected by `labels` (every label given must match); the matching series are summed.
 The canary judges it like any other metric: non-inferiority at `tolerance` (relative), in the
-direction `higher_is_better` says. One definition, read by the agent's command line, rollouts
-and the nightly job's canaries.
+direction `higher_is_better` says. By default a pass needs the SLI and block latency both
+within their tolerances. With `decides`, the SLI alone is needed for a pass and block latency
+can still fail a candidate (a shift past its tolerance, confidently) but no longer hold a pass
+back: for an SLI that covers all the application does (every query's time), on a workload whose
+block-level tail is far noisier than what it feels — MariaDB's doublewrite bursts made an
+unchanged configuration's block p99 straddle a 10 % tolerance after 8 minutes. One definition,
+read by the agent's command line, rollouts and the nightly job's canaries.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ class AppSli(WireModel):
     # flushes a backend's statistics at most once a second), so canary intervals are at least
     # this long where the SLI is judged
     min_interval_s: Annotated[float, Field(ge=0.0, le=600.0)] = 2.0
+    # the SLI alone is needed for a pass; block latency can fail a candidate but not hold a
+    # pass back (the module's docstring says where that fits)
+    decides: bool = False
     description: Annotated[str, Field(max_length=200)] = ""  # what it is, for people
 
     @model_validator(mode="after")

@@ -146,4 +146,17 @@ def _asks_for_something(config: DeviceConfig) -> DeviceConfig:
 
 # What a policy or a rollout asks a device to run: {} would create a version that changes
 # nothing, and an agent would refuse it at every fetch.
-WantedConfig = Annotated[DeviceConfig, AfterValidator(_asks_for_something)]
+# The schema says it too: at least one of these is given, and not null.
+_ASKS_FOR = ("scheduler", "nr_requests", "read_ahead_kb", "completion")
+WantedConfig = Annotated[
+    DeviceConfig,
+    AfterValidator(_asks_for_something),
+    Field(
+        json_schema_extra={
+            "anyOf": [
+                {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+                for name in _ASKS_FOR
+            ]
+        }
+    ),
+]

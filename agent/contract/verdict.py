@@ -52,6 +52,13 @@ class MetricStatistics:
     # from `confidence`'s (whose interval, shown, decides a pass)
     fail_confidence: float | None = None
 
+    @property
+    def relative_gain(self) -> float:
+        """The change as a gain: higher is better, whatever the metric's direction (a p99
+        14 % higher is a gain of -14 %). What every reader is shown: dashboard, API, CLI and
+        the agent's evidence, beside the raw shift where that is shown too."""
+        return self.relative_shift if self.higher_is_better else -self.relative_shift
+
     def as_statistics(self) -> dict[str, float]:
         prefix = self.metric
         return {

@@ -138,6 +138,25 @@ class DeviceCapabilities(WireModel):
         return self
 
 
+class OwnerKind(StrEnum):
+    UDEV = "udev"
+    TUNED = "tuned"
+
+
+class Owner(WireModel):
+    """Something else on the node that sets this device's queue attributes (agent.owners): a
+    udev rule (`source`: its file and line) or the active TuneD profile (`source`: the profile
+    and the file its [disk] settings come from). `settings`: attribute under queue/ (as the
+    agent names tunables: scheduler, read_ahead_kb, iosched/…) → the value it sets; `certain`
+    False where the rule also matches on something the agent cannot evaluate (a PROGRAM, a
+    parent's attribute): it may apply."""
+
+    kind: OwnerKind
+    source: ShortText
+    settings: dict[ShortText, ShortText] = Field(max_length=16)
+    certain: bool = True
+
+
 class DeviceInventory(WireModel):
     name: DeviceName
     model: ShortText = ""
@@ -151,6 +170,8 @@ class DeviceInventory(WireModel):
     holds_data: bool = True  # the safe default: unknown means "do not write"
     holds_data_reasons: list[ShortText] = Field(default_factory=list, max_length=32)
     capabilities: DeviceCapabilities = Field(default_factory=DeviceCapabilities)
+    # what else sets its queue attributes: udev rules, a TuneD profile (agent.owners)
+    owners: list[Owner] = Field(default_factory=list, max_length=16)
 
 
 class InventoryReport(WireModel):
@@ -440,12 +461,25 @@ class ObservationCreate(WireModel):
         return self
 
 
+class OwnerPolicy(StrEnum):
+    """What blkpilot does where another owner (a udev rule, a TuneD profile: agent.owners) sets
+    an attribute its policy sets too."""
+
+    # applies, and where the other owner sets it back, applies again once per change and says
+    # whose change it undid (today's behaviour, and the default)
+    TAKE_OVER = "take_over"
+    # the other owner's setting stands: the policy is not applied while one certainly sets an
+    # attribute it sets; the agent says so (status yielded) and blkpilot only recommends
+    YIELD = "yield"
+
+
 class AppliedStatus(StrEnum):
     APPLIED = "applied"
     FAILED = "failed"
     ROLLED_BACK = "rolled_back"
     DRIFT = "drift"
     PAUSED = "paused"  # rolled back by hand on the node: held there until the policy changes
+    YIELDED = "yielded"  # not applied: another owner sets the same attribute (OwnerPolicy.YIELD)
 
 
 class AppliedStateReport(WireModel):

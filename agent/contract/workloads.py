@@ -119,3 +119,44 @@ class WorkloadSpec(WireModel):
     @property
     def tasks(self) -> int:
         return sum(job.tasks for job in self.jobs) if self.jobs else 1
+
+
+_PATTERN_WORDS = {
+    IOPattern.RANDREAD: "random reads",
+    IOPattern.RANDWRITE: "random writes",
+    IOPattern.RANDRW: "random reads and writes",
+    IOPattern.READ: "sequential reads",
+    IOPattern.WRITE: "sequential writes",
+    IOPattern.RW: "sequential reads and writes",
+}
+
+
+def _bytes(size: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} B"
+
+
+def describe_job(job: JobSpec) -> str:
+    """A job as people say it: "4 KiB random reads, one at a time"."""
+    sizes = "/".join(_bytes(size) for size in sorted(job.block_sizes))
+    depth = "one at a time" if job.queue_depth == 1 else f"{job.queue_depth} at a time"
+    text = f"{sizes} {_PATTERN_WORDS[job.pattern]}, {depth}"
+    if job.pattern in (IOPattern.RANDRW, IOPattern.RW):
+        text += f" ({job.read_share:.0%} reads)"
+    if job.tasks > 1:
+        text += f", {job.tasks} tasks"
+    if job.thinktime_us:
+        text += f", {job.thinktime_us} µs between I/Os"
+    return text
+
+
+def describe(workload: WorkloadSpec) -> str:
+    """A workload as people say it, for operators; its code name is shown beside it."""
+    if workload.tool == "db_bench" and workload.db_bench is not None:
+        spec = workload.db_bench
+        threads = "one thread" if spec.threads == 1 else f"{spec.threads} threads"
+        return f"RocksDB random reads of {_bytes(spec.value_size)} values, {threads}"
+    jobs = " + ".join(describe_job(job) for job in workload.jobs)
+    return f"the device's own traffic ({jobs})" if workload.tool == "live" else jobs

@@ -11,7 +11,13 @@ run, so a node with only the agent extra installed gets the whole `--help` and a
 from __future__ import annotations
 
 import inspect
+import os
 from typing import Any
+
+# click's plain help rather than rich's panels: rich's formatting cost 0.3 s of CPU on every
+# --help (0.50 → 0.20 s on this machine, bench/results/cli_startup.md); set TYPER_USE_RICH=1
+# for the panels. Read by typer when it is first imported: here, before it is.
+os.environ.setdefault("TYPER_USE_RICH", "0")
 
 import typer
 
@@ -28,6 +34,8 @@ app = typer.Typer(
     help="blkpilot: tune Linux block I/O across a fleet, with canary-proven changes.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # help as wide as the terminal (click stops at 80 columns by default)
+    context_settings={"max_content_width": 160},
 )
 app.add_typer(agent_app, name="agent")
 app.add_typer(bench_app, name="bench")

@@ -4,6 +4,7 @@ that turns the service's errors into a message and an exit status."""
 from __future__ import annotations
 
 import os
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,6 +20,36 @@ Token = Annotated[
     ),
 ]
 Reason = Annotated[str, typer.Option(help="Why, for the audit log (3 characters or more).")]
+
+
+class Format(StrEnum):
+    """How a listing is printed: a table (ids shortened to what the other commands take), a
+    wide one (every id and text whole), or the API's JSON, for scripts."""
+
+    TABLE = "table"
+    WIDE = "wide"
+    JSON = "json"
+
+
+Output = Annotated[
+    Format,
+    typer.Option(
+        "--output", "-o", help="table, wide (every id and text whole) or json (the API's)."
+    ),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="The same as --output json.")]
+
+
+def output_format(output: Format, as_json: bool) -> Format:
+    return Format.JSON if as_json else output
+
+
+def shown_id(ident: str, output: Format) -> str:
+    """An id as a listing shows it: its first 8 characters (which commands take), whole when
+    wide."""
+    return ident if output is Format.WIDE else ident[:8]
+
+
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
@@ -52,6 +83,15 @@ def api(url: str, token: str, method: str, path: str, **kwargs: Any) -> object:
     import httpx
 
     token = credential(token)
+    if not token:
+        typer.secho(
+            "no API token: set BLKPILOT_TOKEN, name a file holding one in BLKPILOT_TOKEN_FILE,"
+            f" or put it in {TOKEN_FILE} (chmod 600); an admin makes one with"
+            " `blkpilot token create --name you --role operator`",
+            err=True,
+            fg=typer.colors.RED,
+        )
+        raise typer.Exit(code=2)
     try:
         response = httpx.request(
             method,
@@ -120,3 +160,13 @@ def labels_option(labels: list[str]) -> dict[str, str]:
         return parse_labels(labels)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--label") from error
+
+
+def console() -> Any:
+    """Where tables go: on a terminal, as wide as it is; piped or redirected, every column
+    whole (rich would cut them to 80 columns: "devi…", "obje…")."""
+    import sys
+
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=100_000, soft_wrap=True)

@@ -1,4 +1,4 @@
-"""`blkpilot devices …`, `blkpilot nodes list` and `blkpilot audit list`: the fleet as an
+"""`blkpilot devices …`, `blkpilot nodes list|revoke` and `blkpilot audit list`: the fleet as an
 operator reads it, through the service's API (a viewer token is enough). Tables by default,
 `--json` for scripts."""
 
@@ -9,23 +9,35 @@ from typing import Annotated, Any
 
 import typer
 
-from service.cli.apiclient import DEFAULT_URL, Token, Url, api, pages
+from agent.contract.owned import owned_by
+from service.cli.apiclient import (
+    DEFAULT_URL,
+    AsJson,
+    Format,
+    Output,
+    Reason,
+    Token,
+    Url,
+    api,
+    console,
+    output_format,
+    pages,
+    shown_id,
+)
 from service.cli.policy import Device, resolve_device
 
 devices_app = typer.Typer(help="The fleet's block devices.", no_args_is_help=True)
 nodes_app = typer.Typer(help="The fleet's nodes.", no_args_is_help=True)
 audit_app = typer.Typer(help="Who did what, when and why.", no_args_is_help=True)
-AsJson = Annotated[bool, typer.Option("--json", help="The API's JSON, for scripts.")]
 
 
 def _table(columns: list[str], rows: list[list[str]]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(*columns)
     for row in rows:
         table.add_row(*row)
-    Console().print(table)
+    console().print(table)
 
 
 @devices_app.command("list")
@@ -33,14 +45,16 @@ def devices_list(
     url: Url = DEFAULT_URL,
     token: Token = "",
     node: Annotated[str | None, typer.Option(help="Only this node's (its host name).")] = None,
+    output: Output = Format.TABLE,
     as_json: AsJson = False,
 ) -> None:
     """Every device, by node: class, scheduler now, whether it holds data."""
+    output = output_format(output, as_json)
     hosts = {n["id"]: n["hostname"] for n in pages(url, token, "/nodes")}
     devices = [
         d for d in pages(url, token, "/devices") if node is None or hosts.get(d["node_id"]) == node
     ]
-    if as_json:
+    if output is Format.JSON:
         typer.echo(json.dumps(devices, indent=2))
         return
     devices.sort(key=lambda d: (hosts.get(d["node_id"], ""), d["name"]))
@@ -48,7 +62,7 @@ def devices_list(
         ["id", "device", "class", "scheduler", "holds data", "present"],
         [
             [
-                d["id"][:8],
+                shown_id(d["id"], output),
                 f"{hosts.get(d['node_id'], '?')}/{d['name']}",
                 d["device_class"],
                 d["capabilities"].get("current_scheduler") or "—",
@@ -79,6 +93,7 @@ def devices_show(
         f"  holds data  {'yes: ' + holds if found['holds_data'] else 'no'}",
         f"  scheduler   {capabilities.get('current_scheduler') or '—'}"
         f" (offers {', '.join(capabilities.get('available_schedulers') or [])})",
+        *(f"  owned by    {owned_by(owner)}" for owner in found.get("owners") or []),
     ]
     recommendations = api(
         url,
@@ -95,18 +110,49 @@ def devices_show(
         typer.echo(line)
 
 
-@nodes_app.command("list")
-def nodes_list(url: Url = DEFAULT_URL, token: Token = "", as_json: AsJson = False) -> None:
-    """Every node: labels, agent and kernel, when it was last seen."""
+@nodes_app.command("revoke")
+def nodes_revoke(
+    node: Annotated[str, typer.Argument(help="The node's id, or its first 8 characters.")],
+    reason: Reason,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+) -> None:
+    """Refuse a node's token at once (a host lost, or enrolled again: a re-enrolled hostname is
+    a new node, and its old one keeps its token until it expires or is revoked). Its devices,
+    telemetry and history stay. Admin."""
     nodes = pages(url, token, "/nodes")
-    if as_json:
+    found = [n for n in nodes if n["id"] == node.lower() or n["id"].startswith(node.lower())]
+    if len(node) < 4 or len(found) != 1:
+        typer.secho(
+            f"{len(found) if len(node) >= 4 else 'no'} node(s) match {node!r}: give its id"
+            " (`blkpilot nodes list` prints the first 8 characters)",
+            err=True,
+            fg="red",
+        )
+        raise typer.Exit(code=1)
+    revoked = api(url, token, "POST", f"/nodes/{found[0]['id']}/revoke", json={"reason": reason})
+    assert isinstance(revoked, dict)
+    typer.echo(f"node {revoked['id']} ({revoked['hostname']}) revoked at {revoked['revoked_at']}")
+
+
+@nodes_app.command("list")
+def nodes_list(
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    output: Output = Format.TABLE,
+    as_json: AsJson = False,
+) -> None:
+    """Every node: labels, agent and kernel, when it was last seen."""
+    output = output_format(output, as_json)
+    nodes = pages(url, token, "/nodes")
+    if output is Format.JSON:
         typer.echo(json.dumps(nodes, indent=2))
         return
     _table(
         ["id", "host", "labels", "agent", "kernel", "last seen (UTC)", "revoked"],
         [
             [
-                n["id"][:8],
+                shown_id(n["id"], output),
                 n["hostname"],
                 ",".join(f"{k}={v}" for k, v in sorted(n["labels"].items())),
                 n["agent_version"],
@@ -131,9 +177,11 @@ def audit_list(
         str | None, typer.Option(help="Only this device's (as `policy` names it).")
     ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    output: Output = Format.TABLE,
     as_json: AsJson = False,
 ) -> None:
     """The audit log, newest first."""
+    output = output_format(output, as_json)
     params: dict[str, Any] = {"limit": limit}
     if action:
         params["action"] = action
@@ -143,7 +191,7 @@ def audit_list(
         params["target_id"] = resolve_device(url, token, device)["id"]
     events = api(url, token, "GET", "/audit", params=params)
     assert isinstance(events, list)
-    if as_json:
+    if output is Format.JSON:
         typer.echo(json.dumps(events, indent=2))
         return
     _table(
@@ -153,8 +201,8 @@ def audit_list(
                 e["at"][:19],
                 e["actor"],
                 e["action"],
-                f"{e['target_type']} {e['target_id'][:8]}",
-                e["detail"][:80],
+                f"{e['target_type']} {shown_id(e['target_id'], output)}",
+                e["detail"] if output is Format.WIDE else e["detail"][:80],
             ]
             for e in events
         ],

@@ -35,10 +35,26 @@ def resolve_device(url: str, token: str, given: str) -> dict[str, Any]:
     if not found:
         typer.secho(f"no device {given!r}", err=True, fg="red")
     else:
-        hosts = {n["id"]: n["hostname"] for n in pages(url, token, "/nodes")}
-        named = ", ".join(f"{hosts.get(d['node_id'], '?')}/{d['name']}" for d in found[:10])
-        typer.secho(f"{len(found)} devices are {given!r}: {named}; say which", err=True, fg="red")
+        nodes = {n["id"]: n for n in pages(url, token, "/nodes")}
+        named = "\n".join(
+            f"  {d['id'][:8]}  {_where(nodes.get(d['node_id']), d['name'])}" for d in found[:10]
+        )
+        typer.secho(
+            f"{len(found)} devices are {given!r}; say which by id (its first 8 characters"
+            f" will do):\n{named}",
+            err=True,
+            fg="red",
+        )
     raise typer.Exit(code=1)
+
+
+def _where(node: dict[str, Any] | None, name: str) -> str:
+    """HOST/NAME with the node's id and when it enrolled: a hostname enrolled twice (a
+    re-installed server, say) is two nodes, told apart by these."""
+    if node is None:
+        return f"?/{name}"
+    enrolled = node.get("enrolled_at") or node.get("created_at") or "?"
+    return f"{node['hostname']}/{name}  (node {node['id'][:8]}, enrolled {enrolled})"
 
 
 def _label(config: dict[str, Any]) -> str:
@@ -58,7 +74,11 @@ def _print(policy: dict[str, Any]) -> None:
     )
     typer.echo(f"{policy['device_name']}: {_label(policy['config'])}  v{policy['version']}")
     typer.echo(f"  set by {policy['set_by']}: {policy['reason']}")
+    if policy.get("owners") == "yield":
+        typer.echo("  yields to the device's other owners (udev, TuneD)")
     typer.echo(f"  on the node: {state}{'' if policy['in_sync'] else ' (not in sync)'}")
+    if applied.get("status") == "yielded":
+        typer.echo(f"  {applied['detail']}")
 
 
 @app.command()
@@ -86,6 +106,13 @@ def set_(
     tunable: Annotated[
         list[str], typer.Option(help="A scheduler tunable name=value; repeatable.")
     ] = [],  # noqa: B006
+    owners: Annotated[
+        str,
+        typer.Option(
+            help="Where a udev rule or TuneD profile sets the same attribute: take_over (apply,"
+            " and again once per change it makes) or yield (its setting stands).",
+        ),
+    ] = "take_over",
     url: Url = DEFAULT_URL,
     token: Token = "",
 ) -> None:
@@ -104,7 +131,7 @@ def set_(
         token,
         "PUT",
         f"/devices/{found['id']}/policy",
-        json={"config": config, "reason": reason},
+        json={"config": config, "reason": reason, "owners": owners},
     )
     assert isinstance(policy, dict)
     _print(policy)

@@ -10,7 +10,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from service.cli.apiclient import DEFAULT_URL, Reason, Token, Url, api, resolve_id
+from service.cli.apiclient import (
+    DEFAULT_URL,
+    AsJson,
+    Format,
+    Output,
+    Reason,
+    Token,
+    Url,
+    api,
+    console,
+    output_format,
+    pages,
+    resolve_id,
+    shown_id,
+)
 
 if TYPE_CHECKING:
     from models.priors import Objective
@@ -41,20 +55,44 @@ def nightly(
         bool,
         typer.Option(help="In this process, without Ray: where Ray cannot start (a busy host)."),
     ] = False,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            help="Queue it in this blkpilot service (an admin token) instead of running it on"
+            " the database here; it runs on the service's Ray, or with --local in its process.",
+            show_default="run here",
+        ),
+    ] = None,
+    token: Token = "",
+    wait: Annotated[
+        bool, typer.Option(help="With --url: follow the run until it ends (exit 1 if it fails).")
+    ] = True,
 ) -> None:
     """Retrain on every observation, re-score every device's recommendations and schedule
-    canaries for the most promising or most uncertain cells — on Ray, or with --local here."""
+    canaries for the most promising or most uncertain cells — on Ray, or with --local here;
+    with --url, in a service (POST /api/v1/nightly-runs)."""
     from models.priors import Objective
-    from service.cli.server import load_settings
-    from service.recommendations import nightly as job
 
-    settings = load_settings()
     try:
         objectives = [Objective(o) for o in objective] if objective else list(Objective)
     except ValueError as error:
         known = ", ".join(o.value for o in Objective)
         raise typer.BadParameter(f"{error}; objectives are {known}") from error
     weights = _mix(mix) if mix else None
+    if url is not None:
+        body = {
+            "objectives": [o.value for o in objectives] if objective else None,
+            "window_hours": window_hours,
+            "max_canaries": max_canaries,
+            "mix": {k.value: v for k, v in weights.items()} if weights else None,
+            "local": local,
+        }
+        _nightly_through(url, token, body, wait=wait, as_json=as_json)
+        return
+    from service.cli.server import load_settings
+    from service.recommendations import nightly as job
+
+    settings = load_settings()
     report = job.run_in_database(
         settings,
         objectives=objectives,
@@ -64,21 +102,55 @@ def nightly(
         mix=weights,
         local=local,
     )
+    found = json.loads(json.dumps(_report_json(report), default=str))
     if as_json:
-        typer.echo(json.dumps(_report_json(report), indent=2, default=str))
+        typer.echo(json.dumps(found, indent=2))
         return
-    typer.echo(f"nightly run {report.run_id} on {report.where}: {report.samples} observations")
-    for model in report.models:
+    _print_report(found)
+
+
+def _nightly_through(
+    url: str, token: str, body: dict[str, Any], *, wait: bool, as_json: bool
+) -> None:
+    """Queues the run in the service and, with `wait`, follows it: queued, running (how long),
+    then its report — as the in-process command prints it — or why it failed (exit 1)."""
+    import time
+
+    run = api(url, token, "POST", "/nightly-runs", json=body)
+    assert isinstance(run, dict)
+    typer.echo(f"nightly run {run['id']} queued in {url}", err=True)
+    said = run["status"]
+    while wait and run["status"] in ("queued", "running"):
+        time.sleep(2.0)
+        run = api(url, token, "GET", f"/nightly-runs/{run['id']}")
+        assert isinstance(run, dict)
+        if run["status"] != said:
+            said = run["status"]
+            typer.echo(f"nightly run {run['id']}: {said}", err=True)
+    if as_json or not wait:
+        typer.echo(json.dumps(run, indent=2))
+    if run["status"] == "failed":
+        typer.secho(f"nightly run {run['id']} failed: {run['error']}", err=True, fg="red")
+        raise typer.Exit(code=1)
+    if wait and not as_json:
+        _print_report(run["report"])
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    typer.echo(
+        f"nightly run {report['run_id']} on {report['where']}: {report['samples']} observations"
+    )
+    for model in report["models"]:
         typer.echo(
             f"  model {model['device_class']}/{model['objective']}: {model['rows']} rows,"
             f" typical error {model.get('typical_error', '-')},"
             f" 80 % interval coverage {model.get('interval_80_coverage', '-')}"
         )
     typer.echo(
-        f"  {report.recommendations} recommendations ({report.changes} would change"
-        f" something), {len(report.canaries)} canaries scheduled"
+        f"  {report['recommendations']} recommendations ({report['changes']} would change"
+        f" something), {len(report['canaries'])} canaries scheduled"
     )
-    for name, why in sorted(report.skipped.items()):
+    for name, why in sorted(report["skipped"].items()):
         typer.echo(f"  skipped {name}: {why}")
 
 
@@ -194,18 +266,19 @@ def recommendations_list(
     token: Token = "",
     status: Annotated[str | None, typer.Option(help="proposed, accepted, rejected …")] = "proposed",
     device_id: Annotated[str | None, typer.Option()] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    output: Output = Format.TABLE,
+    as_json: AsJson = False,
 ) -> None:
     """Current against recommended configuration, the objectives it serves, the predicted
     gain (improvement, + is better, 80 % interval), the ensemble's agreement (how settled the
     ranking is) and its standing (predicted, proven, unproven or refuted by its canary)."""
-    from rich.console import Console
     from rich.table import Table
 
     params = {k: v for k, v in {"status": status, "device_id": device_id}.items() if v}
+    output = output_format(output, as_json)
     rows = api(url, token, "GET", "/recommendations", params=params)
     assert isinstance(rows, list)
-    if as_json:
+    if output is Format.JSON:
         typer.echo(json.dumps(rows, indent=2))
         return
     table = Table(
@@ -220,12 +293,16 @@ def recommendations_list(
         "status",
         "standing",
     )
+    # devices by name, as the dashboard shows them: node/device
+    hosts = {n["id"]: n["hostname"] for n in pages(url, token, "/nodes")}
+    devices = pages(url, token, "/devices")
+    names = {d["id"]: f"{hosts.get(d['node_id'], '?')}/{d['name']}" for d in devices}
     for row in rows:
         prediction = row["predictions"].get(row["objective"], {})
         change = gain_text(prediction) if prediction else "-"
         table.add_row(
-            row["id"][:8],
-            row["device_id"][:8],
+            shown_id(row["id"], output),
+            names.get(row["device_id"], row["device_id"][:8]),
             ", ".join(row.get("objectives") or [row["objective"]]),
             row["workload_name"],
             _key(row["current_config"]),
@@ -235,7 +312,7 @@ def recommendations_list(
             row["status"],
             row.get("standing", ""),
         )
-    Console().print(table)
+    console().print(table)
 
 
 def gain_text(prediction: dict[str, float]) -> str:
@@ -312,16 +389,53 @@ def describe_recommendation(row: dict[str, Any], device: dict[str, Any]) -> list
 
 @recommendations_app.command("accept")
 def recommendations_accept(
-    recommendation_id: RecommendationId, reason: Reason, url: Url = DEFAULT_URL, token: Token = ""
+    recommendation_id: RecommendationId,
+    reason: Reason,
+    without_canary: Annotated[
+        bool,
+        typer.Option(
+            "--without-canary",
+            help="pin it at once with no canary (an audited choice) instead of trying it",
+        ),
+    ] = False,
+    on_inconclusive: Annotated[
+        str, typer.Option(help="roll_back (default) or pause: what an inconclusive canary does")
+    ] = "roll_back",
+    soak_seconds: Annotated[
+        float, typer.Option(help="after the canary passed, how long the guardrails watch")
+    ] = 300.0,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
 ) -> None:
-    """Make the recommended configuration the device's policy (audited); the device's other
+    """Try the recommended configuration on its device under a canary and keep it only if it
+    holds (a one-device rollout: follow it with `blkpilot rollout watch`); the device's other
     open recommendations are superseded, and this says which."""
     full = _resolve(url, token, recommendation_id)
-    row = api(url, token, "POST", f"/recommendations/{full}/accept", json={"reason": reason})
+    body: dict[str, object] = {"reason": reason, "without_canary": without_canary}
+    if not without_canary:
+        body |= {"on_inconclusive": on_inconclusive, "soak_seconds": soak_seconds}
+    row = api(url, token, "POST", f"/recommendations/{full}/accept", json=body)
     assert isinstance(row, dict)
-    typer.echo(f"accepted: {_key(row['recommended_config'])} is now the device's policy")
+    if row["status"] == "applied":
+        typer.echo(f"applied without a canary: {_key(row['recommended_config'])} is the policy")
+    else:
+        typer.echo(
+            f"verifying: {_key(row['recommended_config'])} is tried under a canary by rollout"
+            f" {row['rollout_id']}; kept only if it passes"
+        )
     for other in row.get("superseded") or []:
         typer.echo(f"superseded: {other[:8]} (another recommendation for this device)")
+
+
+@recommendations_app.command("revert")
+def recommendations_revert(
+    recommendation_id: RecommendationId, reason: Reason, url: Url = DEFAULT_URL, token: Token = ""
+) -> None:
+    """Undo it in one step: the device goes back to exactly what it had before (unmanaged if
+    it was unmanaged), audited."""
+    full = _resolve(url, token, recommendation_id)
+    api(url, token, "POST", f"/recommendations/{full}/revert", json={"reason": reason})
+    typer.echo("reverted: the device goes back to what it had before this change")
 
 
 @recommendations_app.command("reject")

@@ -9,7 +9,18 @@ from typing import Annotated, Any
 
 import typer
 
-from service.cli.apiclient import DEFAULT_URL, Reason, Token, Url, api, labels_option
+from service.cli.apiclient import (
+    DEFAULT_URL,
+    AsJson,
+    Format,
+    Output,
+    Reason,
+    Token,
+    Url,
+    api,
+    labels_option,
+    output_format,
+)
 
 app = typer.Typer(
     help="Roll a configuration out to the fleet in stages, and back.", no_args_is_help=True
@@ -115,14 +126,15 @@ def list_(
     status: Annotated[
         str | None, typer.Option(help="running, paused, rolling_back, succeeded, …")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    output: Output = Format.TABLE,
+    as_json: AsJson = False,
     url: Url = DEFAULT_URL,
     token: Token = "",
 ) -> None:
     """Rollouts, newest first: each one's stages and how many devices stand where."""
     rows = api(url, token, "GET", "/rollouts", params={"status": status} if status else {})
     assert isinstance(rows, list)
-    if as_json:
+    if output_format(output, as_json) is Format.JSON:
         typer.echo(json.dumps(rows, indent=2))
         return
     for row in rows:

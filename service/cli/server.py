@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 GC_THRESHOLDS = (100_000, 50, 10)
 
 db_app = typer.Typer(help="Schema migrations (Alembic).", no_args_is_help=True)
-token_app = typer.Typer(help="Operator API tokens.", no_args_is_help=True)
 enrollment_app = typer.Typer(help="One-time node enrollment tokens.", no_args_is_help=True)
 
 
@@ -77,6 +76,12 @@ def serve(
 
             worker = RolloutWorker(settings, database)
             worker.start()
+        nightly = None
+        if settings.nightly_worker:
+            from service.recommendations.nightly_worker import NightlyWorker
+
+            nightly = NightlyWorker(database)
+            nightly.start()
         from service.telemetry.retention import MaintenanceWorker
 
         upkeep = MaintenanceWorker(
@@ -124,6 +129,8 @@ def serve(
         finally:
             token_changes.stop()
             upkeep.stop()
+            if nightly is not None:
+                nightly.stop()
             if worker is not None:
                 worker.stop()
 
@@ -167,118 +174,6 @@ def db_current() -> None:
             engine.dispose()
 
 
-TtlHours = Annotated[
-    float,
-    typer.Option(
-        min=0,
-        max=24 * 3650,
-        help="Hours until the token expires; 0: never.",
-        show_default="2160, 90 days",
-    ),
-]
-
-
-def _ttl(hours: float) -> timedelta | None:
-    return timedelta(hours=hours) if hours > 0 else None
-
-
-@token_app.command("create")
-def token_create(
-    name: Annotated[str, typer.Option(help="A unique name, shown in the audit log.")],
-    role: Annotated[str, typer.Option(help="viewer, operator or admin.")] = "viewer",
-    ttl_hours: TtlHours = 24 * 90,
-) -> None:
-    """Create an API token directly in the database (how the first admin token is made)."""
-    settings = load_settings()
-    from service.errors import BlkpilotError
-    from service.runtime import open_database
-    from service.security import Role
-    from service.tokens import service
-
-    try:
-        parsed = Role(role)
-    except ValueError as error:
-        raise typer.BadParameter(f"{role!r}: one of viewer, operator, admin") from error
-    with open_database(settings) as database, database.sessionmaker.begin() as session:
-        try:
-            _, secret = service.create_api_token(
-                session, "cli", name=name, role=parsed, ttl=_ttl(ttl_hours)
-            )
-        except BlkpilotError as error:
-            typer.secho(f"error: {error.detail}", err=True, fg=typer.colors.RED)
-            raise typer.Exit(code=1) from error
-    typer.echo(secret)
-
-
-@token_app.command("list")
-def token_list() -> None:
-    """Every API token: name, role, when it expires and when it was last used (UTC)."""
-    settings = load_settings()
-    from service.runtime import open_database
-    from service.tokens import service
-
-    def when(value: datetime | None, none: str) -> str:
-        return f"{value.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if value is not None else none
-
-    with open_database(settings) as database, database.sessionmaker() as session:
-        tokens = service.list_api_tokens(session)
-        rows = [
-            (
-                t.name,
-                t.role,
-                "revoked" if t.revoked_at else "active",
-                when(t.expires_at, "never"),
-                when(t.last_used_at, "not yet"),
-            )
-            for t in tokens
-        ]
-    header = ("NAME", "ROLE", "STATE", "EXPIRES", "LAST USED")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        typer.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-
-
-@token_app.command("rotate")
-def token_rotate(
-    name: Annotated[str, typer.Argument(help="The token's name (`token list`).")],
-    ttl_hours: TtlHours = 24 * 90,
-) -> None:
-    """A new secret for the token (same name and role), printed once; the old secret stops
-    working at once. Exit status 1 if there is no active token of that name."""
-    settings = load_settings()
-    from service.errors import BlkpilotError
-    from service.runtime import open_database
-    from service.tokens import service
-
-    with open_database(settings) as database, database.sessionmaker.begin() as session:
-        try:
-            _, secret = service.rotate_api_token(session, "cli", name, ttl=_ttl(ttl_hours))
-        except BlkpilotError as error:
-            typer.secho(f"error: {error.detail}", err=True, fg=typer.colors.RED)
-            raise typer.Exit(code=1) from error
-    typer.echo(secret)
-
-
-@token_app.command("revoke")
-def token_revoke(
-    name: Annotated[str, typer.Argument(help="The token's name (`token list`).")],
-) -> None:
-    """Revoke an API token now. Exit status 1 if there is no token of that name."""
-    settings = load_settings()
-    from service.errors import BlkpilotError
-    from service.runtime import open_database
-    from service.tokens import service
-
-    with open_database(settings) as database, database.sessionmaker.begin() as session:
-        try:
-            token = service.get_api_token_by_name(session, name)
-            service.revoke_api_token(session, "cli", token.id)
-        except BlkpilotError as error:
-            typer.secho(f"error: {error.detail}", err=True, fg=typer.colors.RED)
-            raise typer.Exit(code=1) from error
-    typer.echo(f"revoked {name}")
-
-
 @enrollment_app.command("create")
 def enrollment_create(
     label: Annotated[list[str], typer.Option(help="key=value given to the node.")] = [],  # noqa: B006
@@ -286,7 +181,6 @@ def enrollment_create(
 ) -> None:
     """Create a one-time enrollment token for a new node."""
     settings = load_settings()
-    from datetime import timedelta
 
     from service.cli.apiclient import labels_option
     from service.runtime import open_database
@@ -315,7 +209,19 @@ def demo(
     (two scratch, one holding ext4 with its own traffic) and the local agent on them; then the
     stock schedulers benchmarked on the scratch ones and the nightly job's recommendations, all
     on the dashboard."""
+    import logging
+
+    from agent.contract.logs import dressed
+
     settings = load_settings()
+    # the service's own lines (the database's start, each migration, workers) to a file, from
+    # before the first import that logs (alembic's plugins); the terminal keeps warnings,
+    # errors and the demo's progress (its own logger), so the banner is not buried under them
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    for handler in root.handlers:
+        handler.setLevel(logging.WARNING)
+    root.addHandler(dressed(logging.FileHandler(settings.data_dir / "service.log")))
     from service.demo import run_demo
 
     run_demo(
@@ -371,6 +277,8 @@ def register(app: typer.Typer) -> None:
     app.command()(serve)
     app.command()(demo)
     app.add_typer(db_app, name="db")
+    from service.cli.tokens import app as token_app
+
     app.add_typer(token_app, name="token")
     app.add_typer(enrollment_app, name="enrollment-token")
     app.add_typer(telemetry_app, name="telemetry")

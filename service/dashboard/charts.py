@@ -272,7 +272,10 @@ def timeline(
                     f' stroke="{COLOURS[index % len(COLOURS)]}" stroke-width="2"/>'
                     f'<text x="{lx + 20}" y="{top + 10}" font-size="11">{escape(name)}</text>'
                 )
-    return _framed(parts, title, top, unit)
+    # the time axis's zone, as its label under the ticks (the page's times are UTC; a chart's
+    # ticks said no zone)
+    zone = (min(times).tzname() if times else None) or "UTC"
+    return _framed(parts, title, top, unit, x_unit=f"time ({zone})")
 
 
 def _frame(title: str) -> tuple[list[str], int]:

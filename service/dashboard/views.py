@@ -23,9 +23,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
+from agent.bench.library import library
 from agent.contract import histograms
 from agent.contract.metrics import METRICS as MEASURED
+from agent.contract.owned import owned_by
 from agent.contract.tunables import DeviceConfig
+from agent.contract.workloads import describe
 from models.dataset import OBJECTIVE_METRIC
 from models.features import config_label
 from service.audit import service as audit
@@ -35,6 +38,7 @@ from service.deps import SessionDep, principal_for_token
 from service.errors import BlkpilotError
 from service.policies import service as policies
 from service.recommendations import service as recommendations
+from service.recommendations.schemas import Acceptance
 from service.rollouts import service as rollouts
 from service.security import SESSION_COOKIE, Principal, Role
 from service.tables import Observation, Policy, TelemetryWindowRow
@@ -52,6 +56,71 @@ def _signed_pct(fraction: float) -> str:
 templates.env.filters["signed_pct"] = _signed_pct
 
 
+def _pct_interval(low: float, high: float) -> str:
+    """An interval of relative changes as people write it: "-49 … +59 %", with true minus
+    signs (U+2212)."""
+
+    def one(fraction: float) -> str:
+        shown = f"{fraction * 100:+.{0 if abs(fraction) >= 0.1 else 1}f}"
+        return "±0" if shown.lstrip("+-") in ("0", "0.0") else shown.replace("-", "\u2212")
+
+    return f"{one(low)} … {one(high)} %"
+
+
+def _gain_class(gain: float, low: float | None = None, high: float | None = None) -> str:
+    """Green only where the interval clears zero (better), red where it is all below zero
+    (worse); a point gain whose interval straddles zero is shown plain, however large."""
+    if low is not None and high is not None:
+        return "better" if low > 0 else ("worse" if high < 0 else "same")
+    return "better" if gain > 0.0005 else ("worse" if gain < -0.0005 else "same")
+
+
+def human(value: float | None, unit: str = "") -> str:
+    """A measured value in the units people read: 27.9k I/O per s, 10.7 µs, 1.2 ms."""
+    if value is None:
+        return "—"
+    if unit == "µs" and abs(value) >= 1_000:
+        value, unit = (value / 1_000, "ms") if abs(value) < 1_000_000 else (value / 1e6, "s")
+    suffix = ""
+    if unit != "µs" and unit not in ("ms", "s"):
+        for scale, letter in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if abs(value) >= scale:
+                value, suffix = value / scale, letter
+                break
+    return f"{value:.3g}{suffix} {unit}".strip()
+
+
+def _workload_words(name: str) -> str:
+    """A named workload as people say it ("4 KiB random reads, one at a time")."""
+    known = library().get(name)
+    return describe(known) if known is not None else name
+
+
+def _audit_detail(detail: str, after: dict[str, Any] | None) -> str:
+    """An event's detail, or where it has none, what it changed as "name: value" pairs —
+    a configuration as its label — not a Python dict."""
+    if detail or not after:
+        return detail
+    parts = []
+    for key, value in after.items():
+        if key == "config" and isinstance(value, dict):
+            shown = _key(value)
+        elif isinstance(value, dict | list):
+            shown = json.dumps(value, separators=(", ", ": "))[:200]
+        else:
+            shown = str(value)
+        parts.append(f"{key.replace('_', ' ')}: {shown}")
+    return "; ".join(parts)
+
+
+templates.env.filters["audit_detail"] = _audit_detail
+templates.env.filters["pct_interval"] = _pct_interval
+templates.env.filters["gain_class"] = _gain_class
+templates.env.filters["human"] = human
+templates.env.filters["workload_words"] = _workload_words
+templates.env.filters["owned_by"] = owned_by
+
+
 def _when(moment: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
     """A timestamp with its time zone, always UTC (the service's and the audit's clock)."""
     if moment is None:
@@ -62,6 +131,46 @@ def _when(moment: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
 
 
 templates.env.filters["when"] = _when
+
+
+def _live_lines(statistics: dict[str, float]) -> list[str]:
+    """A live canary's evidence beside its verdict, a line each (agent.live_canary's
+    live_statistics): the loop and the data-rate rule, each class's weight and gain (as
+    everywhere: higher is better, so a slower candidate shows a negative gain), the pairs set
+    aside and the classes left out, with why."""
+    lines = []
+    if "live.loop_closed" in statistics:
+        loop = {1.0: "closed", 0.0: "open"}.get(statistics["live.loop_closed"], "unknown")
+        rule = "applied" if statistics.get("live.data_rate_rule") else "not applied"
+        lines.append(f"{loop}-loop application: the data-rate rule {rule}")
+    classes: dict[str, dict[str, float]] = {}
+    aside, left = [], []
+    for key, value in sorted(statistics.items()):
+        parts = key.split(".")
+        if key.startswith("live.class.") and len(parts) == 4:
+            classes.setdefault(parts[2], {})[parts[3]] = value
+        elif key.startswith("live.set_aside."):
+            aside.append(f"{parts[2].replace('_', ' ')} {value:.0f}")
+        elif key.startswith("live.left_out."):
+            left.append(f"{parts[2].replace('_', ' ')} in {value:.0f}")
+    if classes:
+        lines.append(
+            "per class, gain (p50 / p99; higher is better): "
+            + "; ".join(
+                f"{name.replace('_', ' ')} ({100 * c.get('weight', 0):.0f} % of the mix):"
+                f" {_signed_pct(-c.get('p50_shift', 0))} % /"
+                f" {_signed_pct(-c.get('p99_shift', 0))} %"
+                for name, c in sorted(classes.items(), key=lambda item: -item[1].get("weight", 0))
+            )
+        )
+    if aside:
+        lines.append(f"pairs set aside: {', '.join(aside)}")
+    if left:
+        lines.append(f"a class one half lacked, left out of those pairs: {', '.join(left)}")
+    return lines
+
+
+templates.env.filters["live_lines"] = _live_lines
 SESSION, CSRF = SESSION_COOKIE, "blkpilot_csrf"
 METRICS = {  # the benchmark table's columns: label and unit from the one definition
     name: (MEASURED[name].label, MEASURED[name].unit)
@@ -284,10 +393,12 @@ def overview(request: Request, session: SessionDep, after: str | None = None) ->
         if completions
         else None,
     }
+    tuning = getattr(request.app.state, "tuning", None)  # the demo's first tuning, under way
     return _page(
         request,
         "overview.html",
         principal,
+        tuning=None if tuning is None or tuning.done or not tuning.step else tuning.said(),
         devices=rows,
         next_page=_cursor(fleet.next_after),
         first_page=after is not None,
@@ -451,6 +562,12 @@ def device_page(
                 "measured_now": _measured(observations, row.workload_name, current),
                 "measured_recommended": _measured(observations, row.workload_name, recommended),
                 "metric": OBJECTIVE_METRIC.get(row.objective),  # type: ignore[call-overload]
+                # the measured table: the metrics the objectives are judged by, labelled
+                "measured_metrics": [
+                    (p.metric, MEASURED[p.metric].label, MEASURED[p.metric].unit)
+                    for p in read.predictions.values()
+                    if p.metric in MEASURED
+                ],
             }
         )
     events = audit.list_events(session, target_type="device", target_id=str(device_id), limit=50)
@@ -478,21 +595,33 @@ def decide(
     decision: str,
     csrf: Annotated[str, Form()],
     reason: Annotated[str, Form()] = "",
+    soak_seconds: Annotated[float, Form(ge=0, le=7 * 86_400)] = 300.0,
 ) -> Response:
     principal = _act(request, session, csrf)
-    if decision not in ("accept", "reject"):
+    if decision not in ("accept", "apply", "reject", "revert"):
         raise ActionRefused(404, f"no action {decision!r}")
     row = recommendations.get(session, recommendation_id)
     device_id = row.device_id
-    why = reason.strip() or f"{decision}ed in the dashboard"
+    done_as = {"accept": "accepted", "apply": "applied", "reject": "rejected", "revert": "reverted"}
+    why = reason.strip() or f"{done_as[decision]} in the dashboard"
     try:
-        if decision == "accept":
-            done = recommendations.accept(session, principal, recommendation_id, why)
-        else:
+        if decision in ("accept", "apply"):
+            acceptance = Acceptance(
+                reason=why, without_canary=decision == "apply", soak_seconds=soak_seconds
+            )
+            done = recommendations.accept(session, principal, recommendation_id, acceptance)
+        elif decision == "reject":
             done = recommendations.reject(session, principal, recommendation_id, why)
+        else:
+            done = recommendations.revert(session, principal, recommendation_id, why)
     except BlkpilotError as error:
         raise ActionRefused(error.status_code, error.detail) from error
-    message = "accepted: it is now the device's policy" if decision == "accept" else "rejected"
+    message = {
+        "accept": "verifying: a canary tries it on the device; it is kept only if it passes",
+        "apply": "applied without a canary: it is now the device's policy",
+        "reject": "rejected",
+        "revert": "reverted: the device goes back to what it had before",
+    }[decision]
     if done.superseded:
         count = len(done.superseded)
         message += (

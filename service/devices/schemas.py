@@ -5,7 +5,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from agent.contract.wire import DeviceCapabilities, DeviceClass, Transport
+from agent.contract.wire import DeviceCapabilities, DeviceClass, Owner, Transport
 
 
 class DeviceRead(BaseModel):
@@ -25,6 +25,7 @@ class DeviceRead(BaseModel):
     holds_data: bool
     holds_data_reasons: list[str]
     capabilities: DeviceCapabilities
+    owners: list[Owner] = []  # what else sets its queue attributes: udev rules, TuneD
     present: bool
     first_seen_at: datetime
     last_seen_at: datetime

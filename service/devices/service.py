@@ -61,6 +61,7 @@ def _fields(reported: Any) -> dict[str, Any]:
         "current_scheduler": capabilities.current_scheduler
         and capabilities.current_scheduler.value,
         "capabilities": msgspec.to_builtins(capabilities),
+        "owners": msgspec.to_builtins(reported.owners),
     }
 
 

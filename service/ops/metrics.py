@@ -75,6 +75,12 @@ TELEMETRY_UPKEEP = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+TELEMETRY_ROLLUP_UNREADABLE = Counter(
+    "blkpilot_telemetry_rollup_unreadable_histograms",
+    "Device-hours rolled up without their eBPF histograms, which did not parse as ingest"
+    " stores them (their sums are rolled up; no other device-hour is affected).",
+    registry=REGISTRY,
+)
 TELEMETRY_ROLLUP_FAILURES = Counter(
     "blkpilot_telemetry_rollup_failed_hours",
     "Hours the telemetry upkeep could not roll up: recorded in telemetry_rollup_failures and"

@@ -31,7 +31,9 @@ def set_policy(
     device_id: uuid.UUID, body: PolicySet, session: SessionDep, operator: OperatorAuth
 ) -> PolicyRead:
     """Set the device's desired configuration; refused if the device cannot take it."""
-    return service.set_policy(session, operator, device_id, body.config, body.reason)
+    return service.set_policy(
+        session, operator, device_id, body.config, body.reason, owners=body.owners
+    )
 
 
 @router.get(

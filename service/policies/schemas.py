@@ -8,11 +8,16 @@ from pydantic import BaseModel, Field
 
 from agent.contract.base import InputModel
 from agent.contract.tunables import DeviceConfig, WantedConfig
-from agent.contract.wire import AppliedStatus
+from agent.contract.wire import AppliedStatus, OwnerPolicy
 
 
 class PolicySet(InputModel):
     config: WantedConfig
+    owners: OwnerPolicy = Field(
+        default=OwnerPolicy.TAKE_OVER,
+        description="where a udev rule or TuneD profile sets the same attribute: take_over"
+        " (apply, and again once per change it makes) or yield (its setting stands)",
+    )
     reason: Annotated[str, Field(min_length=3, max_length=2_000, description="why, for the audit")]
 
 
@@ -33,6 +38,7 @@ class PolicyRead(BaseModel):
     device_name: str
     node_id: uuid.UUID
     config: DeviceConfig
+    owners: OwnerPolicy = OwnerPolicy.TAKE_OVER
     version: int
     set_by: str
     reason: str

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from agent.contract.tunables import SCHEDULER_TUNABLES, CompletionMode, DeviceConfig
-from agent.contract.wire import AppliedStateReport, AppliedStatus, DeviceCapabilities
+from agent.contract.wire import AppliedStateReport, AppliedStatus, DeviceCapabilities, OwnerPolicy
 from service.audit import service as audit
 from service.devices import repository as device_repository
 from service.devices import service as device_service
@@ -82,6 +82,7 @@ def to_read(policy: Policy, device: Device) -> PolicyRead:
         device_name=device.name,
         node_id=device.node_id,
         config=DeviceConfig.model_validate(policy.config),
+        owners=OwnerPolicy(policy.owners),
         version=policy.version,
         set_by=policy.set_by,
         reason=policy.reason,
@@ -94,7 +95,12 @@ def to_read(policy: Policy, device: Device) -> PolicyRead:
 
 
 def set_policy(
-    session: Session, operator: Principal, device_id: uuid.UUID, config: DeviceConfig, reason: str
+    session: Session,
+    operator: Principal,
+    device_id: uuid.UUID,
+    config: DeviceConfig,
+    reason: str,
+    owners: OwnerPolicy = OwnerPolicy.TAKE_OVER,
 ) -> PolicyRead:
     device = _device(session, device_id)
     check_device_can_take(device, config)
@@ -107,12 +113,18 @@ def set_policy(
         policy = repository.add(
             session,
             Policy(
-                device_id=device.id, config=wanted, version=1, set_by=operator.name, reason=reason
+                device_id=device.id,
+                config=wanted,
+                version=1,
+                set_by=operator.name,
+                reason=reason,
+                owners=owners.value,
             ),
         )
     else:
-        before = {"config": policy.config, "version": policy.version}
+        before = {"config": policy.config, "version": policy.version, "owners": policy.owners}
         policy.config = wanted
+        policy.owners = owners.value
         policy.version += 1
         policy.set_by = operator.name
         policy.reason = reason
@@ -127,6 +139,7 @@ def set_policy(
         after={
             "config": wanted,
             "version": policy.version,
+            "owners": owners.value,
             **({"device_config_before": ran} if ran is not None else {}),
         },
         detail=reason,
@@ -158,6 +171,35 @@ def revert_policy(
     version's, or for a first version what the device ran when it was set. The revert is a
     new version (the agent applies it like any other), audited twice: policy.set and
     policy.reverted."""
+    return _revert(session, operator, device_id, reason, release=False)
+
+
+def undo_policy(
+    session: Session,
+    operator: Principal,
+    device_id: uuid.UUID,
+    reason: str,
+    *,
+    set_for: str | None = None,
+) -> PolicyRead:
+    """As revert_policy, and where the current version was the device's first, the device is
+    released once its agent reports the old configuration applied (the policy is cleared):
+    it is then unmanaged, as it was. With set_for, refused (Conflict) unless the current
+    version's reason names it — the change to undo must still be the device's policy."""
+    if set_for is not None:
+        policy = repository.for_device(session, device_id)
+        if policy is None or set_for not in policy.reason:
+            raise Conflict(
+                f"the device's policy is no longer the one {set_for} set"
+                + (f" (v{policy.version} by {policy.set_by})" if policy else " (it has none)")
+                + "; revert or clear the policy itself, nothing was changed"
+            )
+    return _revert(session, operator, device_id, reason, release=True)
+
+
+def _revert(
+    session: Session, operator: Principal, device_id: uuid.UUID, reason: str, *, release: bool
+) -> PolicyRead:
     device = _device(session, device_id)
     policy = repository.for_device(session, device_id, lock=True)
     if policy is None:
@@ -166,11 +208,11 @@ def revert_policy(
         session, target_type="device", target_id=str(device.id), action="policy.set", limit=50
     )
     event = next((e for e in events if (e.after or {}).get("version") == policy.version), None)
-    target, label = None, ""
+    target, label, first = None, "", False
     if event is not None and event.before and event.before.get("config"):
         target, label = event.before["config"], f"v{event.before.get('version')}"
     elif event is not None and event.after and event.after.get("device_config_before"):
-        target = event.after["device_config_before"]
+        target, first = event.after["device_config_before"], True
         label = "what it ran before its first policy"
     if target is None:
         raise Conflict(
@@ -185,6 +227,12 @@ def revert_policy(
         DeviceConfig.model_validate(target),
         f"revert to {label}: {reason}",
     )
+    released = release and first
+    if released:
+        policy = repository.for_device(session, device_id, lock=True)
+        assert policy is not None
+        policy.release_when_applied = True
+        session.flush()
     audit.record(
         session,
         operator,
@@ -192,7 +240,12 @@ def revert_policy(
         target_type="device",
         target_id=device.id,
         before={"version": was, "config": policy.config},
-        after={"version": read.version, "config": target, "to": label},
+        after={
+            "version": read.version,
+            "config": target,
+            "to": label,
+            **({"then": "released once applied"} if released else {}),
+        },
         detail=reason,
     )
     return read
@@ -238,6 +291,7 @@ _AUDIT_ACTION = {
     AppliedStatus.ROLLED_BACK: "policy.rolled_back",
     AppliedStatus.DRIFT: "device.drift",
     AppliedStatus.PAUSED: "policy.paused",
+    AppliedStatus.YIELDED: "policy.yielded",
 }
 
 
@@ -274,7 +328,25 @@ def report_applied(
         detail=f"policy version {report.policy_version}: {report.detail}".rstrip(": "),
     )
     policy = repository.save(session, policy)
-    return to_read(policy, device)
+    read = to_read(policy, device)
+    if (
+        policy.release_when_applied
+        and report.status is AppliedStatus.APPLIED
+        and report.policy_version == policy.version
+    ):
+        # an undo back to before the device's first policy: the device is as it was, and
+        # unmanaged again, as it was
+        repository.delete(session, policy)
+        audit.record(
+            session,
+            node,
+            "policy.released",
+            target_type="device",
+            target_id=device.id,
+            before={"config": policy.config, "version": policy.version},
+            detail="put back as it was before its first policy; no longer managed",
+        )
+    return read
 
 
 def _update_device_configuration(device: Device, config: DeviceConfig) -> None:

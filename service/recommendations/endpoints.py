@@ -9,6 +9,7 @@ from models.priors import Objective
 from service.deps import (
     API_PREFIX,
     MAX_OFFSET,
+    AdminAuth,
     AnyPrincipal,
     AuthFirstRoute,
     OperatorAuth,
@@ -18,9 +19,12 @@ from service.deps import (
 from service.errors import Conflict, Forbidden, NotFound, Unauthorized, Unprocessable, responses
 from service.recommendations import service
 from service.recommendations.schemas import (
+    Acceptance,
     CanaryDone,
     Decision,
     ModelVersionRead,
+    NightlyRequest,
+    NightlyRunRead,
     RecommendationRead,
     ScheduledCanaryRead,
     Status,
@@ -74,10 +78,26 @@ def get_recommendation(
     responses=responses(Unauthorized, Forbidden, NotFound, Conflict, Unprocessable),
 )
 def accept(
+    recommendation_id: uuid.UUID, body: Acceptance, session: SessionDep, operator: OperatorAuth
+) -> RecommendationRead:
+    """Try the recommended configuration on its device under a canary (a one-device rollout,
+    its id in `rollout_id`) and keep it only if the canary passes and the soak holds: the
+    status is then `verifying`, later `kept` or `rolled_back`. `without_canary` pins it at
+    once instead (`applied`), an audited choice."""
+    return service.accept(session, operator, recommendation_id, body)
+
+
+@router.post(
+    "/recommendations/{recommendation_id}/revert",
+    response_model=RecommendationRead,
+    responses=responses(Unauthorized, Forbidden, NotFound, Conflict, Unprocessable),
+)
+def revert(
     recommendation_id: uuid.UUID, body: Decision, session: SessionDep, operator: OperatorAuth
 ) -> RecommendationRead:
-    """Make the recommended configuration the device's policy (audited)."""
-    return service.accept(session, operator, recommendation_id, body.reason)
+    """Undo in one step: the device goes back to exactly what it had before this
+    recommendation's change (unmanaged if it was), and the recommendation reads `reverted`."""
+    return service.revert(session, operator, recommendation_id, body.reason)
 
 
 @router.post(
@@ -152,3 +172,42 @@ def canary_done(
     """The node ran it: the canary observation it recorded closes the scheduled canary."""
     row = service.canary_done(session, principal, canary_id, body.observation_id)
     return ScheduledCanaryRead.model_validate(row)
+
+
+@router.post(
+    "/nightly-runs",
+    response_model=NightlyRunRead,
+    status_code=202,
+    responses=responses(Unauthorized, Forbidden, Conflict, Unprocessable),
+)
+def queue_nightly(body: NightlyRequest, session: SessionDep, admin: AdminAuth) -> NightlyRunRead:
+    """Queue the nightly job — retrain every model, re-score every device's recommendations,
+    schedule canaries — for the service's nightly worker; follow it at its URL. One at a time:
+    409 while one is queued or running."""
+    return NightlyRunRead.model_validate(service.queue_nightly(session, body, admin))
+
+
+@router.get(
+    "/nightly-runs",
+    response_model=list[NightlyRunRead],
+    responses=responses(Unauthorized, Forbidden),
+)
+def list_nightly_runs(
+    session: SessionDep,
+    _: ViewerAuth,
+    limit: Annotated[int, Query(ge=1, le=1_000)] = 20,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+) -> list[NightlyRunRead]:
+    """Nightly runs queued through the API, newest first, with their reports."""
+    rows = service.nightly_runs(session, limit=limit, offset=offset)
+    return [NightlyRunRead.model_validate(row) for row in rows]
+
+
+@router.get(
+    "/nightly-runs/{run_id}",
+    response_model=NightlyRunRead,
+    responses=responses(Unauthorized, Forbidden, NotFound),
+)
+def get_nightly_run(run_id: uuid.UUID, session: SessionDep, _: ViewerAuth) -> NightlyRunRead:
+    """One run: queued, running (since started_at), done with its report, or failed and why."""
+    return NightlyRunRead.model_validate(service.nightly_run(session, run_id))

@@ -4,7 +4,8 @@ The service loads the data (every observation as a training sample, the present 
 what they run), and `models.training` does the learning on Ray, in two rounds of tasks, one
 task per device class and objective:
 1. train: the objective's model on every observation (the classes learn from one another
-   through the device features), with a cross-validation by held-out cells for its scores;
+   through the device features), with a cross-validation by held-out devices (cells, where
+   fewer than three were measured) for its scores;
 2. score: for each present device of the class, the workload it runs (its telemetry matched
    to the nearest benchmarked workload, else its most observed one), its current
    configuration, the search's recommendation under the p99 guardrail, the predicted change
@@ -362,8 +363,8 @@ def _store(
                         i.objective: round(i.recommendation.confidence, 3) for i in group
                     },
                     "intervals": _intervals(model),
-                    # the lead model's cross-validated skill on held-out cells (R² of the log
-                    # metric): at or below zero it predicts no better than the mean
+                    # the lead model's cross-validated skill on held-out devices or cells (R²
+                    # of the log metric): at or below zero it predicts no better than the mean
                     "skill": {
                         "r2_log": versions[(target.device_class, lead.model_objective)].scores.get(
                             "r2_log"

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from service.tables import (
     Device,
     ModelVersion,
+    NightlyRun,
     Observation,
     Policy,
     RecommendationRow,
@@ -87,9 +88,20 @@ def proposals(session: Session, device_id: uuid.UUID) -> Sequence[Recommendation
     return session.scalars(query).all()
 
 
-def proposed_for_device(session: Session, device_id: uuid.UUID) -> Sequence[RecommendationRow]:
+def open_for_device(session: Session, device_id: uuid.UUID) -> Sequence[RecommendationRow]:
+    """The device's proposed recommendations and the ones being verified by their rollout."""
     query = select(RecommendationRow).where(
-        RecommendationRow.device_id == device_id, RecommendationRow.status == "proposed"
+        RecommendationRow.device_id == device_id,
+        RecommendationRow.status.in_(("proposed", "verifying")),
+    )
+    return session.scalars(query.with_for_update()).all()
+
+
+def following(session: Session, rollout_id: uuid.UUID) -> Sequence[RecommendationRow]:
+    """The recommendations whose standing follows this rollout: verifying, or kept by it."""
+    query = select(RecommendationRow).where(
+        RecommendationRow.rollout_id == rollout_id,
+        RecommendationRow.status.in_(("verifying", "kept")),
     )
     return session.scalars(query.with_for_update()).all()
 
@@ -113,7 +125,9 @@ def supersede_proposals(
     return list(session.scalars(query.values(status="superseded").returning(RecommendationRow.id)))
 
 
-def add(session: Session, row: RecommendationRow | ModelVersion | ScheduledCanary) -> None:
+def add(
+    session: Session, row: RecommendationRow | ModelVersion | ScheduledCanary | NightlyRun
+) -> None:
     session.add(row)
 
 
@@ -186,6 +200,50 @@ def device(session: Session, device_id: uuid.UUID) -> Device | None:
 
 def observation(session: Session, observation_id: uuid.UUID) -> Observation | None:
     return session.get(Observation, observation_id)
+
+
+# --- nightly runs queued through the API -----------------------------------------------------
+
+
+def nightly_run(session: Session, run_id: uuid.UUID) -> NightlyRun | None:
+    return session.get(NightlyRun, run_id)
+
+
+def nightly_runs(session: Session, *, limit: int, offset: int) -> Sequence[NightlyRun]:
+    query = select(NightlyRun).order_by(NightlyRun.created_at.desc(), NightlyRun.id)
+    return session.scalars(query.limit(limit).offset(offset)).all()
+
+
+def nightly_run_open(session: Session) -> NightlyRun | None:
+    """The run queued or running, if there is one (one at a time: each retrains every model)."""
+    query = select(NightlyRun).where(NightlyRun.status.in_(("queued", "running")))
+    return session.scalars(query.limit(1)).first()
+
+
+def claim_nightly_run(session: Session, now: datetime) -> NightlyRun | None:
+    """The oldest queued run, marked running; skipped by another replica that claims at once."""
+    query = (
+        select(NightlyRun)
+        .where(NightlyRun.status == "queued")
+        .order_by(NightlyRun.created_at)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    )
+    found = session.scalars(query).first()
+    if found is not None:
+        found.status, found.started_at = "running", now
+        session.flush()
+    return found
+
+
+def abandon_running_nightly_runs(session: Session, now: datetime, why: str) -> int:
+    """Runs left running by a service that stopped mid-run: failed, with why."""
+    done = session.execute(
+        update(NightlyRun)
+        .where(NightlyRun.status == "running")
+        .values(status="failed", error=why, finished_at=now)
+    )
+    return int(done.rowcount or 0)  # type: ignore[attr-defined]
 
 
 # --- what the nightly job reads ---------------------------------------------------------------

@@ -11,10 +11,26 @@ from agent.contract.metrics import METRICS
 from agent.contract.tunables import DeviceConfig
 from agent.contract.wire import CanaryDone
 from agent.contract.workloads import WorkloadSpec
+from models.priors import Objective
 
 __all__ = ["CanaryDone"]
 
-Status = Literal["proposed", "accepted", "rejected", "superseded", "refuted"]
+# proposed → verifying (accepted: its one-device rollout tries it under a canary) → kept |
+# rolled_back; applied (pinned without a canary); reverted (undone by an operator); rejected,
+# superseded, refuted (its canary failed before anyone decided). 'accepted': decided before
+# accepting went through a canary.
+Status = Literal[
+    "proposed",
+    "accepted",
+    "verifying",
+    "kept",
+    "rolled_back",
+    "applied",
+    "reverted",
+    "rejected",
+    "superseded",
+    "refuted",
+]
 
 
 class Prediction(BaseModel):
@@ -110,6 +126,9 @@ class RecommendationRead(BaseModel):
     decided_at: datetime | None
     decision_reason: str | None
     canary: RecommendationCanary | None = None
+    rollout_id: uuid.UUID | None = Field(
+        default=None, description="the one-device rollout that tries it under a canary"
+    )
     created_at: datetime
     superseded: list[uuid.UUID] = Field(
         default_factory=list,
@@ -128,6 +147,25 @@ class RecommendationRead(BaseModel):
 
 class Decision(InputModel):
     reason: Annotated[str, Field(min_length=3, max_length=2_000, description="why, for the audit")]
+
+
+class Acceptance(Decision):
+    """Accepting tries the configuration on the device under a canary (a one-device rollout)
+    and keeps it only if the canary passes and the soak holds."""
+
+    without_canary: bool = Field(
+        default=False,
+        description="pin the configuration at once, with no canary: an explicit, audited choice",
+    )
+    on_inconclusive: Literal["roll_back", "pause"] = Field(
+        default="roll_back",
+        description="an inconclusive canary puts the device back (default) or waits for an"
+        " operator on the rollout",
+    )
+    soak_seconds: Annotated[float, Field(ge=0, le=7 * 86_400)] = Field(
+        default=300.0,
+        description="after the canary passed: how long the guardrails watch before it is kept",
+    )
 
 
 class ModelVersionRead(BaseModel):
@@ -172,3 +210,34 @@ class ScheduledCanaryRead(BaseModel):
         description="that recommendation's prediction for its lead objective: the same figures"
         " the dashboard, the CLI and the API show for it",
     )
+
+
+NightlyStatus = Literal["queued", "running", "done", "failed"]
+
+
+class NightlyRequest(InputModel):
+    """A nightly run as `blkpilot nightly` takes it: what to train and how many canaries to
+    schedule. It runs in the service, on its Ray (RAY_ADDRESS) or, with `local`, in the
+    service's own process."""
+
+    objectives: list[Objective] | None = Field(
+        default=None, max_length=16, description="all with data if unset"
+    )
+    window_hours: Annotated[float, Field(ge=0.1, le=24 * 90)] = 24.0
+    max_canaries: Annotated[int, Field(ge=0, le=10_000)] = 10
+    mix: dict[Objective, Annotated[float, Field(gt=0.0, le=1e6)]] | None = None
+    local: bool = False
+
+
+class NightlyRunRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: uuid.UUID
+    status: NightlyStatus
+    options: dict[str, Any]
+    requested_by: str
+    report: dict[str, Any] | None
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None

@@ -1,7 +1,7 @@
 """Recommendations from the nightly job: listed, read, and decided by an operator. Accepting
-one makes its configuration the device's policy (checked against what the device can take,
-audited by the policy service) and supersedes the device's other open proposals; both
-decisions are audited in the same transaction. A canary of a recommended configuration binds
+one tries its configuration on the device under a canary (a one-device rollout) and keeps it
+only if it holds; it supersedes the device's other open proposals; every decision is audited
+in the same transaction. A canary of a recommended configuration binds
 the recommendation: a fail refutes it (it can no longer be accepted), an inconclusive one
 leaves it unproven, and either way it carries the canary's measured effect beside the
 prediction."""
@@ -15,15 +15,30 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
+from agent.bench.library import library
 from agent.contract.metrics import METRICS
 from agent.contract.tunables import DeviceConfig
 from service.audit import service as audit
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.policies import service as policies
 from service.recommendations import repository
-from service.recommendations.schemas import RecommendationRead, ScheduledCanaryRead
+from service.recommendations.schemas import (
+    Acceptance,
+    NightlyRequest,
+    RecommendationRead,
+    ScheduledCanaryRead,
+)
+from service.rollouts import service as rollouts
+from service.rollouts.schemas import RolloutCreate
 from service.security import Principal, Role
-from service.tables import ModelVersion, Observation, RecommendationRow, ScheduledCanary
+from service.tables import (
+    ModelVersion,
+    NightlyRun,
+    Observation,
+    RecommendationRow,
+    Rollout,
+    ScheduledCanary,
+)
 
 
 def to_read(row: RecommendationRow) -> RecommendationRead:
@@ -79,21 +94,119 @@ def _open(session: Session, recommendation_id: uuid.UUID) -> RecommendationRow:
 
 
 def accept(
-    session: Session, operator: Principal, recommendation_id: uuid.UUID, reason: str
+    session: Session, operator: Principal, recommendation_id: uuid.UUID, decision: Acceptance
 ) -> RecommendationRead:
+    """Try the recommended configuration on its device and keep it only if it holds: a
+    one-device rollout through the fleet's engine and gates (canary on the recommendation's
+    workload — live on the device's own traffic where it holds data — then a soak under the
+    guardrails). The recommendation is 'verifying' until the rollout ends: 'kept' or
+    'rolled_back'. Or, as an explicit choice, pinned at once without a canary ('applied').
+    Refused, with nothing changed, if the device cannot take the configuration or is already
+    in an unfinished rollout."""
     row = _open(session, recommendation_id)
     config = DeviceConfig.model_validate(row.recommended_config)
-    # refused (and nothing changed) if the device can no longer take it
-    policies.set_policy(
+    reason = decision.reason
+    if decision.without_canary:
+        policies.set_policy(
+            session,
+            operator,
+            row.device_id,
+            config,
+            f"recommendation {row.id} ({row.objective}) applied without a canary: {reason}",
+        )
+        status = "applied"
+    else:
+        workload = row.workload_name if row.workload_name in library() else None
+        rollout = rollouts.create(
+            session,
+            operator,
+            RolloutCreate.model_validate(
+                {
+                    "name": f"recommendation {str(row.id)[:8]}",
+                    "config": row.recommended_config,
+                    "target": {"device_ids": [row.device_id]},
+                    "stages": ["100%"],
+                    "soak_seconds": decision.soak_seconds,
+                    "canary": {
+                        **({"workload": workload} if workload else {}),
+                        "on_inconclusive": decision.on_inconclusive,
+                    },
+                    "reason": f"recommendation {row.id} ({row.objective}) accepted: {reason}",
+                }
+            ),
+        )
+        row.rollout_id = rollout.id
+        status = "verifying"
+    superseded = repository.supersede_proposals(session, row.device_id, keep=row.id)
+    action = "applied" if decision.without_canary else "accepted"
+    _decide(session, operator, row, status, reason, superseded=superseded, action=action)
+    return to_read(row).model_copy(update={"superseded": superseded})
+
+
+def rollout_finished(session: Session, rollout: Rollout) -> None:
+    """Called by the rollout engine when a rollout ends: a recommendation it was verifying is
+    kept (every canary passed, the soak held) or rolled back (the device is as it was); one it
+    had kept is rolled back when the rollout is (an operator aborted it after it succeeded).
+    One an operator reverted stays reverted."""
+    rolled_back = rollout.status != "succeeded"
+    for row in repository.following(session, rollout.id):
+        if row.status == "kept" and not rolled_back:
+            continue
+        was, status = row.status, "rolled_back" if rolled_back else "kept"
+        row.status = status
+        session.flush()
+        audit.record(
+            session,
+            Principal(name=f"rollout:{rollout.name}"),
+            f"recommendation.{status}",
+            target_type="recommendation",
+            target_id=row.id,
+            before={"status": was},
+            after={"status": status, "rollout_id": str(rollout.id), "rollout": rollout.status},
+            detail=rollout.status_detail[:2000],
+        )
+
+
+def revert(
+    session: Session, operator: Principal, recommendation_id: uuid.UUID, reason: str
+) -> RecommendationRead:
+    """Undo, in one step: the device goes back to exactly what it had before this
+    recommendation's change — its rollout is rolled back (each device put back as captured, the
+    policy it replaced restored, or none if it had none); a configuration pinned without a
+    canary is replaced by what came before it (and, if the device had no policy, the device
+    is released once its agent has put it back). The recommendation then reads 'reverted'."""
+    row = get(session, recommendation_id, lock=True)
+    if row.status not in ("verifying", "kept", "applied", "accepted"):
+        raise Conflict(
+            f"recommendation {recommendation_id} is {row.status}; only a change blkpilot made"
+            " (verifying, kept, applied) can be reverted, nothing was changed"
+        )
+    was = row.status
+    if row.rollout_id is not None and was in ("verifying", "kept"):
+        rollouts.abort(session, operator, row.rollout_id, f"recommendation reverted: {reason}")
+    else:
+        policies.undo_policy(
+            session,
+            operator,
+            row.device_id,
+            f"recommendation {row.id} reverted: {reason}",
+            set_for=f"recommendation {row.id}",
+        )
+    row.status = "reverted"
+    row.decided_by, row.decided_at = operator.name, datetime.now(UTC)
+    row.decision_reason = reason
+    session.flush()
+    audit.record(
         session,
         operator,
-        row.device_id,
-        config,
-        f"recommendation {row.id} ({row.objective}): {reason}",
+        "recommendation.reverted",
+        target_type="recommendation",
+        target_id=row.id,
+        before={"status": was},
+        after={"status": "reverted", "device_id": str(row.device_id)},
+        detail=reason,
     )
-    superseded = repository.supersede_proposals(session, row.device_id, keep=row.id)
-    _decide(session, operator, row, "accepted", reason, superseded=superseded)
-    return to_read(row).model_copy(update={"superseded": superseded})
+    return to_read(row)
 
 
 def reject(
@@ -112,6 +225,7 @@ def _decide(
     reason: str,
     *,
     superseded: Sequence[uuid.UUID] = (),
+    action: str | None = None,
 ) -> None:
     row.status = status
     row.decided_by = operator.name
@@ -121,7 +235,7 @@ def _decide(
     audit.record(
         session,
         operator,
-        f"recommendation.{status}",
+        f"recommendation.{action or status}",
         target_type="recommendation",
         target_id=row.id,
         before={"status": "proposed"},
@@ -130,6 +244,7 @@ def _decide(
             "device_id": str(row.device_id),
             "config": row.recommended_config,
             "objective": row.objective,
+            **({"rollout_id": str(row.rollout_id)} if row.rollout_id else {}),
             **({"superseded": [str(i) for i in superseded]} if superseded else {}),
         },
         detail=reason,
@@ -140,18 +255,19 @@ def canary_judged(
     session: Session, principal: Principal, observation: Observation
 ) -> list[RecommendationRow]:
     """A canary's verdict on the device's open recommendations of the configuration it
-    measured (made before it finished): each carries the canary; a fail refutes it."""
+    measured (made before it finished) and on the one its rollout is verifying: each carries
+    the canary; a fail refutes a proposed one (a verifying one is rolled back by its rollout)."""
     if observation.kind != "canary" or observation.verdict is None:
         return []
     measured = DeviceConfig.model_validate(observation.configuration)
     bound = []
-    for row in repository.proposed_for_device(session, observation.device_id):
+    for row in repository.open_for_device(session, observation.device_id):
         if row.created_at > observation.finished_at:
             continue
         if DeviceConfig.model_validate(row.recommended_config) != measured:
             continue
         row.canary = canary_summary(observation)
-        if observation.verdict == "fail":
+        if observation.verdict == "fail" and row.status == "proposed":
             row.status = "refuted"
             audit.record(
                 session,
@@ -305,3 +421,39 @@ def canary_done(
         },
     )
     return canary
+
+
+# --- nightly runs queued through the API ------------------------------------------------------
+
+
+def queue_nightly(session: Session, body: NightlyRequest, principal: Principal) -> NightlyRun:
+    """A nightly run for the service's nightly worker; one at a time (each retrains every
+    model and replaces the scheduled canaries): 409 while one is queued or running."""
+    open_run = repository.nightly_run_open(session)
+    if open_run is not None:
+        raise Conflict(f"nightly run {open_run.id} is {open_run.status}: one at a time")
+    run = NightlyRun(
+        status="queued", options=body.model_dump(mode="json"), requested_by=principal.name
+    )
+    repository.add(session, run)
+    repository.flush(session)
+    audit.record(
+        session,
+        principal,
+        "nightly.queued",
+        target_type="nightly_run",
+        target_id=run.id,
+        after=run.options,
+    )
+    return run
+
+
+def nightly_run(session: Session, run_id: uuid.UUID) -> NightlyRun:
+    found = repository.nightly_run(session, run_id)
+    if found is None:
+        raise NotFound(f"no nightly run {run_id}")
+    return found
+
+
+def nightly_runs(session: Session, *, limit: int, offset: int) -> Sequence[NightlyRun]:
+    return repository.nightly_runs(session, limit=limit, offset=offset)

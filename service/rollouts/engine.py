@@ -33,6 +33,7 @@ from service.db import Database
 from service.errors import BlkpilotError
 from service.policies import repository as policy_repository
 from service.policies import service as policy_service
+from service.recommendations import service as recommendations
 from service.rollouts import repository
 from service.rollouts.ansible import Outcome, RunReport
 from service.security import Principal
@@ -219,6 +220,7 @@ class Engine:
             "rollout_round_seconds": canary["round_seconds"],
             "rollout_alpha": canary["alpha"],
             "rollout_sli": canary.get("sli"),  # None: block latency alone
+            "rollout_loop": canary.get("loop", "auto"),  # stored before it existed: auto
             "rollout_serial": rollout.serial,
             "rollout_max_fail_percentage": rollout.max_fail_percentage,
         }
@@ -305,6 +307,13 @@ class Engine:
             )
             self._start_rollback(session, rollout, f"{label}: canary failed ({shown})")
             return
+        inconclusive = [t for t in stage if t.status == "inconclusive"]
+        if inconclusive and rollout.canary.get("on_inconclusive") == "roll_back":
+            shown = "; ".join(f"{t.hostname}/{t.device_name}" for t in inconclusive)
+            self._start_rollback(
+                session, rollout, f"{label}: canary inconclusive ({shown}); not kept unproven"
+            )
+            return
         waiting = [t for t in stage if t.status in ("inconclusive", "pending")]
         if waiting:
             rollout.status = "paused"
@@ -389,6 +398,8 @@ class Engine:
                 after={"stage": rollout.stage},
                 detail=rollout.status_detail,
             )
+            if rollout.status == "succeeded":
+                recommendations.rollout_finished(session, rollout)
 
     def _guardrail_breach(self, session: Session, rollout: Rollout) -> str:
         """What breached, or ''. Checked on every device changed so far."""
@@ -487,6 +498,7 @@ class Engine:
                 after={"devices": len(touched), "failed": failed},
                 detail=rollout.status_detail,
             )
+            recommendations.rollout_finished(session, rollout)
 
     def _record_restores(
         self, session: Session, rollout_id: uuid.UUID, report: RunReport, *, then: str

@@ -52,6 +52,12 @@ class CanarySettings(InputModel):
     # a live canary judges this too, beside block latency: the application's own SLI, read on
     # each node (a loopback URL names every node's own exporter: target a node label)
     sli: AppSli | None = None
+    # whether a lower data rate under the candidate is harm: "closed" (the device sets the
+    # application's pace), "open" (its clients do), "auto" (the canary tells from the traffic)
+    loop: Literal["auto", "closed", "open"] = "auto"
+    # an inconclusive canary: the rollout waits for an operator ("pause") or puts the device
+    # back at once ("roll_back": what an accepted recommendation's rollout does by default)
+    on_inconclusive: Literal["pause", "roll_back"] = "pause"
 
     @model_validator(mode="after")
     def _budget_covers_the_first_look(self) -> Self:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from itertools import groupby
 from typing import Any
@@ -20,6 +20,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
 
+from agent.contract.base import MAX_DEPTH, MAX_JOULES, MAX_MICROS, MAX_WINDOW_SPAN
 from service.errors import Conflict
 from service.tables import (
     TELEMETRY_WINDOWS_SET_ASIDE,
@@ -50,17 +51,43 @@ class EncodedWindows:
     digest: str
     arrays: dict[str, bytes]
     count: int
+    low: datetime  # the batch's earliest window start
+    high: datetime  # and latest window end
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """A window of a batch that overlaps another window of its device: one stored before
+    (`in_batch` False) or one of the same batch."""
+
+    device_id: uuid.UUID
+    start: datetime
+    end: datetime
+    other_start: datetime
+    other_end: datetime
+    in_batch: bool
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What the storing statement did: `claimed` the batch id (and stored `windows`), or
+    claimed nothing — the id was claimed before, or a window `overlaps` another."""
+
+    claimed: bool
+    windows: int
+    overlaps: Overlap | None
 
 
 def store_batch(
     session: Session, batch_id: uuid.UUID, node_id: uuid.UUID, encoded: EncodedWindows
-) -> int | None:
-    """Claim the batch id and store its windows, in one statement: the number stored, or None
-    if the id was claimed before (nothing stored). A concurrent claim of the same id waits on
-    the primary key until the other commits; a window stored before under another batch
-    aborts the statement, claim and all (Conflict). The statement reads the windows from one
-    binary array per column, side by side (_STORE): no row is built in Python, and no JSON
-    is parsed in PostgreSQL.
+) -> Stored:
+    """Claim the batch id and store its windows, in one statement, unless a window overlaps
+    another of its device (stored, or in the batch: nothing is claimed or stored, and the
+    first such pair is returned). A concurrent claim of the same id waits on the primary key
+    until the other commits; a window stored meanwhile by a concurrent batch aborts the
+    statement, claim and all (Conflict). The statement reads the windows from one binary
+    array per column, side by side (_STORE): no row is built in Python, and no JSON is
+    parsed in PostgreSQL.
 
     When the session has used no connection yet (its node's devices and the windows' days
     known without a lookup: every push but the first of a day) the statement is committed on
@@ -75,10 +102,9 @@ def store_batch(
     try:
         with raw.cursor() as cursor:
             cursor.execute(_STORE, parameters)
-            claimed, stored = cursor.fetchone() or (0, 0)
+            return _stored(cursor.fetchone())
     except psycopg.errors.UniqueViolation as error:
-        raise _stored_before() from error
-    return stored if claimed else None
+        raise stored_before() from error
 
 
 async def store_pushed_batch(
@@ -86,16 +112,31 @@ async def store_pushed_batch(
     batch_id: uuid.UUID,
     node_id: uuid.UUID,
     encoded: EncodedWindows,
-) -> int | None:
+) -> Stored:
     """store_batch's statement on an autocommitting connection of the event loop's
     (service.db.push_connections): committed when it returns, or nothing stored."""
     parameters = _parameters(batch_id, node_id, encoded)
     try:
         cursor = await connection.execute(_STORE, parameters)
-        claimed, stored = await cursor.fetchone() or (0, 0)
+        return _stored(await cursor.fetchone())
     except psycopg.errors.UniqueViolation as error:
-        raise _stored_before() from error
-    return stored if claimed else None
+        raise stored_before() from error
+
+
+def _stored(row: Any) -> Stored:
+    claimed, windows, clash = row or (0, 0, None)
+    overlap = None
+    if clash is not None:
+        device_id, start, end, other_start, other_end, in_batch = clash
+        overlap = Overlap(
+            uuid.UUID(device_id),
+            datetime.fromisoformat(start),
+            datetime.fromisoformat(end),
+            datetime.fromisoformat(other_start),
+            datetime.fromisoformat(other_end),
+            bool(in_batch),
+        )
+    return Stored(bool(claimed), int(windows), overlap)
 
 
 def _parameters(batch_id: uuid.UUID, node_id: uuid.UUID, encoded: EncodedWindows) -> dict[str, Any]:
@@ -104,14 +145,20 @@ def _parameters(batch_id: uuid.UUID, node_id: uuid.UUID, encoded: EncodedWindows
         "node_id": node_id,
         "count": encoded.count,
         "digest": encoded.digest,
+        "span": MAX_WINDOW_SPAN,
+        # the batch's span less a window's longest: the day partitions the overlap probe reads,
+        # pruned once for the statement rather than looked up window by window
+        "low": encoded.low - MAX_WINDOW_SPAN,
+        "high": encoded.high,
         # each array sent as built, typed by its array type's oid (_ARRAY_TYPES)
         **{c.name: _ARRAY_TYPES[c.kind](encoded.arrays[c.name]) for c in columns.COLUMNS},
     }
 
 
-def _stored_before() -> Conflict:
+def stored_before(window: str = "a window") -> Conflict:
     return Conflict(
-        "a window for the same device and interval was ingested before in another batch"
+        f"{window} for the same device and interval was ingested before in another batch;"
+        " nothing from this batch was stored"
     )
 
 
@@ -148,20 +195,52 @@ _UNNESTED_AS = ", ".join(c.name for c in columns.COLUMNS)
 assert set(_SELECTED) | {columns.SCALAR} == set(WINDOW_COLUMNS)
 _CLAIM = (
     "INSERT INTO telemetry_batches (batch_id, node_id, windows, digest)"
-    " VALUES (%(batch_id)s, %(node_id)s, %(count)s, %(digest)s)"
+    " SELECT %(batch_id)s, %(node_id)s, %(count)s, %(digest)s"
+    " WHERE NOT EXISTS (SELECT FROM clash)"
     " ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id"
 )
 assert TelemetryBatchRow.__tablename__ == "telemetry_batches"  # the statement's table
+# A window's counters are bounded by its span (agent.contract.base), which bounds a device's
+# sums only if its windows do not overlap: a window that overlaps another of its device —
+# stored before, or in the same batch — stops the batch before anything is claimed or stored,
+# and the first such pair is returned (device id, the window's start and end, the other's
+# start and end, whether the other is in the batch). A stored window overlapping [s, e)
+# starts after s - MAX_WINDOW_SPAN and before e: one range of the primary key's index per
+# window; the batch's own windows are compared with their predecessor in start order.
 _STORE = f"""
-WITH claim AS ({_CLAIM}),
+WITH u AS MATERIALIZED (
+    SELECT * FROM unnest({_UNNESTED}) AS u({_UNNESTED_AS})  -- side by side: the n-th of each
+),
+ordered AS (
+    SELECT u.device_id, u.window_start, u.window_end,
+        lag(u.window_start) OVER w AS other_start, lag(u.window_end) OVER w AS other_end
+    FROM u WINDOW w AS (PARTITION BY u.device_id ORDER BY u.window_start, u.window_end)
+),
+clash AS (
+    (SELECT o.device_id, o.window_start, o.window_end, o.other_start, o.other_end, true AS inside
+     FROM ordered o WHERE o.other_end > o.window_start LIMIT 1)
+    UNION ALL
+    (SELECT n.device_id, n.window_start, n.window_end, s.window_start, s.window_end, false
+     FROM u n CROSS JOIN LATERAL (
+         SELECT w.window_start, w.window_end FROM {RAW} w
+         WHERE w.device_id = n.device_id
+           AND w.window_start > n.window_start - %(span)s AND w.window_start < n.window_end
+           AND w.window_start >= %(low)s AND w.window_start < %(high)s  -- the partitions: once
+           AND w.window_end > n.window_start
+         LIMIT 1) s
+     LIMIT 1)
+),
+claim AS ({_CLAIM}),
 stored AS (
     INSERT INTO {RAW} ({_COLUMNS})
     SELECT {_VALUES}
-    FROM unnest({_UNNESTED}) AS u({_UNNESTED_AS})  -- side by side: the n-th of each
+    FROM u
     WHERE EXISTS (SELECT FROM claim)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM claim), (SELECT count(*) FROM stored)
+SELECT (SELECT count(*) FROM claim), (SELECT count(*) FROM stored),
+    (SELECT json_build_array(c.device_id, c.window_start, c.window_end, c.other_start,
+        c.other_end, c.inside) FROM clash c LIMIT 1)
 """  # noqa: S608
 
 
@@ -282,17 +361,25 @@ def forget_batches(connection: Connection, before: datetime) -> int:
 # --- hourly rollups ---------------------------------------------------------------------------
 
 # (table names here and below are this module's constants; values are bound parameters)
+# No device's rows can make the statement fail for the others: a device's counters sum as
+# numeric (sum of BIGINT) and are clamped into BIGINT — windows that do not overlap (ingest
+# refuses those that do) stay far inside it, and whatever was stored before that rule, or
+# slipped past it, clamps its own device-hour — and each float is clamped to the contract's
+# bound before it is summed (rows stored before the contract bounded them held up to 1e308,
+# whose sum overflows double precision).
+_BIGINT = 2**63 - 1
 _ROLL_UP = f"""
 INSERT INTO {HOURLY} (device_id, hour, windows, seconds, read_ios, write_ios, read_bytes,
     write_bytes, queue_depth_seconds, busy_seconds, latency_us_ios, energy_joules, max_p99_us,
     operations, rolled_up_at)
 SELECT w.device_id, date_trunc('hour', w.window_start AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
     count(*), sum(extract(epoch FROM w.window_end - w.window_start)),
-    sum(w.read_ios), sum(w.write_ios), sum(w.read_bytes), sum(w.write_bytes),
-    sum(w.queue_depth * extract(epoch FROM w.window_end - w.window_start)),
-    sum(w.utilisation * extract(epoch FROM w.window_end - w.window_start)),
-    sum(w.mean_latency_us * (w.read_ios::float8 + w.write_ios::float8)),
-    sum(w.energy_joules), max(w.p99_us), NULL, now()
+    least(sum(w.read_ios), {_BIGINT}), least(sum(w.write_ios), {_BIGINT}),
+    least(sum(w.read_bytes), {_BIGINT}), least(sum(w.write_bytes), {_BIGINT}),
+    sum(least(w.queue_depth, {MAX_DEPTH}) * extract(epoch FROM w.window_end - w.window_start)),
+    sum(least(w.utilisation, 1.0) * extract(epoch FROM w.window_end - w.window_start)),
+    sum(least(w.mean_latency_us, {MAX_MICROS}) * (w.read_ios::float8 + w.write_ios::float8)),
+    sum(least(w.energy_joules, {MAX_JOULES})), max(w.p99_us), NULL, now()
 FROM {RAW} w
 WHERE w.window_start >= :low AND w.window_start < :high
   AND EXISTS (SELECT 1 FROM devices d WHERE d.id = w.device_id)
@@ -324,18 +411,32 @@ WHERE h.device_id = v.device_id AND h.hour = v.hour
 _HOURS_PER_UPDATE = 1000  # device-hours' merged histograms sent in one statement
 
 
-def roll_up(connection: Connection, low: datetime, high: datetime) -> int:
+@dataclass
+class RolledUp:
+    """What roll_up wrote: `hours`, device-hours; `unreadable`, the device-hours whose stored
+    histograms do not parse (their sums are written, their operations left NULL)."""
+
+    hours: int = 0
+    unreadable: list[tuple[uuid.UUID, datetime, str]] = field(default_factory=list)
+
+
+def roll_up(connection: Connection, low: datetime, high: datetime) -> RolledUp:
     """(Re)compute the hourly rows of every hour in [low, high) from the raw windows there.
-    Returns the number of device-hours written. hourly.UnreadableHistograms if a window's
-    stored histograms do not parse (the hour cannot be rolled up, as a failing statement)."""
+    Each device-hour's histograms are merged on their own: one whose stored histograms do not
+    parse is reported in `unreadable` and keeps its sums, and no other device-hour is
+    touched by it."""
     bounds = {"low": low, "high": high}
-    written = connection.execute(text(_ROLL_UP), bounds).rowcount
+    result = RolledUp(int(connection.execute(text(_ROLL_UP), bounds).rowcount or 0))
     rows = connection.execute(
         text(_HOUR_OPERATIONS), bounds, execution_options={"yield_per": 2000}
     )  # a server-side cursor: a few thousand windows in memory, not the hours
     merged: list[dict[str, Any]] = []
     for (device_id, hour), group in groupby(rows, key=lambda row: (row[0], row[1])):
-        operations = hourly.merge_hour(row[2] for row in group)
+        try:
+            operations = hourly.merge_hour(row[2] for row in group)
+        except hourly.UnreadableHistograms as error:
+            result.unreadable.append((device_id, hour, str(error)))
+            continue
         if not operations:  # no histogram has a pair: the hour's operations stay NULL
             continue
         merged.append({"device_id": device_id, "hour": hour, "operations": operations})
@@ -344,7 +445,7 @@ def roll_up(connection: Connection, low: datetime, high: datetime) -> int:
             merged = []
     if merged:
         _set_hour_operations(connection, merged)
-    return int(written or 0)
+    return result
 
 
 def _set_hour_operations(connection: Connection, merged: list[dict[str, Any]]) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -31,13 +32,12 @@ from service.errors import Unprocessable
 from service.ops import metrics
 from service.ops.transactions import on_commit
 from service.telemetry import repository
-from service.telemetry.hourly import UnreadableHistograms
 from service.telemetry.repository import HOURLY, RAW, Partition
 
 log = logging.getLogger(__name__)
-# what makes an hour fail to roll up: a statement the database refuses (a row whose sums do
-# not fit) or stored histograms that do not parse
-_CANNOT_ROLL_UP = (DBAPIError, UnreadableHistograms)
+# what makes an hour fail to roll up: a statement the database refuses. (A device's sums are
+# clamped into BIGINT and its histograms merged on their own: neither stops another device.)
+_CANNOT_ROLL_UP = (DBAPIError,)
 
 MAINTENANCE_LOCK = 0x626C6B71
 # an hour is rolled up this long after it ends (windows still on their way)
@@ -63,6 +63,8 @@ class MaintenanceReport:
     dropped: list[str] = field(default_factory=list)
     rolled_up: int = 0  # device-hours written
     failed_hours: list[datetime] = field(default_factory=list)  # set aside, moved past
+    # device-hours rolled up without their histograms, which did not parse (device id, hour)
+    unreadable: list[tuple[uuid.UUID, datetime]] = field(default_factory=list)
     windows_set_aside: int = 0  # raw windows of failed hours kept when their day was dropped
     batches_forgotten: int = 0
     counts_folded: int = 0  # device_counts rows folded away
@@ -169,7 +171,7 @@ def _roll_up(engine: Engine, low: datetime, high: datetime, report: MaintenanceR
     recorded and moved past instead of stopping every later hour."""
     try:
         with engine.begin() as connection:
-            report.rolled_up += repository.roll_up(connection, low, high)
+            _rolled(report, repository.roll_up(connection, low, high))
         return
     except _CANNOT_ROLL_UP as error:
         log.warning(
@@ -181,7 +183,7 @@ def _roll_up(engine: Engine, low: datetime, high: datetime, report: MaintenanceR
     for hour in _hours(low, high):
         try:
             with engine.begin() as connection:
-                report.rolled_up += repository.roll_up(connection, hour, hour + timedelta(hours=1))
+                _rolled(report, repository.roll_up(connection, hour, hour + timedelta(hours=1)))
                 repository.clear_rollup_failure(connection, hour)
         except _CANNOT_ROLL_UP as error:
             with engine.begin() as connection:
@@ -196,19 +198,33 @@ def _roll_up_before_drop(
     an hour that still fails has its raw windows moved to the set-aside table first."""
     try:
         with connection.begin_nested():
-            report.rolled_up += repository.roll_up(connection, low, high)
+            _rolled(report, repository.roll_up(connection, low, high))
         return
     except _CANNOT_ROLL_UP:
         pass
     for hour in _hours(low, high):
         try:
             with connection.begin_nested():
-                report.rolled_up += repository.roll_up(connection, hour, hour + timedelta(hours=1))
+                _rolled(report, repository.roll_up(connection, hour, hour + timedelta(hours=1)))
                 repository.clear_rollup_failure(connection, hour)
         except _CANNOT_ROLL_UP as error:
             repository.record_rollup_failure(connection, hour, _reason(error))
             report.windows_set_aside += repository.set_aside_hour(connection, hour)
             _failed(report, hour)
+
+
+def _rolled(report: MaintenanceReport, rolled: repository.RolledUp) -> None:
+    report.rolled_up += rolled.hours
+    for device_id, hour, why in rolled.unreadable:
+        log.warning(
+            "telemetry rollup: device %s's histograms of %s do not parse (%s); its hour is"
+            " rolled up without them",
+            device_id,
+            f"{hour:%Y-%m-%d %H:00}",
+            why,
+        )
+        report.unreadable.append((device_id, hour))
+        metrics.TELEMETRY_ROLLUP_UNREADABLE.inc()
 
 
 def _reason(error: Exception) -> str:

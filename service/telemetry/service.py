@@ -16,7 +16,7 @@ from agent.contract.base import MAX_CLOCK_SKEW
 from agent.contract.wire import OperationLatency, TelemetryBatch, TelemetryBatchReceipt
 from service.devices import repository as device_repository
 from service.devices import service as device_service
-from service.errors import Conflict, Unprocessable
+from service.errors import ClockAhead, Conflict, Unprocessable
 from service.fastwire import FastDecoder
 from service.nodes.cache import NODES
 from service.ops import metrics
@@ -80,7 +80,7 @@ def ingest(
         if window.end > latest
     ]
     if future:
-        raise Unprocessable(
+        raise ClockAhead(
             f"{len(future)} window(s) end in the future, more than {MAX_CLOCK_SKEW} past this"
             " server's clock: check the node's clock (NTP); nothing from this batch was stored",
             fields=future,
@@ -90,9 +90,11 @@ def ingest(
         raise Unprocessable("the batch holds the same device and interval twice")
 
     encoded = encode_batch(batch, device_ids, checked)
-    count = repository.store_batch(session, batch.batch_id, node.node_id, encoded.stored)
-    if count is None:
+    stored = repository.store_batch(session, batch.batch_id, node.node_id, encoded.stored)
+    if not stored.claimed:
         owner, earlier = repository.claimed_batch(session, batch.batch_id) or (None, None)
+        if owner is None and stored.overlaps is not None:
+            raise _overlapping(stored.overlaps, device_ids)
         if owner != node.node_id:
             raise Conflict(f"batch id {batch.batch_id} was already used by another node")
         if earlier is not None and not _same_batch(earlier, encoded.stored.digest, batch):
@@ -102,6 +104,7 @@ def ingest(
             )
         on_commit(session, lambda: metrics.TELEMETRY_BATCHES.labels(outcome="duplicate").inc())
         return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=False, windows=0)
+    count = stored.windows
 
     on_commit(session, lambda: _count_ingested(count, encoded.p99s))
     return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=True, windows=count)
@@ -143,7 +146,7 @@ async def ingest_pushed(
     encoded = encode_batch(batch, known, checked)
     try:
         async with pushes.connection() as connection:
-            count = await repository.store_pushed_batch(
+            stored = await repository.store_pushed_batch(
                 connection, batch.batch_id, node.node_id, encoded.stored
             )
     except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as error:
@@ -152,11 +155,36 @@ async def ingest_pushed(
         return None
     except Conflict:  # a window stored before: `ingest` says which way
         return None
-    if count is None:
+    if not stored.claimed:
         return None
     metrics.TELEMETRY_PUSH_PATH.labels(path="event_loop").inc()
-    _count_ingested(count, encoded.p99s)
-    return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=True, windows=count)
+    _count_ingested(stored.windows, encoded.p99s)
+    return TelemetryBatchReceipt(batch_id=batch.batch_id, accepted=True, windows=stored.windows)
+
+
+def _overlapping(
+    overlap: repository.Overlap, device_ids: dict[str, uuid.UUID]
+) -> Conflict | Unprocessable:
+    """The first window of a batch that overlaps another of its device, named: a device's
+    windows may not overlap (their counters would be counted twice, and sums that the
+    contract keeps inside BIGINT would not stay there)."""
+    name = next((n for n, i in device_ids.items() if i == overlap.device_id), "?")
+    if (overlap.start, overlap.end) == (overlap.other_start, overlap.other_end):
+        if not overlap.in_batch:
+            return repository.stored_before(
+                f"window {name} {overlap.start.isoformat()} … {overlap.end.isoformat()}"
+            )
+        return Unprocessable("the batch holds the same device and interval twice")
+    where = "another window of this batch" if overlap.in_batch else "a window stored before"
+    # within the batch: the batch is not acceptable as it is (422); against a stored window:
+    # it conflicts with what is stored (409)
+    error = Unprocessable if overlap.in_batch else Conflict
+    return error(
+        f"window {name} {overlap.start.isoformat()} … {overlap.end.isoformat()} overlaps"
+        f" {where}, {overlap.other_start.isoformat()} … {overlap.other_end.isoformat()}:"
+        " a device's windows may not overlap; nothing from this batch was stored",
+        fields=[{"loc": ["body", "windows"], "msg": f"{name} overlaps another window"}],
+    )
 
 
 def _same_batch(earlier: str, digest: str, batch: Any) -> bool:
@@ -202,7 +230,11 @@ def encode_batch(batch: Any, device_ids: dict[str, uuid.UUID], checked: Any = No
     found = distributions.window_percentiles(batch.windows, checked)
     encoded = columns.encode(batch.windows, device_ids, found)
     stored = repository.EncodedWindows(
-        digest=encoded.digest, arrays=encoded.arrays, count=len(batch.windows)
+        digest=encoded.digest,
+        arrays=encoded.arrays,
+        count=len(batch.windows),
+        low=min(w.start for w in batch.windows),
+        high=max(w.end for w in batch.windows),
     )
     return EncodedBatch(stored, [p[1] for p in found if p is not None])
 

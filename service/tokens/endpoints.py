@@ -21,6 +21,7 @@ from service.tokens.schemas import (
     ApiTokenCreate,
     ApiTokenCreated,
     ApiTokenRead,
+    ApiTokenRotate,
     EnrollmentTokenCreate,
     EnrollmentTokenCreated,
 )
@@ -51,6 +52,23 @@ def create_api_token(
 )
 def list_api_tokens(session: SessionDep, _: AdminAuth) -> list[ApiTokenRead]:
     return [ApiTokenRead.model_validate(token) for token in service.list_api_tokens(session)]
+
+
+@router.post(
+    "/api-tokens/{token_id}/rotate",
+    response_model=ApiTokenCreated,
+    responses=responses(Unauthorized, Forbidden, NotFound),
+)
+def rotate_api_token(
+    token_id: uuid.UUID, body: ApiTokenRotate, session: SessionDep, admin: AdminAuth
+) -> ApiTokenCreated:
+    """A new secret for the token (same name and role), shown once; the old one stops
+    working at once."""
+    ttl = timedelta(hours=body.ttl_hours) if body.ttl_hours is not None else None
+    token, secret = service.rotate_api_token_by_id(session, admin, token_id, ttl=ttl)
+    return ApiTokenCreated.model_validate(
+        {**ApiTokenRead.model_validate(token).model_dump(), "token": secret}
+    )
 
 
 @router.delete(

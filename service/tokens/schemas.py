@@ -22,6 +22,13 @@ class ApiTokenCreate(InputModel):
     )
 
 
+class ApiTokenRotate(InputModel):
+    ttl_hours: Annotated[float | None, Field(gt=0, le=24 * 3650)] = Field(
+        default=24 * 90,
+        description="hours until the new secret expires (default 90 days); null: never",
+    )
+
+
 class ApiTokenRead(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 

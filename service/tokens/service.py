@@ -90,6 +90,19 @@ def rotate_api_token(
     return token, secret
 
 
+def rotate_api_token_by_id(
+    session: Session,
+    actor: Principal | str,
+    token_id: uuid.UUID,
+    *,
+    ttl: timedelta | None = DEFAULT_API_TOKEN_TTL,
+) -> tuple[ApiToken, str]:
+    token = repository.get_api_token(session, token_id)
+    if token is None:
+        raise NotFound(f"no API token {token_id}")
+    return rotate_api_token(session, actor, token.name, ttl=ttl)
+
+
 def _forget_api_tokens(session: Session) -> None:
     """The API tokens this process kept: dropped now and again once the change commits (a
     request between the two would keep the old state); every other replica's when it hears

@@ -305,3 +305,79 @@ class TestRecovery:
         assert applier.held() == {}
         applier.apply(device, DeviceConfig(scheduler=Scheduler.BFQ))
         applier.rollback(device)
+
+
+class TestOneDeviceOneChanger:
+    """Issue 64 item 7, with real processes on a real loop device."""
+
+    def test_a_canary_after_a_killed_one_begins_from_the_original(
+        self, tmp_path: Path, loop_device: LoopFactory
+    ) -> None:
+        """A canary killed (SIGKILL) in its candidate phase leaves the candidate applied. The
+        next canary on the device took that candidate as its baseline, "restored" to it and
+        deleted the killed one's marker: nothing put the original back. Now taking the
+        device undoes the killed canary first."""
+        device = loop_device()
+        Path(f"/sys/block/{device}/queue/scheduler").write_text("mq-deadline")
+        original = queue_state(device)
+        state_dir = tmp_path / "agent"
+        script = textwrap.dedent(
+            f"""
+            import os, signal, sys
+            sys.path.insert(0, {str(ROOT)!r})
+            from pathlib import Path
+            from agent.applier import Applier
+            from agent.host import HostPaths
+            from agent.contract.tunables import DeviceConfig, Scheduler
+
+            applier = Applier(HostPaths(), Path({str(state_dir)!r}))
+            with applier.canary({device!r}):
+                applier.apply({device!r}, DeviceConfig(scheduler=Scheduler.BFQ))
+                os.kill(os.getpid(), signal.SIGKILL)  # mid-candidate
+            """
+        )
+        killed = subprocess.run([sys.executable, "-c", script], check=False, timeout=60)
+        assert killed.returncode == -9
+        assert "[bfq]" in queue_state(device)["scheduler"]
+        applier = Applier(HostPaths(), state_dir)
+        with applier.canary(device) as baseline:
+            assert queue_state(device) == original  # the killed canary undone first
+            applier.apply(device, DeviceConfig(scheduler=Scheduler.KYBER))
+            assert applier.restore_canary_baseline(device, baseline)
+        assert queue_state(device) == original
+
+    def test_two_state_directories_share_one_lock_and_the_waiter_says_for_whom(
+        self, tmp_path: Path, loop_device: LoopFactory
+    ) -> None:
+        """A canary by hand with its own --state-dir beside the daemon toggled the scheduler
+        against it; the device's lock is now the host's, and a waiter names the holder."""
+        device = loop_device()
+        script = textwrap.dedent(
+            f"""
+            import sys, time
+            sys.path.insert(0, {str(ROOT)!r})
+            from pathlib import Path
+            from agent.applier import Applier
+            from agent.host import HostPaths
+
+            with Applier(HostPaths(), Path({str(tmp_path / "daemon")!r})).device_lock({device!r}):
+                print("held", flush=True)
+                time.sleep(3)
+                Path({str(tmp_path / "done")!r}).write_text("done")  # the last thing it does
+            """
+        )
+        holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "held"
+            other = Applier(HostPaths(), tmp_path / "by-hand")
+            assert other.busy(device)
+            said: list[str] = []
+            with other.device_lock(device, on_wait=said.append):
+                assert (tmp_path / "done").exists()  # it waited for the holder to finish
+            (line,) = said
+            assert f"waiting for {device}" in line
+            assert f"pid {holder.pid}" in line
+        finally:
+            holder.kill()
+            holder.wait()

@@ -142,3 +142,59 @@ def test_a_canary_budget_below_its_first_look_is_refused(
         assert result.returncode == 2, result.stderr
         assert option in result.stderr
         assert Path(f"/sys/block/{name}/queue/scheduler").read_text() == before
+
+
+@pytest.mark.parametrize("content", ["", "{}", '{"server_url": "http://127.0.0.1:1", "node_i'])
+def test_an_unreadable_node_state_is_one_line_and_a_status_systemd_does_not_restart(
+    fixture_host: Path, tmp_path: Path, content: str
+) -> None:
+    """Issue 64: a truncated, empty or emptied node.json crash-looped the agent with a
+    46-line traceback. Now: one line naming the file and what to do, exit 78 (EX_CONFIG),
+    which the unit lists in RestartPreventExitStatus; `agent status` says the same line."""
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f'sys_root = "{fixture_host / "sys"}"\nproc_root = "{fixture_host / "proc"}"\n'
+        f'dev_root = "{fixture_host / "dev"}"\nmetrics_port = 0\n'
+    )
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "node.json").write_text(content)
+    run = agent("run", "--state-dir", str(state), "--config", str(config), tmp_path=tmp_path)
+    assert run.returncode == 78, run.stderr
+    assert "Traceback" not in run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert str(state / "node.json") in line
+    assert "re-enrol" in line
+    status = agent("status", "--state-dir", str(state), "--config", str(config), tmp_path=tmp_path)
+    assert "Traceback" not in status.stderr
+    assert "unreadable" in status.stdout
+    unit = (ROOT / "playbooks/roles/blkpilot_agent/templates/blkpilot-agent.service.j2").read_text()
+    assert "RestartPreventExitStatus=78" in unit
+
+
+def test_a_metrics_port_in_use_is_said_not_a_traceback(fixture_host: Path, tmp_path: Path) -> None:
+    import socket
+
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f'sys_root = "{fixture_host / "sys"}"\nproc_root = "{fixture_host / "proc"}"\n'
+        f'dev_root = "{fixture_host / "dev"}"\n'
+    )
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        run = agent(
+            "run",
+            "--offline",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--config",
+            str(config),
+            "--metrics-port",
+            str(port),
+            tmp_path=tmp_path,
+        )
+    assert run.returncode == 1, run.stderr
+    assert "Traceback" not in run.stderr
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in run.stderr

@@ -31,9 +31,10 @@ from agent.live_canary import (
     LiveCanaryUnavailable,
     LiveSettings,
     _LiveCanary,
+    live_statistics,
     run_live_canary,
 )
-from agent.live_judge import Interval, judge_pair, pair_order
+from agent.live_judge import Interval, pair_order, pair_values, reference_mix
 from agent.signals import Interrupted, restoring_on_signals
 from kernel.lab.devices import TMPFS, DataDevice, data_device, start_workload, stop_workload
 from tests.conftest import LoopFactory
@@ -78,7 +79,9 @@ def writes(name: str) -> int:
 
 SETTINGS = LiveSettings(seed=7)  # 40 pairs of 0.25 s intervals
 GUARDED = LiveSettings(seed=7, guard_ratio=1.5)  # a tighter guard than the default 3x
-UNGUARDED = LiveSettings(seed=7, guard_ratio=float("inf"))  # the full comparison alone
+# the full comparison alone, for readers that wait on their reads: a closed loop, said (told
+# from the traffic it is closed most runs, but not every one: noted in issue 65's note)
+UNGUARDED = LiveSettings(seed=7, guard_ratio=float("inf"), loop="closed")
 # a candidate bad by construction, on any host: bfq idling up to 100 ms on each of four readers
 # in turn (strictly, without its low-latency heuristics), where each reader pauses 500 µs
 # after every read. With none the four pauses overlap; with it only one reader is served at a
@@ -153,8 +156,19 @@ def test_bfq_fails_and_the_baseline_is_restored(
     assert result.verdict is CanaryVerdict.FAIL, (result.per_metric, report)
     assert not report.guard_tripped
     shifts = {stats.metric: stats.relative_shift for stats in result.per_metric}
-    assert shifts["iops"] < -0.10, shifts  # past the rate's tolerance, in the direction it costs
-    assert shifts["lat_p99_us"] > 0.10, shifts
+    assert report.loop == "closed", report.loop_why  # as set
+    assert shifts["bytes_per_s"] < -0.10, shifts  # past the rate's tolerance, the way it costs
+    # every request the device completed while the canary measured is in some interval or in
+    # a switch's settling: the ones bfq held back complete as the switch away from it drains
+    # the queue, and were lost between two intervals (on 2026-12-02 the intervals counted 63 %
+    # of the device's completions, the candidate's arm losing most; since each interval ends
+    # on its switch, 0.0 % uncounted in two runs, one with a CPU hog: 87-88 % in intervals,
+    # 12 % in settling)
+    uncounted = live_statistics(report)["live.uncounted_share"]
+    assert uncounted < 0.05, (uncounted, report.completed, report.ios)
+    # (its block p99 read +7,000 % on 2026-11-30 and -29 % in a run of 2026-12-02 under the
+    # fixed-mix judge: bfq serves one reader at a time, and what completes is fast — the rate
+    # is what the application loses, and what fails it; issue 65's note)
     assert not result.kept_candidate
     assert applier.read(device.name, "scheduler") == "none"
 
@@ -176,7 +190,10 @@ def test_the_guard_ends_a_bad_candidate_at_once(
     assert applier.read(device.name, "scheduler") == "none"
     assert report.guard_tripped.startswith("guard: the candidate's p99 reached"), report
     assert "1.5x the baseline's" in report.guard_tripped, report.guard_tripped
-    assert result.seconds < SETTINGS.pairs * 2 * SETTINGS.interval_s / 2  # ended early
+    # ended early: before the full comparison's first look (its intervals now as long as the
+    # traffic's rate asks, so "early" is counted in pairs, not in a fixed number of seconds)
+    assert result.looks == 0, result
+    assert report.pairs_used < SETTINGS.pairs, report
 
 
 def test_a_mix_change_mid_canary_makes_no_verdict_of_its_own(
@@ -285,31 +302,45 @@ def interval(arm: str, small: int, large: int) -> Interval:
 
 
 def test_a_pair_is_compared_under_one_mix() -> None:
-    """The same latencies per stratum, a different mix: re-weighted, no difference — where the
-    plain percentiles would show a large one."""
+    """The same latencies per class, a different mix: read under the reference mix, no
+    difference — where the plain percentiles would show a large one."""
     a, b = interval("A", 8000, 2000), interval("B", 7000, 3000)
     assert b.quantile_us(0.75) > 1.5 * a.quantile_us(0.75)  # unweighted: looks like an effect
-    values, why = judge_pair(a, b, LiveSettings())
-    assert why == ""
+    values, why, left_out = pair_values(a, b, reference_mix([a], 0.02), LiveSettings())
+    assert (why, left_out) == ("", [])
     assert values is not None
     assert values["A"] == pytest.approx(values["B"], rel=1e-9)
 
 
-def test_a_pair_whose_mix_shifted_is_set_aside() -> None:
-    values, why = judge_pair(interval("A", 9000, 1000), interval("B", 2000, 8000), LiveSettings())
-    assert values is None
-    assert why.startswith("traffic mix shifted")
-    values, why = judge_pair(interval("A", 9000, 1000), interval("B", 10000, 0), LiveSettings())
-    assert values is None
-    assert "in one interval only" in why
-    # three times the load: kept, and adjusted for by the judge; fifteen times: set aside
-    values, why = judge_pair(interval("A", 8000, 2000), interval("B", 24000, 6000), LiveSettings())
+def test_a_mix_shift_is_compared_not_set_aside() -> None:
+    """Issue 65: a pair whose mix moved by a total variation of 0.7 (MariaDB's own moved
+    0.46-0.59 between intervals) was set aside; it is now compared under the reference mix,
+    and a class one half lacks is left out of both halves. Only too little traffic, a
+    tenfold load or nothing in common set a pair aside."""
+    weights = reference_mix([interval("A", 9000, 1000)], 0.02)
+    values, why, _ = pair_values(interval("A", 9000, 1000), interval("B", 2000, 8000), weights,
+                                 LiveSettings())  # fmt: skip
+    assert values is not None, why
+    assert values["A"]["lat_p50_us"] == pytest.approx(values["B"]["lat_p50_us"], rel=1e-9)
+    values, why, left_out = pair_values(
+        interval("A", 9000, 1000), interval("B", 10000, 0), weights, LiveSettings()
+    )
     assert values is not None
-    values, why = judge_pair(
-        interval("A", 8000, 2000), interval("B", 120000, 30000), LiveSettings()
+    assert left_out == [(IoOperation.READ, 16)]
+    # three times the load: kept, and adjusted for by the judge; fifteen times: set aside
+    values, why, _ = pair_values(
+        interval("A", 8000, 2000), interval("B", 24000, 6000), weights, LiveSettings()
+    )
+    assert values is not None
+    values, why, _ = pair_values(
+        interval("A", 8000, 2000), interval("B", 120000, 30000), weights, LiveSettings()
     )
     assert values is None
     assert why.startswith("load shifted")
+    values, why, _ = pair_values(interval("A", 100, 0), interval("B", 100, 0), weights,
+                                 LiveSettings())  # fmt: skip
+    assert values is None
+    assert why.startswith("too little traffic")
 
 
 def test_pairs_are_balanced_and_shuffled() -> None:
@@ -335,10 +366,12 @@ def test_auto_picks_the_live_canary_where_the_device_holds_data(
 
 class ScriptedTraffic:
     """A collector whose traffic is scripted, for the guard's logic on a real device: each
-    collection adds 400 reads of 4 KiB at 20 µs — at `candidate_us` while the device runs the
+    collection adds 400 reads of 4 KiB at 20 µs — at `candidate_us` where the device ran the
     candidate's scheduler (read back from sysfs, as the applier left it) — and the n-th
     collection under the candidate (`stall_at`) adds 60 reads of 5 ms: one stall; or the n-th
-    under the baseline (`baseline_stall_at`)."""
+    under the baseline (`baseline_stall_at`). The reads a collection adds were served since the
+    one before, under the scheduler the device had then: the first collection after a switch
+    counts what the switch drained, issued under the scheduler left."""
 
     available = True
     unavailable = ""
@@ -357,10 +390,13 @@ class ScriptedTraffic:
         self.counts: dict[int, int] = {}
         self.under_candidate = 0
         self.under_baseline = 0
+        self.served_by: bool | None = None  # the candidate's scheduler at the last collection
 
     def collect(self, now: float) -> LatencySnapshot:
         scheduler = Path(f"/sys/block/{self.device}/queue/scheduler").read_text()
-        on_candidate = f"[{self.candidate}]" in scheduler
+        now_on_candidate = f"[{self.candidate}]" in scheduler
+        on_candidate = now_on_candidate if self.served_by is None else self.served_by
+        self.served_by = now_on_candidate
         latency_us = self.candidate_us if on_candidate else 20.0
         self._add(latency_us, 400)
         if on_candidate:
@@ -561,14 +597,19 @@ def test_load_is_a_covariate_fitted_on_the_baseline() -> None:
 def test_long_intervals_look_first_after_a_bounded_time() -> None:
     """A quiet database judged on its SLI (2 s intervals): 40 pairs before the first look were
     160 s, and two looks 6 minutes (330 s for pgbench's inconclusive depth-limit candidate in
-    bench.live_apps). The first look now comes after about 80 s of traffic."""
+    bench.live_apps). The first look now comes after about 80 s of traffic, and then one every
+    as much, as many as the time budget holds (issue 65: a budget in time, not in pairs)."""
     from agent.live_canary import budget_for
 
-    dense = budget_for(LiveSettings(), 0.25)
-    assert (dense.rounds, dense.max_rounds) == (40, 120)
-    slow = budget_for(LiveSettings(), 2.0)
-    assert (slow.rounds, slow.max_rounds) == (20, 60)
-    assert slow.max_rounds * 2 * 2.0 <= 300  # every look within five minutes of traffic
+    settings = LiveSettings()
+    dense = budget_for(settings, 0.25)
+    assert (dense.rounds, dense.max_rounds) == (40, 240)
+    slow = budget_for(settings, 2.0)
+    assert (slow.rounds, slow.max_rounds) == (20, 120)
+    assert len(slow.looks()) == settings.max_seconds // settings.first_look_s == 6
+    assert slow.max_rounds * 2 * 2.0 <= settings.max_seconds  # every look within the budget
+    short = budget_for(LiveSettings(max_seconds=120), 2.0)
+    assert (short.rounds, short.max_rounds) == (20, 60)
     thin = budget_for(LiveSettings(), 10.0)
     assert thin.rounds == 12  # never fewer than min_pairs
     assert budget_for(LiveSettings(pairs=4, max_pairs=4), 10.0).rounds == 4  # as asked
@@ -589,13 +630,13 @@ def test_the_io_rate_can_fail_a_candidate_but_not_pass_one() -> None:
 
     def samples(b_rates: list[float]) -> dict[str, dict[str, list[float]]]:
         return {
-            "A": {"lat_p50_us": latency[0], "lat_p99_us": latency[1], "iops": base_rates},
-            "B": {"lat_p50_us": latency[2], "lat_p99_us": latency[3], "iops": b_rates},
+            "A": {"lat_p50_us": latency[0], "lat_p99_us": latency[1], "bytes_per_s": base_rates},
+            "B": {"lat_p50_us": latency[2], "lat_p99_us": latency[3], "bytes_per_s": b_rates},
         }
 
     rules, fail_only = settings.judged(), settings.fail_only()
-    assert fail_only == {"iops"}
-    assert "iops" in {r.metric for r in rules}
+    assert fail_only == {"bytes_per_s"}
+    assert "bytes_per_s" in {r.metric for r in rules}
     slower = [0.7 * r * rng.uniform(0.95, 1.05) for r in base_rates]
     verdict, stats = judge(samples(slower), rules, 0.05, fail_only=fail_only)
     assert verdict is CanaryVerdict.FAIL
@@ -603,7 +644,7 @@ def test_the_io_rate_can_fail_a_candidate_but_not_pass_one() -> None:
     # the same latencies with the rate left to chance: pass, though the rate's interval is wide
     wandering = [r * rng.uniform(0.5, 1.5) for r in base_rates]
     verdict, stats = judge(samples(wandering), rules, 0.05, fail_only=fail_only)
-    assert {s.metric: s.verdict for s in stats}["iops"] is not CanaryVerdict.PASS
+    assert {s.metric: s.verdict for s in stats}["bytes_per_s"] is not CanaryVerdict.PASS
     assert verdict is CanaryVerdict.PASS
     # without the rule, the slower candidate would pass: the rule is what catches it
     assert judge(samples(slower), LiveSettings(rate_rule=None).judged(), 0.05)[0] is (

@@ -6,8 +6,9 @@ import errno
 import logging
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -142,8 +143,18 @@ def test_policies_are_applied_reported_and_drift_is_noticed(
     good, bad = loop_device(), loop_device()
     state_dir = tmp_path / "agent"
     node = enroll_lab_node(service, state_dir)
+    # the host's udev rules, as a fixture tree: one of them sets the good device's scheduler
+    rules = tmp_path / "etc" / "udev" / "rules.d"
+    rules.mkdir(parents=True)
+    (rules / "70-admin.rules").write_text(
+        f'KERNEL=="{good}", ATTR{{queue/scheduler}}="mq-deadline"\n'
+    )
     config = AgentConfig(
-        devices=[good, bad], metrics_port=0, power=PowerConfig(rapl=False, hwmon=False, ipmi=False)
+        devices=[good, bad],
+        metrics_port=0,
+        power=PowerConfig(rapl=False, hwmon=False, ipmi=False),
+        etc_root=tmp_path / "etc",
+        lib_root=tmp_path / "lib",
     )
     agent = Agent(config, node, state_dir)
     agent.start()
@@ -182,15 +193,16 @@ def test_policies_are_applied_reported_and_drift_is_noticed(
     assert "EINVAL" in bad_policy["applied"]["detail"]
     assert Path(f"/sys/block/{bad}/queue/nr_requests").read_text().strip() == "128"
 
-    Path(f"/sys/block/{good}/queue/scheduler").write_text("mq-deadline")  # a udev rule, say
+    Path(f"/sys/block/{good}/queue/scheduler").write_text("kyber")  # by no owner it knows
     agent.sync_policies()
     agent.sync_policies()  # reported once, not on every check
     drift = service.api("GET", "/audit", params={"action": "device.drift"}).json()
     assert len(drift) == 1
-    assert "scheduler: 'mq-deadline', not 'bfq'" in drift[0]["detail"]
+    assert "scheduler: 'kyber', not 'bfq'" in drift[0]["detail"]
+    assert ", by " not in drift[0]["detail"]
     drifted = {d.attribute: d.actual for d in agent.view.drift[good]}
     # the tunable went with the scheduler it belonged to
-    assert drifted == {"scheduler": "mq-deadline", "iosched/slice_idle_us": None}
+    assert drifted == {"scheduler": "kyber", "iosched/slice_idle_us": None}
 
     text = generate_latest(registry_for(agent)).decode()
     # what the agent's own server writes is what prometheus_client would have written
@@ -201,6 +213,28 @@ def test_policies_are_applied_reported_and_drift_is_noticed(
         for s in family.samples
     }
     assert samples[("blkpilot_device_drift", good, None)] == 2
+
+    # the change a known owner makes (issue 70) is said as its change, and under the default
+    # owner policy (take_over) the agent applies the policy again, once for that change
+    Path(f"/sys/block/{good}/queue/scheduler").write_text("mq-deadline")  # as the rule does
+    agent.sync_policies()
+    agent.sync_policies()
+    drift = service.api("GET", "/audit", params={"action": "device.drift"}).json()
+    assert len(drift) == 2
+    assert (
+        "scheduler: 'mq-deadline', not 'bfq', by udev rule 70-admin.rules:1"
+        " (scheduler=mq-deadline)" in drift[0]["detail"]
+    ), drift[0]["detail"]
+    assert Path(f"/sys/block/{good}/queue/scheduler").read_text().split()[3] == "[bfq]"
+    assert good not in agent.view.drift
+    assert agent.counters.applies["taken_over"] == 1
+    good_policy = service.api("GET", f"/devices/{ids[good]}/policy").json()
+    assert good_policy["applied"]["status"] == "applied"
+    assert good_policy["applied"]["detail"].startswith("taken back over: "), good_policy
+    assert "by udev rule 70-admin.rules:1" in good_policy["applied"]["detail"]
+    devices = service.api("GET", "/devices", params={"node_id": str(node.node_id)}).json()
+    (owner,) = next(d for d in devices if d["name"] == good)["owners"]
+    assert owner["source"] == "70-admin.rules:1"
     assert samples[("blkpilot_agent_policy_applies_total", None, None)] >= 0
 
 
@@ -504,3 +538,177 @@ def test_an_action_that_raises_does_not_stop_the_others(
         _drive(agent, 0.3)
     assert agent.counters.action_failures["inventory"] == failures  # it works again
     assert any("inventory works again" in r.getMessage() for r in caplog.records)
+
+
+def _fill(directory: Path) -> None:
+    """Fill the file system under `directory` to its last byte."""
+    chunk = b"\0" * 65536
+    with (directory / "ballast").open("wb", buffering=0) as ballast:
+        for size in (65536, 4096, 512, 1):
+            try:
+                while True:
+                    ballast.write(chunk[:size])
+            except OSError as error:
+                if error.errno != errno.ENOSPC:
+                    raise
+
+
+def test_a_full_disk_and_a_fast_clock_lose_no_telemetry_and_leave_no_false_rejects(
+    service: ServiceProcess, loop_device: LoopFactory, tmp_path: Path
+) -> None:
+    """Issue 64, on a real 1 MiB tmpfs filled to the last byte under the agent's state: every
+    failed append left an empty N.jsonl that the next drain counted as a rejected batch, and
+    nothing was sent while the spool could not be written. Now nothing is left behind,
+    nothing is rejected, and what waits in memory is sent. Then a batch that ends past the
+    service's clock skew (the node's clock ahead) is held, said in `status` and the metrics,
+    and delivered once real time catches up — where it was set aside for good."""
+    from agent.contract.base import MAX_CLOCK_SKEW
+    from agent.contract.wire import TelemetryBatch, TelemetryWindow
+    from agent.status import node_status
+    from tests.factories import telemetry_window
+
+    device = loop_device()
+    state_dir = tmp_path / "agent"
+    state_dir.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(state_dir)], check=True)
+    try:
+        node = enroll_lab_node(service, state_dir, [device])
+        config = AgentConfig(
+            devices=[device], interval_s=0.2, push_interval_s=0.5, metrics_port=0, power=NO_POWER
+        )
+        agent = Agent(config, node, state_dir)
+        agent.start()
+        _fill(state_dir)
+        _drive(agent, 2.0, each=lambda: _read_some(device))
+        agent.push()
+        assert agent.counters.spool_write_failures > 0
+        assert agent.counters.windows_collected > 0
+        assert [p for p in (state_dir / "spool").glob("*.json*") if p.stat().st_size == 0] == []
+        assert agent.counters.spool_rejected == 0
+        assert not (state_dir / "spool" / "rejected").exists()
+        stored = sum(len(w) for w in _stored(service, node).values())
+        assert stored == agent.counters.windows_collected  # sent from memory, none lost
+        (state_dir / "ballast").unlink()
+
+        # the node's clock ahead: a window ending 3 s past what the service accepts
+        end = datetime.now(UTC) + MAX_CLOCK_SKEW + (ahead := timedelta(seconds=3))
+        window = telemetry_window(device, index=0)
+        window["start"] = (end - timedelta(seconds=10)).isoformat()
+        window["end"] = end.isoformat()
+        batch = TelemetryBatch(
+            batch_id=uuid.uuid4(), windows=[TelemetryWindow.model_validate(window)]
+        )
+        agent.spool.put(batch)
+        agent.push()
+        assert agent.counters.batches_held_for_clock == 1
+        assert agent.counters.spool_rejected == 0
+        assert [Spool.load(p).batch_id for p in agent.spool.pending()] == [batch.batch_id]
+        assert any("CLOCK AHEAD" in line for line in node_status(config, state_dir))
+        exported = {s.name: s.value for f in AgentCollector(agent).collect() for s in f.samples}
+        assert exported["blkpilot_agent_clock_held"] == 1.0
+        assert abs(exported["blkpilot_agent_clock_offset_seconds"]) < 5  # this host's one clock
+        time.sleep(ahead.total_seconds() + 1)  # real time catches up
+        agent.push()
+        assert agent.spool.pending() == []
+        assert not any("CLOCK AHEAD" in line for line in node_status(config, state_dir))
+        assert agent.counters.spool_rejected == 0
+    finally:
+        subprocess.run(["umount", "-l", str(state_dir)], check=False)
+
+
+def test_a_policy_that_yields_leaves_another_owners_setting(
+    service: ServiceProcess, loop_device: LoopFactory, tmp_path: Path
+) -> None:
+    """Issue 70: a policy set to yield is not applied where a udev rule certainly sets what it
+    sets; the node says so (status yielded, naming the rule), the device keeps the rule's
+    scheduler, and nothing is drift. Without the rule, the same policy applies."""
+    device, free = loop_device(), loop_device()
+    state_dir = tmp_path / "agent"
+    node = enroll_lab_node(service, state_dir)
+    rules = tmp_path / "etc" / "udev" / "rules.d"
+    rules.mkdir(parents=True)
+    (rules / "60-io.rules").write_text(f'KERNEL=="{device}", ATTR{{queue/scheduler}}="none"\n')
+    Path(f"/sys/block/{device}/queue/scheduler").write_text("none")  # as the rule set it
+    config = AgentConfig(
+        devices=[device, free], metrics_port=0, power=NO_POWER, etc_root=tmp_path / "etc"
+    )
+    agent = Agent(config, node, state_dir)
+    agent.start()
+    ids = {
+        d["name"]: d["id"]
+        for d in service.api("GET", "/devices", params={"node_id": str(node.node_id)}).json()
+    }
+    for name in (device, free):
+        put = service.api(
+            "PUT",
+            f"/devices/{ids[name]}/policy",
+            json={"config": {"scheduler": "mq-deadline"}, "reason": "test", "owners": "yield"},
+        )
+        assert put.status_code == 200, put.text
+        assert put.json()["owners"] == "yield"
+    agent.sync_policies()
+    agent.sync_policies()
+    assert "[none]" in Path(f"/sys/block/{device}/queue/scheduler").read_text()
+    assert "[mq-deadline]" in Path(f"/sys/block/{free}/queue/scheduler").read_text()
+    policy = service.api("GET", f"/devices/{ids[device]}/policy").json()
+    assert policy["applied"]["status"] == "yielded", policy
+    assert "udev rule 60-io.rules:1 (scheduler=none)" in policy["applied"]["detail"]
+    assert not policy["in_sync"]
+    assert device not in agent.view.drift
+    assert agent.counters.applies["yielded"] == 1
+    freed = service.api("GET", f"/devices/{ids[free]}/policy").json()
+    assert freed["applied"]["status"] == "applied"
+
+
+def test_a_device_announced_again_gets_its_policy_back_at_once(
+    service: ServiceProcess, loop_device: LoopFactory, tmp_path: Path
+) -> None:
+    """Issue 70: a loop device removed and added again (as a disk that is hot-plugged or reset:
+    the kernel makes a new queue with its default scheduler) gets its policy back as soon as
+    the kernel announces it, long before the next policy check (an hour away here)."""
+    import fcntl
+    import os
+    import subprocess
+
+    name = loop_device()
+    number = int(name.removeprefix("loop"))
+    backing = Path(
+        subprocess.run(["losetup", "-n", "-O", "BACK-FILE", f"/dev/{name}"], capture_output=True,
+                       text=True, check=True).stdout.strip()
+    )  # fmt: skip
+    state_dir = tmp_path / "agent"
+    node = enroll_lab_node(service, state_dir)
+    config = AgentConfig(devices=[name], metrics_port=0, power=NO_POWER, policy_interval_s=3600)
+    agent = Agent(config, node, state_dir)
+    agent.start()
+    (device,) = service.api("GET", "/devices", params={"node_id": str(node.node_id)}).json()
+    put = service.api(
+        "PUT",
+        f"/devices/{device['id']}/policy",
+        json={"config": {"scheduler": "bfq"}, "reason": "test"},
+    )
+    assert put.status_code == 200, put.text
+    agent.sync_policies()
+    queue = Path(f"/sys/block/{name}/queue/scheduler")
+    assert "[bfq]" in queue.read_text()
+    agent.step()  # what the start announced is read
+
+    subprocess.run(["losetup", "-d", f"/dev/{name}"], check=True)
+    control = os.open("/dev/loop-control", os.O_RDWR)
+    try:
+        fcntl.ioctl(control, 0x4C81, number)  # LOOP_CTL_REMOVE: the queue goes
+        fcntl.ioctl(control, 0x4C80, number)  # LOOP_CTL_ADD: a new one, the kernel's default
+    finally:
+        os.close(control)
+    subprocess.run(["losetup", f"/dev/{name}", str(backing)], check=True)
+    assert "[bfq]" not in queue.read_text()
+    deadline = time.monotonic() + 10
+    while "[bfq]" not in queue.read_text():
+        assert time.monotonic() < deadline, queue.read_text()
+        assert agent.uevents is not None
+        agent.uevents.wait(0.5)
+        agent.step()
+    assert agent.counters.applies["hotplug"] == 1
+    policy = service.api("GET", f"/devices/{device['id']}/policy").json()
+    assert policy["applied"]["detail"].startswith("the kernel announced the device again")
+    assert policy["in_sync"]

@@ -6,6 +6,7 @@ start left running must be gone and the next start must run tasks."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,3 +77,60 @@ def test_a_local_ray_allows_its_one_node_a_minute_of_missed_health_checks() -> N
         assert ray_map(_square, [3]) == [9]
     assert threshold * period_ms >= 60_000
     assert threshold == distributed.LOCAL_SYSTEM_CONFIG["health_check_failure_threshold"]
+
+
+def test_rays_token_is_its_owners_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray writes ~/.ray/auth_token 0644 the first time it starts (issue 67): the job makes it
+    0600 and its directory 0700, before Ray reads it and after Ray wrote it."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    token = tmp_path / ".ray" / "auth_token"
+    token.parent.mkdir(mode=0o755)
+    token.write_text("as ray writes it")
+    token.chmod(0o644)
+    distributed._keep_ray_token_private()
+    assert token.stat().st_mode & 0o777 == 0o600
+    assert token.parent.stat().st_mode & 0o777 == 0o700
+    token.unlink()
+    distributed._keep_ray_token_private()  # none yet: nothing to do, no error
+
+
+def _fails_on_two(n: int) -> int:
+    if n == 2:
+        raise ValueError("two")
+    return n
+
+
+def test_the_pool_keeps_ray_maps_contract() -> None:
+    """Issue 66: where Ray cannot start (a loaded 2-core host), the evaluation runs on a
+    pool of processes: results in the items' order, every task's end reported, and a task's
+    exception raised after all have ended."""
+    seen: list[tuple[int, int]] = []
+    assert distributed.pool_map(_square, [3, 1, 2], on_done=lambda d, t: seen.append((d, t))) == [
+        9,
+        1,
+        4,
+    ]
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+    with pytest.raises(ValueError, match="two"):
+        distributed.pool_map(_fails_on_two, [1, 2, 3])
+    # a closure, as models.evaluate's tasks are (the pool's own pickle refused them, and
+    # `bench.policy_eval --no-ray` with them)
+    offset = 10
+    assert distributed.pool_map(lambda x: x + offset, [1, 2]) == [11, 12]
+
+
+def test_a_ray_that_cannot_start_leaves_the_pool_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("injected: no Ray here")
+
+    monkeypatch.setattr(distributed, "_start_local", broken)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with distributed.mapper_session() as (where, mapper):
+        assert mapper is distributed.pool_map
+        assert "Ray could not start" in where
+        assert "injected" in where
+        assert mapper(_square, [2]) == [4]
+    with distributed.mapper_session(use_ray=False) as (where, mapper):
+        assert (mapper, "Ray not asked for" in where) == (distributed.pool_map, True)

@@ -34,6 +34,13 @@ def test_a_gap_splits_the_line_and_points_stay_inside_the_plot() -> None:
     assert all(0 < y < float(svg.get("height", "0")) for y in ys)
 
 
+def test_the_time_axis_names_its_zone() -> None:
+    """Issue 67: the page said UTC and the charts' ticks said nothing."""
+    times = [T0 + timedelta(minutes=10 * i) for i in range(10)]
+    svg = _svg(charts.timeline("IOPS", times, {"iops": [float(i) for i in range(10)]}, "/s"))
+    assert "time (UTC)" in [t.text for t in svg.iter(f"{SVG}text")]
+
+
 def test_two_series_get_a_legend_and_text_is_escaped() -> None:
     times = [T0 + timedelta(hours=i) for i in range(48)]
     markup = charts.timeline(

@@ -8,6 +8,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
@@ -219,7 +220,8 @@ def test_device_page_plots_every_measured_metric_and_the_canary_history(
     assert "bfq (low_latency=1, slice_idle_us=8000)" in page.text
     history = page.text.split('data-testid="canaries"')[1].split("</table>")[0]
     assert '<span class="pill pass">pass</span>' in history
-    assert "-55.0 %" in history
+    # one sign convention on the page (issue 66): a p99 55 % lower is a gain of +55 %
+    assert '<span class="better">+55.0 %</span>' in history
     assert "p=0.004" in history
 
 
@@ -350,7 +352,7 @@ def test_the_audit_page_lists_filters_and_pages_with_time_zones(
     session.commit()
     _sign_in(client, viewer)
     page = client.get("/ui/audit", params={"actor": operator.name}).text
-    rows = re.findall(r"<tr><td>([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td>", page)
+    rows = re.findall(r'<tr><td class="nowrap">([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td>', page)
     assert len(rows) == 100
     assert all(at.endswith(" UTC") for at, _, _ in rows)
     assert {actor for _, actor, _ in rows} == {operator.name}
@@ -358,10 +360,26 @@ def test_the_audit_page_lists_filters_and_pages_with_time_zones(
     older = re.search(r'data-testid="older" href="([^"]+)"', page)
     assert older, page
     rest = client.get(older.group(1).replace("&amp;", "&")).text
-    assert len(re.findall(r"<tr><td>[^<]+ UTC</td>", rest)) == 5
+    assert len(re.findall(r'<tr><td class="nowrap">[^<]+ UTC</td>', rest)) == 5
     assert ">n0<" in rest
     none = client.get("/ui/audit", params={"action": "no.such.action"}).text
     assert "Nothing matches" in none
+    # an event without a detail says what it changed, not a Python dict; a recommendation's
+    # links to its device
+    device = str(uuid.uuid4())
+    audit.record(
+        session, operator, "api_token.created", target_type="api_token", target_id=uuid.uuid4(),
+        after={"name": "night-shift", "role": "operator", "expires_at": None},
+    )  # fmt: skip
+    audit.record(
+        session, operator, "recommendation.kept", target_type="recommendation",
+        target_id=uuid.uuid4(), after={"status": "kept", "device_id": device}, detail="held",
+    )  # fmt: skip
+    session.commit()
+    page = client.get("/ui/audit", params={"actor": operator.name}).text
+    assert "name: night-shift; role: operator; expires at: None" in page
+    assert "{&#39;name&#39;" not in page
+    assert f'<a href="/ui/devices/{device}" title="on its device\'s page">recommendation' in page
 
 
 def test_the_api_docs_use_the_services_own_assets(client: TestClient) -> None:
@@ -405,3 +423,89 @@ def test_a_policy_version_the_agent_has_not_applied_is_not_shown_applied(
     assert shown is not None
     assert '<span class="pill applied">applied</span>' in shown.group(1)
     assert "not yet applied" not in shown.group(1)
+
+
+def test_a_live_canarys_evidence_reads_a_line_each(client: TestClient, session: Session) -> None:
+    """Issue 65: the dashboard shows a live canary's per-class effects, the loop and the
+    data-rate rule, and what was set aside or left out and why — a line each, from the
+    statistics the agent sends (agent.live_canary.live_statistics) — and counts pairs."""
+    from agent.live_canary import LiveReport, live_statistics
+
+    node, _ = create_node(session, hostname=f"ui-{uuid.uuid4().hex[:8]}")
+    (device,) = report_inventory(session, node, device_inventory("nvme0n1"))
+    report = LiveReport(
+        pairs_used=81,
+        pairs_set_aside=15,
+        reasons=["too little traffic (120 I/Os in an interval)"] * 15,
+        classes={
+            "read 16 KiB": {"weight": 0.52, "pairs": 81, "p50_shift": -0.001, "p99_shift": 0.58},
+            "write 16 KiB": {"weight": 0.44, "pairs": 58, "p50_shift": 0.022, "p99_shift": -0.026},
+        },
+        left_out={"write 16 KiB": 23},
+        loop="open",
+        fail_only=[],
+    )
+    started = datetime.now(UTC) - timedelta(minutes=5)
+    observations.record(
+        session,
+        Principal(name="op", role=Role.OPERATOR),
+        ObservationCreate(
+            device_id=device.id,
+            kind=ObservationKind.CANARY,
+            tool="live",
+            workload=fio_workload("live", IOPattern.RANDRW, 16),
+            configuration=CONFIGS[Scheduler.BFQ],
+            metrics={"lat_p50_us": 100.0},
+            started_at=started,
+            finished_at=started + timedelta(minutes=4),
+            verdict=CanaryVerdict.FAIL,
+            statistics=live_statistics(report),
+        ),
+    )
+    viewer = create_api_token(session, role=Role.VIEWER)
+    session.commit()
+    _sign_in(client, viewer)
+    page = client.get(f"/ui/devices/{device.id}").text
+    history = page.split('data-testid="canaries"')[1].split("</table>")[0]
+    assert "81 pairs" in history
+    evidence = history.split('data-testid="live-evidence"')[1].split("</tr>")[0]
+    lines = evidence.split("<br>")
+    assert "open-loop application: the data-rate rule not applied" in lines[0]
+    # as gains, the one sign shown everywhere: p99 58 % slower is a gain of -58 %
+    assert "gain (p50 / p99; higher is better)" in lines[1]
+    assert "read 16KiB (52 % of the mix): +0.1 % / -58.0 %" in lines[1]
+    assert lines[1].index("read 16KiB") < lines[1].index("write 16KiB")  # by weight
+    assert "pairs set aside: too little traffic 15" in lines[2]
+    assert "write 16KiB in 23" in lines[3]
+
+
+def test_the_overview_says_where_the_demos_tuning_is(client: TestClient, session: Session) -> None:
+    """Issue 67: during the demo's first tuning the page said only "None open: the nightly job
+    proposes them" for 9-14 minutes on a busy host; it now says which step and about how long
+    is left (the steps left at the mean pace of those done)."""
+    import time
+
+    from service.demo import Tuning
+
+    tuning = Tuning(steps=5, step=3, what="the nightly job: training and recommending")
+    tuning.started = time.monotonic() - 120  # two steps done in two minutes
+    assert tuning.said() == (
+        "tuning: step 3 of 5 (the nightly job: training and recommending), about 3 minutes left"
+    )
+    assert Tuning(steps=5, step=1, what="benchmarking loop0").said() == (
+        "tuning: step 1 of 5 (benchmarking loop0)"
+    )  # no estimate before a step is done
+    app = client.app
+    assert isinstance(app, FastAPI)
+    app.state.tuning = tuning
+    viewer = create_api_token(session, role=Role.VIEWER)
+    session.commit()
+    _sign_in(client, viewer)
+    page = client.get("/ui/")
+    assert page.status_code == 200
+    if 'data-testid="gain"' not in page.text:  # while none is open: the tuning is said
+        said = page.text.split('data-testid="tuning">')[1].split("</p>")[0]
+        assert "step 3 of 5" in said
+        assert "about 3 minutes left" in said
+    tuning.done = True
+    assert 'data-testid="tuning"' not in client.get("/ui/").text

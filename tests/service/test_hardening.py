@@ -39,6 +39,25 @@ from tests.factories import (
 BATCHES = "/api/v1/telemetry/batches"
 
 
+def _post_scope(path: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+    """An ASGI scope of a POST to the app itself, from loopback."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver"), *headers],
+        "client": ("127.0.0.1", 40000),
+        "server": ("testserver", 80),
+        "state": {},
+    }
+
+
 def _asgi_post(app: FastAPI, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bool]:
     """POST through the ASGI app itself; returns the status and whether the app ever asked
     for the body."""
@@ -58,25 +77,13 @@ def _asgi_post(app: FastAPI, path: str, headers: dict[str, str], body: bytes) ->
         if message["type"] == "http.response.start":
             status = message["status"]
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"host", b"testserver"),
+    scope = _post_scope(
+        path,
+        [
             (b"content-length", str(len(body)).encode()),
             *((k.lower().encode(), v.encode()) for k, v in headers.items()),
         ],
-        "client": ("127.0.0.1", 40000),
-        "server": ("testserver", 80),
-        "state": {},
-    }
+    )
     asyncio.run(app(scope, receive, send))
     return status, read
 
@@ -201,6 +208,51 @@ class TestMediaType:
         )
         assert response.status_code == 201, response.text
 
+    @pytest.mark.parametrize("charset", ["latin-1", "utf-16", "iso-8859-1"])
+    def test_json_declared_in_another_charset_is_415(
+        self, client: TestClient, session: Session, charset: str
+    ) -> None:
+        """JSON has one encoding (RFC 8259): `application/json; charset=latin-1` was taken
+        and read as UTF-8."""
+        admin = create_api_token(session, role=Role.ADMIN)
+        response = client.post(
+            "/api/v1/enrollment-tokens",
+            content=b"{}",
+            headers={"content-type": f"application/json; charset={charset}", **bearer(admin)},
+        )
+        assert response.status_code == 415, response.text
+        assert "UTF-8" in response.json()["detail"]
+
+
+def test_a_client_that_hangs_up_mid_body_is_not_a_server_error(
+    app: FastAPI, client: TestClient
+) -> None:
+    """Issue 64: a client that hung up while `POST /nodes` read its body was logged as an
+    unhandled error and counted as a 500 (which feeds the server-errors alert)."""
+    from service.ops.metrics import REGISTRY
+
+    def count(status: str) -> float:
+        labels = {"method": "POST", "route": "/api/v1/nodes", "status": status}
+        return REGISTRY.get_sample_value("blkpilot_http_requests_total", labels) or 0.0
+
+    before = count("500"), count("499")
+    status = 0
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    scope = _post_scope(
+        "/api/v1/nodes", [(b"content-type", b"application/json"), (b"content-length", b"400")]
+    )
+    asyncio.run(app(scope, receive, send))
+    assert status == 499
+    assert (count("500"), count("499")) == (before[0], before[1] + 1)
+
 
 @pytest.fixture
 def away(tmp_path: Path) -> TestClient:
@@ -238,3 +290,59 @@ class TestDatabaseAway:
             agent.send_telemetry(batch)
         assert held.value.status == 503
         assert 0 < held.value.retry_after <= DATABASE_RETRY_AFTER_S
+
+
+class TestTheSchemaSaysWhatTheServiceRefuses:
+    """Issue 64: requests valid by the OpenAPI document got 422 (a label key off its pattern,
+    NUL or a lone surrogate in free text, a configuration that asks for nothing). The document
+    now states each rule: what the service refuses, the schema refuses too — and what it
+    takes, the schema takes."""
+
+    @staticmethod
+    def _valid(client: TestClient, component: str, body: Any) -> bool:
+        import jsonschema  # type: ignore[import-untyped]  # (schemathesis's own)
+
+        spec = client.get("/openapi.json").json()
+        schema = {"$ref": f"#/components/schemas/{component}", "components": spec["components"]}
+        return bool(jsonschema.Draft202012Validator(schema).is_valid(body))
+
+    @pytest.mark.parametrize(
+        ("body", "accepted"),
+        [
+            ({"labels": {"rack": "r12"}}, True),
+            ({"labels": {"Rack Key": "r12"}}, False),
+            ({"labels": {"rack": "r\u000012"}}, False),
+        ],
+    )
+    def test_enrollment_token_labels(
+        self, client: TestClient, session: Session, body: Any, accepted: bool
+    ) -> None:
+        admin = create_api_token(session, role=Role.ADMIN)
+        assert self._valid(client, "EnrollmentTokenCreate", body) is accepted
+        response = client.post("/api/v1/enrollment-tokens", json=body, headers=bearer(admin))
+        assert (response.status_code == 201) is accepted, response.text
+
+    @pytest.mark.parametrize(
+        ("config", "reason", "accepted"),
+        [
+            ({"scheduler": "none"}, "for the schema", True),
+            ({}, "for the schema", False),
+            ({"scheduler": None}, "for the schema", False),
+            ({"scheduler": "none"}, "nul\u0000here", False),
+            ({"scheduler": "none"}, "lone \ud800 surrogate", False),
+        ],
+    )
+    def test_policy_configs_and_free_text(
+        self, client: TestClient, session: Session, config: Any, reason: str, accepted: bool
+    ) -> None:
+        node, _ = create_node(session)
+        (device,) = report_inventory(session, node, device_inventory("loop0"))
+        operator = create_api_token(session, role=Role.OPERATOR)
+        body = {"config": config, "reason": reason}
+        assert self._valid(client, "PolicySet", body) is accepted
+        response = client.put(
+            f"/api/v1/devices/{device.id}/policy",
+            content=json.dumps(body).encode(),
+            headers={**bearer(operator), "content-type": "application/json"},
+        )
+        assert (response.status_code == 200) is accepted, response.text

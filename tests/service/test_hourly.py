@@ -1,7 +1,7 @@
 """A device-hour's histograms merged in Python (service.telemetry.hourly) write what the SQL
 merge they replace wrote — held side by side on the same raw windows, on a database of its
-own — and a window whose stored histograms do not parse fails its hour alone, as a failing
-statement did."""
+own — and a window whose stored histograms do not parse costs its own device-hour its
+histograms, and nothing else."""
 
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ def test_the_python_merge_writes_what_the_sql_merge_did(scratch: Engine) -> None
             (row.device_id, row.hour): row.operations
             for row in connection.execute(text(SQL_MERGE), {"low": low, "high": high})
         }
-        written = repository.roll_up(connection, low, high)
+        written = repository.roll_up(connection, low, high).hours
     assert written == 9  # three devices, three hours
     with Session(scratch) as session:
         got = {
@@ -163,32 +163,45 @@ def test_the_python_merge_writes_what_the_sql_merge_did(scratch: Engine) -> None
     assert any(o["count"] is None for operations in got.values() for o in operations or [])
 
 
-def test_a_window_whose_histograms_do_not_parse_fails_its_hour_alone(scratch: Engine) -> None:
+def test_histograms_that_do_not_parse_cost_their_device_hour_its_histograms_alone(
+    scratch: Engine,
+) -> None:
+    """One device's unreadable histograms stop neither another device's roll-up of the same
+    hour nor its own sums: its hour is written without histograms, said and counted."""
     now = datetime.now(UTC)
     maintain(scratch, POLICY, now)
-    principal = _node(scratch, ["loop0"])
-    poisoned = (now - timedelta(days=3)).replace(hour=4, minute=0, second=0, microsecond=0)
-    good = poisoned + timedelta(hours=2)
-    _store(scratch, principal, [_window("loop0", poisoned, 0), _window("loop0", good, 1)])
+    principal = _node(scratch, ["loop0", "loop1"])
+    hour = (now - timedelta(days=3)).replace(hour=4, minute=0, second=0, microsecond=0)
+    _store(
+        scratch,
+        principal,
+        [
+            _window("loop0", hour, 0),
+            _window("loop1", hour, 1),
+            _window("loop0", hour + timedelta(minutes=5), 2),
+        ],
+    )
     with scratch.begin() as connection:
         connection.execute(
             text(
                 f"UPDATE {RAW} SET operations = CAST(:ops AS json)"  # noqa: S608
                 " WHERE window_start = :s"
+                " AND device_id = (SELECT id FROM devices WHERE name = 'loop0')"
             ),
-            {"ops": json.dumps([{"op": "read", "device_ns": [["12", 1]]}]), "s": poisoned},
+            {"ops": json.dumps([{"op": "read", "device_ns": [["12", 1]]}]), "s": hour},
         )
     report = maintain(scratch, POLICY, now)
-    assert report.failed_hours == [poisoned]
+    assert report.failed_hours == []
     with Session(scratch) as session:
-        hours = {h.hour: h for h in session.scalars(select(TelemetryHourlyRow))}
-        (failure,) = repository.rollup_failures(session)
-    assert poisoned not in hours
-    operations = hours[good].operations
+        names: dict[Any, Any] = dict(session.execute(text("SELECT id, name FROM devices")).all())
+        rows = {names[h.device_id]: h for h in session.scalars(select(TelemetryHourlyRow))}
+        assert repository.rollup_failures(session) == []
+    assert [(names[d], h) for d, h in report.unreadable] == [("loop0", hour)]
+    assert rows["loop0"].windows == 2  # its sums are rolled up
+    assert rows["loop0"].operations is None
+    operations = rows["loop1"].operations  # the other device's hour, histograms and all
     assert operations
     assert operations[0]["op"] == "read"
-    assert failure.hour == poisoned
-    assert "do not parse" in failure.error
 
 
 def test_the_kinds_merged_are_the_contracts_histograms() -> None:

@@ -620,3 +620,77 @@ def test_a_push_past_the_size_limit_is_refused_at_the_lean_path_too(
     finally:
         NODES.clear()
         retention.CACHE.clear()
+
+
+# --- issue 64: what one node can send ---------------------------------------------------------
+
+
+def _at(device: str, start: timedelta, span: timedelta, index: int = 0) -> dict[str, Any]:
+    window = telemetry_window(device, index=index)
+    begin = datetime.fromisoformat(telemetry_window(device, index=0)["start"]) + start
+    window["start"], window["end"] = begin.isoformat(), (begin + span).isoformat()
+    return window
+
+
+def test_a_window_overlapping_another_of_its_device_is_refused_by_name(
+    scratch: Engine, served: tuple[TestClient, str]
+) -> None:
+    """A device's windows may not overlap — stored before (409) or in the same batch (422),
+    on the lean path and in the unit of work alike — or its counters are counted twice and
+    an hour's sums leave BIGINT: the hostile tester's 1 h windows 10 ms apart are refused
+    after the first. Windows that only touch, and another device's, are stored."""
+    client, token = served
+    ten = timedelta(seconds=10)
+    assert _post(client, token, _batch(_at("loop0", timedelta(0), ten))).status_code == 201
+    assert _post(client, token, _batch(_at("loop0", ten, ten))).status_code == 201  # caches warm
+
+    for sent in (_batch(_at("loop0", timedelta(seconds=5), ten)), _batch(_at("loop0", ten, ten))):
+        refused = _post(client, token, sent)
+        assert refused.status_code == 409, refused.text
+        detail = refused.json()["detail"]
+        assert "loop0" in detail
+        assert "overlaps a window stored before" in detail or "ingested before" in detail
+        assert _windows_of(scratch, sent) == 0
+    touching = _batch(_at("loop0", 2 * ten, ten), _at("loop1", timedelta(seconds=5), ten))
+    assert _post(client, token, touching).status_code == 201
+    assert _windows_of(scratch, touching) == 2
+
+    inside = _batch(
+        _at("loop1", timedelta(minutes=5), ten),
+        _at("loop0", timedelta(minutes=5), ten),
+        _at("loop0", timedelta(minutes=5, seconds=9), ten),
+    )
+    refused = _post(client, token, inside)
+    assert refused.status_code == 422, refused.text
+    assert "overlaps another window of this batch" in refused.json()["detail"]
+    assert _windows_of(scratch, inside) == 0
+
+    hour, apart = timedelta(hours=1), timedelta(milliseconds=10)
+    first = _batch(_at("loop1", timedelta(minutes=10), hour))
+    assert _post(client, token, first).status_code == 201
+    hostile = _batch(*(_at("loop1", timedelta(minutes=10) + apart * i, hour) for i in (1, 2)))
+    assert _post(client, token, hostile).status_code in (409, 422)
+    later = _batch(_at("loop1", timedelta(minutes=10) + apart, hour))
+    refused = _post(client, token, later)
+    assert refused.status_code == 409, refused.text
+    assert (_windows_of(scratch, hostile), _windows_of(scratch, later)) == (0, 0)
+
+
+def test_a_body_the_lean_path_cannot_decode_gets_the_routes_4xx(
+    served: tuple[TestClient, str],
+) -> None:
+    """Raw bytes that are not UTF-8 in a string (msgspec raised UnicodeDecodeError: a 500
+    and a reset connection) and a body declared in another charset are the route's to refuse."""
+    client, token = served
+    body = b'{"batch_id":"%s","windows":[{"device":"sd\xc3\x28"}]}' % str(uuid.uuid4()).encode()
+    before = _lean()
+    refused = client.post("/api/v1/telemetry/batches", content=body, headers=_json(token))
+    assert refused.status_code == 422, refused.text
+    assert _lean_moved(before) == {"model_judges": 1}
+    latin = client.post(
+        "/api/v1/telemetry/batches",
+        content=_batch(telemetry_window("loop0", index=0)).model_dump_json(),
+        headers={**bearer(token), "content-type": "application/json; charset=latin-1"},
+    )
+    assert latin.status_code == 415, latin.text
+    assert "UTF-8" in latin.json()["detail"]

@@ -27,6 +27,7 @@ from agent.effects import Effects
 from agent.host import HostPaths
 from agent.power_sources import power_collectors
 from models.priors import Objective
+from service.dashboard.views import human
 from service.recommendations import nightly
 from service.security import Role
 from service.tables import AuditEvent, ModelVersion, RecommendationRow, ScheduledCanary
@@ -146,7 +147,7 @@ def test_nightly_trains_recommends_schedules_and_an_operator_decides(
     assert f"({shown:.4g}," in chosen["reason"]
     unit = chosen["predictions"][chosen["objective"]]["unit"]
     assert unit  # µs, I/O per s, J: every figure has its unit
-    assert f"predicted {shown:.4g} {unit}" in page
+    assert f"predicted {human(shown, unit)}" in page  # in the units people read
     assert chosen["evidence"]["device_facts"]["qd1_read_us"] > 0
     assert (
         client.post(
@@ -162,11 +163,13 @@ def test_nightly_trains_recommends_schedules_and_an_operator_decides(
     )
     accepted = client.post(
         f"/api/v1/recommendations/{chosen['id']}/accept",
-        json={"reason": "night shift agrees"},
+        # pinned at once, as an explicit choice (a plain accept tries it under a canary first:
+        # tests/service/test_rollout_engine.py)
+        json={"reason": "night shift agrees", "without_canary": True},
         headers=operator,
     )
     assert accepted.status_code == 200, accepted.text
-    assert accepted.json()["status"] == "accepted"
+    assert accepted.json()["status"] == "applied"
     policy = client.get(f"/api/v1/devices/{devices[0].id}/policy", headers=viewer).json()
     assert policy["config"]["scheduler"] == chosen["recommended_config"]["scheduler"]
     assert chosen["id"] in policy["reason"]
@@ -197,7 +200,7 @@ def test_nightly_trains_recommends_schedules_and_an_operator_decides(
     assert {
         "nightly.run",
         "policy.set",
-        "recommendation.accepted",
+        "recommendation.applied",
         "recommendation.rejected",
     } <= set(actions)
     versions_api = client.get(

@@ -464,7 +464,9 @@ def test_the_cli_reads_its_token_from_a_file(
     def show(**env: str) -> Any:
         return runner.invoke(app, ["devices", "show", named, "--url", "http://testserver"], env=env)
 
-    assert show().exit_code == 1  # no token anywhere: the service's 401
+    nothing = show()  # no token anywhere: said before anything is sent
+    assert nothing.exit_code == 2
+    assert "no API token" in nothing.output
     secret = tmp_path / "operator.token"
     secret.write_text(operator + "\n")
     secret.chmod(0o600)
@@ -482,3 +484,42 @@ def test_the_cli_reads_its_token_from_a_file(
     done = show()
     assert done.exit_code == 0, done.output
     assert "readable by others" in done.output
+
+
+def test_a_hostname_enrolled_twice_is_two_nodes_the_cli_tells_apart_and_can_revoke(
+    client: TestClient, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 64: `devices show node-b/sda` answered "node-b/sda, node-b/sda; say which". The
+    CLI now lists each with its device id, node and enrolment; `nodes revoke` ends the old
+    node's token, and its device is still named by id."""
+    import httpx
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    old, _ = create_node(session, hostname="node-b")
+    (old_device,) = report_inventory(session, old, device_inventory("sda"))
+    new, _ = create_node(session, hostname="node-b")
+    (new_device,) = report_inventory(session, new, device_inventory("sda"))
+    admin = create_api_token(session, role=Role.ADMIN)
+    session.commit()
+    monkeypatch.setattr(httpx, "request", client.request)
+    common = ["--url", "http://testserver", "--token", admin]
+    runner = CliRunner()
+    both = runner.invoke(app, ["devices", "show", "node-b/sda", *common])
+    assert both.exit_code == 1
+    for node, device in ((old, old_device), (new, new_device)):
+        assert str(device.id)[:8] in both.output
+        assert f"node {str(node.id)[:8]}" in both.output
+    one = runner.invoke(app, ["devices", "show", str(old_device.id)[:8], *common])
+    assert one.exit_code == 0, one.output
+    revoked = runner.invoke(
+        app, ["nodes", "revoke", str(old.id)[:8], "--reason", "re-enrolled", *common]
+    )
+    assert revoked.exit_code == 0, revoked.output
+    assert "revoked" in revoked.output
+    listed = client.get("/api/v1/nodes", headers=bearer(admin)).json()
+    assert {n["id"]: bool(n["revoked_at"]) for n in listed} == {
+        str(old.id): True,
+        str(new.id): False,
+    }

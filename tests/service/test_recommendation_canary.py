@@ -5,6 +5,7 @@ in the same sign convention (an improvement is positive)."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -20,11 +21,12 @@ from agent.contract.wire import CanaryVerdict, ObservationCreate, ObservationKin
 from agent.contract.workloads import IOPattern
 from service.observations import service as observations
 from service.security import Principal, Role
-from service.tables import Device, ModelVersion, Node, RecommendationRow
+from service.tables import Device, Node, RecommendationRow
 from tests.factories import (
     bearer,
     create_api_token,
     create_node,
+    create_recommendation,
     device_inventory,
     report_inventory,
 )
@@ -41,42 +43,7 @@ def _recommend(
     config: DeviceConfig,
     evidence: dict[str, object] | None = None,
 ) -> RecommendationRow:
-    version = ModelVersion(
-        run_id=uuid.uuid4(), device_class="ull", objective="p50_latency", rows=10, cells=4
-    )
-    session.add(version)
-    session.flush()
-    row = RecommendationRow(
-        device_id=device_id,
-        model_version_id=version.id,
-        objective="p50_latency",
-        objectives=["p50_latency"],
-        workload_name=WORKLOAD.name,
-        workload_basis="test",
-        current_config={"scheduler": "none"},
-        recommended_config=config.model_dump(mode="json", exclude_none=True),
-        predictions={
-            "p50_latency": {
-                "metric": "lat_p50_us",
-                "current": 40.0,
-                "recommended": 30.0,
-                "change": -0.25,
-                "change_low": -0.4,
-                "change_high": -0.1,
-                "higher_is_better": False,
-            }
-        },
-        confidence=0.6,
-        evidence=evidence or {},
-        reason="predicted faster",
-        next_canary=None,
-        expected_gain=0.25,
-        status="proposed",
-        created_at=datetime.now(UTC) - timedelta(hours=1),
-    )
-    session.add(row)
-    session.flush()
-    return row
+    return create_recommendation(session, device_id, config, WORKLOAD.name, evidence)
 
 
 def _canary(
@@ -250,7 +217,7 @@ def test_one_recommendation_reads_the_same_in_the_api_the_dashboard_the_cli_and_
     page = client.get(f"/ui/devices/{device.id}").text
     shown = re.findall(r'data-testid="predicted-gain">([^<]+)<', page)
     assert shown == ["+25.0 %"], shown
-    assert "(+10.0 … +40.0)" in page
+    assert "(+10 … +40 %)" in page  # the interval labelled, as people write it
 
     assert gain_text(prediction) == "+25.0% (+10.0% … +40.0%)"
 
@@ -304,7 +271,13 @@ def test_a_prediction_from_a_model_without_skill_says_so(
     client: TestClient, session: Session
 ) -> None:
     _node, device = _device(session)
-    _recommend(session, device.id, CONFIGS[Scheduler.KYBER], {"skill": {"r2_log": -0.5}})
+    doubt = "cross-validated R² -0.50: no skill on devices (or cells) it had not seen"
+    no_skill: dict[str, object] = {
+        "skill": {"r2_log": -0.5},
+        "basis": "class rule",
+        "doubts": [doubt],
+    }
+    _recommend(session, device.id, CONFIGS[Scheduler.KYBER], no_skill)
     _recommend(session, device.id, CONFIGS[Scheduler.BFQ], {"skill": {"r2_log": 0.4}})
     session.commit()
     viewer = create_api_token(session, role=Role.VIEWER)
@@ -314,6 +287,10 @@ def test_a_prediction_from_a_model_without_skill_says_so(
     warnings = re.findall(r'data-testid="no-skill">(.*?)</p>', page, re.S)
     assert len(warnings) == 1, warnings
     assert "R² -0.50" in warnings[0]
+    # and what was recommended instead of its pick, said where the prediction is
+    (basis,) = re.findall(r'data-testid="basis">(.*?)</p>', page, re.S)
+    assert "best measured fixed configuration" in basis
+    assert doubt in basis
 
 
 def test_now_is_measured_where_the_device_was_measured(
@@ -348,7 +325,7 @@ def test_the_cli_takes_the_short_ids_it_lists_and_shows_what_the_dashboard_does(
 
     from service.cli import app
 
-    _node, device = _device(session)
+    node, device = _device(session)
     recommended = _recommend(session, device.id, CONFIGS[Scheduler.KYBER])
     session.commit()
     operator = create_api_token(session, role=Role.OPERATOR)
@@ -357,6 +334,21 @@ def test_the_cli_takes_the_short_ids_it_lists_and_shows_what_the_dashboard_does(
     common = ["--url", "http://testserver", "--token", operator]
     runner = CliRunner()
     short = str(recommended.id)[:8]
+    # piped (not a terminal), every column whole: cut to 80 columns they read "devi…"
+    listed = runner.invoke(app, ["recommendations", "list", *common])
+    assert listed.exit_code == 0, listed.output
+    assert "predicted gain (80 % interval), + is better" in listed.output
+    assert "kyber (read_lat_nsec=2000000, write_lat_nsec=10000000)" in listed.output
+    assert f"{node.hostname}/nvme0n1" in listed.output  # the device by name, not an id
+    # --output as kubectl has it: json (the API's, what --json gives), wide (ids whole)
+    as_json = runner.invoke(app, ["recommendations", "list", "-o", "json", *common])
+    assert [r["id"] for r in json.loads(as_json.output)] == [str(recommended.id)]
+    assert (
+        str(recommended.id)
+        in runner.invoke(app, ["recommendations", "list", "--output", "wide", *common]).output
+    )
+    assert str(recommended.id) not in listed.output  # the table: 8 characters
+    assert runner.invoke(app, ["recommendations", "list", "-o", "yaml", *common]).exit_code == 2
     shown = runner.invoke(app, ["recommendations", "show", short, *common])
     assert shown.exit_code == 0, shown.output
     assert f"recommendation {recommended.id}" in shown.output
@@ -369,7 +361,30 @@ def test_the_cli_takes_the_short_ids_it_lists_and_shows_what_the_dashboard_does(
         app, ["recommendations", "accept", short, "--reason", "short id", *common]
     )
     assert accepted.exit_code == 0, accepted.output
-    assert "is now the device's policy" in accepted.output
+    # accepting tries it under a canary: a one-device rollout, not a policy set at once
+    assert "verifying: kyber" in accepted.output, accepted.output
+    found = client.get(f"/api/v1/recommendations/{recommended.id}", headers=bearer(operator))
+    assert found.json()["status"] == "verifying"
+    rollout_id = found.json()["rollout_id"]
+    assert f"rollout {rollout_id}" in accepted.output
+    rollout = client.get(f"/api/v1/rollouts/{rollout_id}", headers=bearer(operator)).json()
+    assert [t["device_id"] for t in rollout["targets"]] == [str(device.id)]
+    assert rollout["canary"]["on_inconclusive"] == "roll_back"
+    assert (
+        client.get(f"/api/v1/devices/{device.id}/policy", headers=bearer(operator)).status_code
+        == 404
+    )
+    # one step back: the rollout puts the device back as it found it
+    reverted = runner.invoke(
+        app, ["recommendations", "revert", short, "--reason", "changed my mind", *common]
+    )
+    assert reverted.exit_code == 0, reverted.output
+    rollout = client.get(f"/api/v1/rollouts/{rollout_id}", headers=bearer(operator)).json()
+    assert rollout["status"] == "rolling_back"
+    found = client.get(f"/api/v1/recommendations/{recommended.id}", headers=bearer(operator))
+    assert found.json()["status"] == "reverted"
+    again = runner.invoke(app, ["recommendations", "revert", short, "--reason", "twice", *common])
+    assert again.exit_code == 1
 
 
 def test_a_canary_with_extreme_statistics_is_recorded_and_binds_without_them(
@@ -399,3 +414,130 @@ def test_a_canary_with_extreme_statistics_is_recorded_and_binds_without_them(
     assert row.status == "refuted"
     assert row.canary is not None
     assert row.canary["effects"] == {}
+
+
+def test_a_canarys_gain_has_one_sign_in_the_api_the_dashboard_the_cli_and_the_evidence(
+    client: TestClient, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A candidate whose p50 latency is about 30 % higher is a gain of about -30 %: the API's
+    effect, the card's canary table, the page's canary history, `recommendations show` and
+    the agent's printed evidence all say so, with the same sign (the page once showed +14.1 %
+    in one table and -14.1 % in the other). The evidence keeps the raw shift beside it,
+    labelled as such."""
+    import httpx
+    from typer.testing import CliRunner
+
+    from agent.canary import CanaryResult, describe
+    from service.cli import app
+
+    _node, device = _device(session)
+    kyber = CONFIGS[Scheduler.KYBER]
+    row = _recommend(session, device.id, kyber)
+    baseline = [40.0, 41.0, 39.5, 40.5, 40.2, 39.8]
+    stats = compare(baseline, [52.0, 53.0, 51.5, 52.4, 52.8, 51.9], P50, 0.95)
+    _observe(
+        session,
+        device.id,
+        kyber,
+        {"lat_p50_us": stats.candidate_median},
+        verdict=stats.verdict,
+        statistics=stats.as_statistics(),
+    )
+    session.commit()
+    operator = create_api_token(session, role=Role.OPERATOR)
+    session.commit()
+    expected = f"{-100 * stats.relative_shift:+.1f}"
+    assert expected.startswith("-")
+
+    api = client.get(f"/api/v1/recommendations/{row.id}", headers=bearer(operator)).json()
+    assert f"{100 * api['canary']['effects']['lat_p50_us']['gain']:+.1f}" == expected
+
+    _sign_in(client, operator)
+    page = client.get(f"/ui/devices/{device.id}").text
+    (card,) = re.findall(r'data-testid="canary-gain">([^<]+)<', page)
+    assert card == f"{expected} %"
+    history = page[page.index('data-testid="canaries"') :]
+    first_row = history[history.index("<td>") : history.index("</tr>", history.index("<td>"))]
+    assert f">{expected} %<" in first_row, first_row
+
+    monkeypatch.setattr(httpx, "request", client.request)
+    common = ["--url", "http://testserver", "--token", operator]
+    shown = CliRunner().invoke(app, ["recommendations", "show", str(row.id)[:8], *common])
+    assert shown.exit_code == 0, shown.output
+    assert f"measured gain {expected}%" in shown.output
+
+    result = CanaryResult(stats.verdict, [stats], {}, rounds=6, alpha=0.05)
+    (evidence,) = describe(result)
+    assert evidence["gain_%"] == pytest.approx(-100 * stats.relative_shift, abs=0.01)
+    assert evidence["shift_%"] == -evidence["gain_%"]  # the raw change, labelled as such
+
+
+def test_the_card_leads_with_what_was_measured_and_greens_only_a_gain_it_can_claim(
+    client: TestClient, session: Session
+) -> None:
+    """Issue 66 item 3: what was measured on the device first (benchmark medians with run
+    counts), the prediction after it; a +21.9 % predicted gain whose interval is -49 … +59 %
+    is not shown green; values in the units people read; workloads in words, the code name
+    beside."""
+    _node, device = _device(session)
+    row = _recommend(session, device.id, CONFIGS[Scheduler.KYBER])
+    row.predictions = {
+        "iops": {
+            "metric": "iops", "current": 15_110.0, "recommended": 18_420.0, "change": 0.219,
+            "change_low": -0.49, "change_high": 0.59, "higher_is_better": True,
+        },
+        "p50_latency": {
+            "metric": "lat_p50_us", "current": 1_200.0, "recommended": 1_000.0, "change": -0.2,
+            "change_low": -0.3, "change_high": -0.1, "higher_is_better": False,
+        },
+    }  # fmt: skip
+    for iops in (27_900.0, 28_100.0, 27_500.0):
+        _observe(session, device.id, DeviceConfig(scheduler=Scheduler.NONE), {"iops": iops})
+    _other, elsewhere = _device(session)
+    create_recommendation(
+        session, elsewhere.id, CONFIGS[Scheduler.KYBER], "hs23-single-randread-4k-qd1"
+    )
+    session.commit()
+    viewer = create_api_token(session, role=Role.VIEWER)
+    session.commit()
+    _sign_in(client, viewer)
+    page = client.get(f"/ui/devices/{device.id}").text
+    assert page.index("Measured on this device") < page.index("Predicted by the model")
+    measured = page[page.index('data-testid="measured"') : page.index("Predicted by the model")]
+    assert "27.9k I/O per s" in measured
+    assert "median of 3 runs" in measured
+    gains = re.findall(r'<span class="(\w+)" data-testid="predicted-gain">([^<]+)<', page)
+    assert gains == [("same", "+21.9 %"), ("better", "+20.0 %")]  # green only clearing zero
+    assert "(\u221249 … +59 %)" in page  # true minus signs, the unit on the interval
+    assert "predicted 1.2 ms" in page  # 1,200 µs
+    assert "predicted 15.1k I/O per s" in page
+    overview = client.get("/ui/").text
+    assert "4 KiB random reads, one at a time" in overview
+    other = client.get(f"/ui/devices/{elsewhere.id}").text
+    assert "4 KiB random reads, one at a time" in other
+    assert '<code class="muted">hs23-single-randread-4k-qd1</code>' in other
+
+
+def test_the_device_page_updates_itself_while_it_waits_on_the_node(
+    client: TestClient, session: Session
+) -> None:
+    """After an accept or a revert the page said "not yet applied" until reloaded: while a
+    policy version is not applied yet, or a recommendation is under its canary, it reloads by
+    itself; once the agent has reported, it stays still."""
+    from agent.contract.wire import AppliedStateReport, AppliedStatus
+    from service.policies import service as policies
+
+    node, device = _device(session)
+    viewer = create_api_token(session, role=Role.VIEWER)
+    session.commit()
+    _sign_in(client, viewer)
+    assert 'data-testid="auto-update"' not in client.get(f"/ui/devices/{device.id}").text
+    operator = Principal(name="op", role=Role.OPERATOR)
+    kyber = CONFIGS[Scheduler.KYBER]
+    policies.set_policy(session, operator, device.id, kyber, "try kyber")
+    session.commit()
+    assert 'data-testid="auto-update"' in client.get(f"/ui/devices/{device.id}").text
+    report = AppliedStateReport(policy_version=1, status=AppliedStatus.APPLIED, config=kyber)
+    policies.report_applied(session, Principal(name="node", node_id=node.id), device.id, report)
+    session.commit()
+    assert 'data-testid="auto-update"' not in client.get(f"/ui/devices/{device.id}").text

@@ -16,18 +16,31 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from agent.contract.tunables import DeviceConfig, Scheduler
+from agent.contract.wire import AppliedStateReport, AppliedStatus
 from service import db
 from service.db import Database
-from service.errors import Unprocessable
+from service.errors import Conflict, Unprocessable
+from service.policies import service as policy_service
+from service.recommendations import service as recommendations
+from service.recommendations.schemas import Acceptance
 from service.rollouts import repository
 from service.rollouts import service as rollouts
 from service.rollouts.ansible import Outcome, Result, RunReport
 from service.rollouts.engine import Engine
 from service.rollouts.schemas import RolloutCreate
 from service.security import Principal, Role
-from service.tables import AuditEvent, Policy, Rollout, TelemetryBatchRow, TelemetryWindowRow
+from service.tables import (
+    AuditEvent,
+    Device,
+    Policy,
+    RecommendationRow,
+    Rollout,
+    TelemetryBatchRow,
+    TelemetryWindowRow,
+)
 from tests.conftest import create_database, drop_database
-from tests.factories import create_node, device_inventory, report_inventory
+from tests.factories import create_node, create_recommendation, device_inventory, report_inventory
 
 OPERATOR = Principal(name="op", role=Role.OPERATOR)
 
@@ -299,3 +312,194 @@ def test_a_rollout_names_the_application_sli_its_canaries_judge(database: Databa
     plain = _start(database, _fleet(database, 1), stages=["100%"])
     _drive(engine, plain)
     assert runner.extravars[-1]["rollout_sli"] is None
+
+
+def test_a_rollout_says_whether_its_application_is_closed_or_open_loop(database: Database) -> None:
+    """Issue 65: whether a lower data rate under the candidate is harm is the policy's to say
+    (closed: the device sets the pace; open: the clients do) or the canary's to tell (auto);
+    the playbook passes it to every node's canary."""
+    runner = ScriptedRunner()
+    engine = Engine(database, runner)
+    paced = _start(database, _fleet(database, 1), canary={"loop": "open"}, stages=["100%"])
+    _drive(engine, paced)
+    sent = [runner.extravars[-1]["rollout_loop"]]
+    told = _start(database, _fleet(database, 1), stages=["100%"])
+    _drive(engine, told)
+    sent.append(runner.extravars[-1]["rollout_loop"])
+    assert sent == ["open", "auto"]
+    root = Path(__file__).resolve().parents[2]
+    tasks = (root / "playbooks/roles/blkpilot_policy/tasks/main.yml").read_text()
+    assert "'--loop', rollout_loop" in tasks
+
+
+# --- accepting a recommendation: a one-device rollout (issue 66 item 1) and one-step undo -----
+
+
+def _recommendation(database: Database, label: str) -> tuple[uuid.UUID, uuid.UUID]:
+    """A proposed bfq recommendation for the fleet's one device; (its id, the device's)."""
+    with database.sessionmaker() as session, session.begin():
+        (target,) = repository.devices_with_nodes(
+            session, device_class=None, node_labels={"fleet": label}, device_ids=[]
+        )
+        device = target[0]
+        row = create_recommendation(
+            session, device.id, DeviceConfig(scheduler=Scheduler.BFQ), "hs23-single-randread-4k-qd1"
+        )
+        return row.id, device.id
+
+
+def _accept(database: Database, recommendation_id: uuid.UUID, **body: object) -> str:
+    with database.sessionmaker() as session, session.begin():
+        read = recommendations.accept(
+            session,
+            OPERATOR,
+            recommendation_id,
+            Acceptance.model_validate({"reason": "try it", "soak_seconds": 0, **body}),
+        )
+        return read.status
+
+
+def _rollout_of(database: Database, recommendation_id: uuid.UUID) -> uuid.UUID:
+    """The rollout verifying an accepted recommendation."""
+    with database.sessionmaker() as session:
+        row = session.get(RecommendationRow, recommendation_id)
+        assert row is not None
+        assert row.rollout_id is not None
+        return row.rollout_id
+
+
+def _status(database: Database, recommendation_id: uuid.UUID) -> tuple[str, Policy | None]:
+    with database.sessionmaker() as session:
+        row = session.get(RecommendationRow, recommendation_id)
+        assert row is not None
+        policy = session.scalars(select(Policy).where(Policy.device_id == row.device_id)).first()
+        return row.status, policy
+
+
+@pytest.mark.parametrize(
+    ("canary", "ends", "status"),
+    [
+        ("pass", "succeeded", "kept"),
+        ("fail", "rolled_back", "rolled_back"),
+        ("inconclusive", "rolled_back", "rolled_back"),  # not kept unproven, by default
+    ],
+)
+def test_an_accepted_recommendation_is_kept_only_if_its_canary_passes(
+    database: Database, canary: Result, ends: str, status: str
+) -> None:
+    label = _fleet(database, 1)
+    recommendation_id, _device_id = _recommendation(database, label)
+    engine = Engine(database, ScriptedRunner({f"{label}-0": [canary]}))
+    assert _accept(database, recommendation_id) == "verifying"
+    assert _status(database, recommendation_id) == ("verifying", None)  # nothing pinned yet
+    with database.sessionmaker() as session:
+        row = session.get(RecommendationRow, recommendation_id)
+        assert row is not None
+        assert row.rollout_id is not None
+        rollout_id = row.rollout_id
+        assert session.get(Rollout, rollout_id).workload_name == "hs23-single-randread-4k-qd1"  # type: ignore[union-attr]
+    done = _drive(engine, rollout_id)
+    assert done.status == ends, done.status_detail
+    found, policy = _status(database, recommendation_id)
+    assert found == status
+    if status == "kept":
+        assert policy is not None
+        assert policy.config["scheduler"] == "bfq"
+    else:
+        assert policy is None  # the device had none, and has none again
+        assert engine.runner.calls[-1][0] == "rollback.yml"  # type: ignore[attr-defined]
+    with database.sessionmaker() as session:
+        actions = session.scalars(
+            select(AuditEvent.action).where(AuditEvent.target_id == str(recommendation_id))
+        ).all()
+    assert actions == ["recommendation.accepted", f"recommendation.{status}"]
+
+
+def test_an_inconclusive_canary_can_wait_for_an_operator_instead(database: Database) -> None:
+    label = _fleet(database, 1)
+    recommendation_id, _ = _recommendation(database, label)
+    engine = Engine(database, ScriptedRunner({f"{label}-0": ["inconclusive"]}))
+    _accept(database, recommendation_id, on_inconclusive="pause")
+    rollout_id = _rollout_of(database, recommendation_id)
+    assert _drive(engine, rollout_id).status == "paused"
+    assert _status(database, recommendation_id)[0] == "verifying"
+
+
+def test_revert_puts_a_kept_change_back_in_one_step(database: Database) -> None:
+    label = _fleet(database, 1)
+    recommendation_id, _ = _recommendation(database, label)
+    engine = Engine(database, ScriptedRunner())
+    _accept(database, recommendation_id)
+    rollout_id = _rollout_of(database, recommendation_id)
+    assert _drive(engine, rollout_id).status == "succeeded"
+    assert _status(database, recommendation_id)[0] == "kept"
+    with database.sessionmaker() as session, session.begin():
+        assert recommendations.revert(session, OPERATOR, recommendation_id, "undo").status == (
+            "reverted"
+        )
+    done = _drive(engine, rollout_id)
+    assert done.status == "rolled_back"
+    assert engine.runner.calls[-1][0] == "rollback.yml"  # type: ignore[attr-defined]
+    found, policy = _status(database, recommendation_id)
+    assert (found, policy) == ("reverted", None)  # unmanaged, as it was
+    with database.sessionmaker() as session, session.begin(), pytest.raises(Conflict):
+        recommendations.revert(session, OPERATOR, recommendation_id, "twice")
+
+
+def test_applied_without_canary_is_audited_and_reverted_to_unmanaged(database: Database) -> None:
+    """The explicit choice: pinned at once (audited as such). Its revert sets what the device
+    ran before and, once the agent reports that applied, releases the device: unmanaged, as it
+    was before its first policy."""
+    label = _fleet(database, 1)
+    recommendation_id, device_id = _recommendation(database, label)
+    assert _accept(database, recommendation_id, without_canary=True) == "applied"
+    found, policy = _status(database, recommendation_id)
+    assert found == "applied"
+    assert policy is not None
+    assert policy.config["scheduler"] == "bfq"
+    assert "without a canary" in policy.reason
+    with database.sessionmaker() as session, session.begin():
+        recommendations.revert(session, OPERATOR, recommendation_id, "undo")
+    found, policy = _status(database, recommendation_id)
+    assert found == "reverted"
+    assert policy is not None
+    assert policy.release_when_applied
+    assert policy.version == 2
+    before = policy.config
+    with database.sessionmaker() as session, session.begin():
+        device = session.get(Device, device_id)
+        assert device is not None
+        node = Principal(name="node", node_id=device.node_id)
+        report = AppliedStateReport(
+            policy_version=2,
+            status=AppliedStatus.APPLIED,
+            config=DeviceConfig.model_validate(before),
+            detail="read back",
+        )
+        policy_service.report_applied(session, node, device_id, report)
+    assert _status(database, recommendation_id) == ("reverted", None)
+    with database.sessionmaker() as session:
+        actions = session.scalars(
+            select(AuditEvent.action)
+            .where(AuditEvent.target_id == str(device_id))
+            .order_by(AuditEvent.id)
+        ).all()
+    assert actions[-4:] == ["policy.set", "policy.reverted", "policy.applied", "policy.released"]
+
+
+def test_a_kept_change_whose_rollout_an_operator_aborts_reads_rolled_back(
+    database: Database,
+) -> None:
+    """Aborting the rollout itself after it succeeded puts the device back: its
+    recommendation does not go on reading "kept"."""
+    label = _fleet(database, 1)
+    recommendation_id, _ = _recommendation(database, label)
+    engine = Engine(database, ScriptedRunner())
+    _accept(database, recommendation_id)
+    rollout_id = _rollout_of(database, recommendation_id)
+    assert _drive(engine, rollout_id).status == "succeeded"
+    assert _status(database, recommendation_id)[0] == "kept"
+    with database.sessionmaker() as session, session.begin():
+        rollouts.abort(session, OPERATOR, rollout_id, "not on this box after all")
+    assert _drive(engine, rollout_id).status == "rolled_back"
+    assert _status(database, recommendation_id) == ("rolled_back", None)

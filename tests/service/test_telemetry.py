@@ -544,7 +544,7 @@ def test_hourly_rollups_are_read_through_the_api_and_the_device_page(
     windows = [ebpf_window("loop0", index=i) for i in range(6)]  # a minute from yesterday noon
     assert client.post(URL, json=_batch(*windows), headers=bearer(token)).status_code == 201
     start = datetime.fromisoformat(windows[0]["start"])
-    assert repository.roll_up(session.connection(), start, start + timedelta(hours=1)) == 1
+    assert repository.roll_up(session.connection(), start, start + timedelta(hours=1)).hours == 1
     viewer = create_api_token(session, role=Role.VIEWER)
     device = session.scalars(
         select(TelemetryWindowRow.device_id).where(TelemetryWindowRow.window_start == start)

@@ -165,9 +165,10 @@ def _hours(engine: Engine) -> list[TelemetryHourlyRow]:
 
 
 def test_a_poison_hour_is_set_aside_and_the_upkeep_moves_on(scratch: Engine) -> None:
-    """Windows stored before the contract bounded counters (INT64_MAX I/Os) made every pass
-    fail on the same hour: now that hour is recorded, counted and moved past; later hours are
-    rolled up; and when its day expires its raw windows are set aside and the day dropped."""
+    """An hour whose rows the database refuses (here a CHECK constraint of the test's own on
+    the hourly table) made every pass fail on it: it is recorded, counted and moved past;
+    later hours are rolled up; and when its day expires its raw windows are set aside and
+    the day dropped."""
     now = datetime.now(UTC)
     maintain(scratch, POLICY, now)
     with Session(scratch, expire_on_commit=False) as session, session.begin():
@@ -180,46 +181,93 @@ def test_a_poison_hour_is_set_aside_and_the_upkeep_moves_on(scratch: Engine) -> 
     windows.append(_window(good, 2))
     with Session(scratch, expire_on_commit=False) as session, session.begin():
         assert telemetry.ingest(session, principal, _batch(windows), POLICY).accepted
-    # what the old contract let in: two windows at the kernel's 64-bit maximum in one hour
-    # (one alone now rolls up: the per-row sum is taken in double precision)
+    with scratch.begin() as connection:
+        connection.execute(
+            text(f"ALTER TABLE {repository.HOURLY} ADD CONSTRAINT poison CHECK (windows < 2)")
+        )
+    failed_before = _sample("blkpilot_telemetry_rollup_failed_hours_total")
+    try:
+        report = maintain(scratch, POLICY, now)
+        assert report.failed_hours == [poisoned]
+        assert _sample("blkpilot_telemetry_rollup_failed_hours_total") == failed_before + 1
+        hours = {h.hour: h for h in _hours(scratch)}
+        assert poisoned not in hours
+        assert hours[good].windows == 1  # the later hour is rolled up all the same
+        with Session(scratch) as session:
+            (failure,) = repository.rollup_failures(session)
+        assert failure.hour == poisoned
+        assert "poison" in failure.error
+
+        # the next pass does not try it again (nothing to retry until the day is dropped)
+        assert maintain(scratch, POLICY, now).failed_hours == []
+
+        # past the raw retention: tried once more, still fails, set aside; the day is dropped
+        later = now + timedelta(days=20)
+        report = maintain(scratch, POLICY, later)
+        assert repository.day_partition(poisoned.date()).table in report.dropped
+        assert report.failed_hours == [poisoned]
+        assert report.windows_set_aside == 2
+        with Session(scratch) as session:
+            kept = session.execute(
+                text(f"SELECT count(*) FROM {repository.SET_ASIDE}")  # noqa: S608
+            ).scalar()
+            assert kept == 2
+            (failure,) = repository.rollup_failures(session)
+            assert (failure.attempts, failure.windows_set_aside) == (2, 2)
+            assert session.scalar(select(func.count()).select_from(TelemetryWindowRow)) == 0
+    finally:
+        with scratch.begin() as connection:
+            connection.execute(
+                text(f"ALTER TABLE {repository.HOURLY} DROP CONSTRAINT IF EXISTS poison")
+            )
+
+
+def test_one_devices_sums_past_bigint_cost_no_other_device_its_hour(scratch: Engine) -> None:
+    """Issue 64: one node's windows whose sums pass BIGINT (stored before overlaps were
+    refused, or past the contract's bounds) made the hour fail for every node. Its
+    device-hour is now clamped into BIGINT, and another node's device in the same hour is
+    rolled up exactly."""
+    now = datetime.now(UTC)
+    maintain(scratch, POLICY, now)
+    with Session(scratch, expire_on_commit=False) as session, session.begin():
+        hostile, _ = create_node(session, hostname="hostile")
+        report_inventory(session, hostile, device_inventory("loop0"))
+        innocent, _ = create_node(session, hostname="innocent")
+        report_inventory(session, innocent, device_inventory("loop0"))
+    hour = (now - timedelta(days=2)).replace(hour=6, minute=0, second=0, microsecond=0)
+    for node, count in ((hostile, 3), (innocent, 2)):
+        principal = Principal(name=f"node:{node.hostname}", node_id=node.id)
+        windows = [_window(hour + timedelta(seconds=10 * i), i) for i in range(count)]
+        with Session(scratch, expire_on_commit=False) as session, session.begin():
+            assert telemetry.ingest(session, principal, _batch(windows), POLICY).accepted
     with scratch.begin() as connection:
         connection.execute(
             text(
-                f"UPDATE {repository.RAW} SET read_ios = 9223372036854775807"  # noqa: S608
-                " WHERE window_start >= :low AND window_start < :high"
+                f"UPDATE {repository.RAW} SET read_ios = 9223372036854775807,"  # noqa: S608
+                " read_bytes = 9223372036854775807, energy_joules = 1e308,"
+                " mean_latency_us = 1e308, queue_depth = 1e308"
+                " WHERE device_id IN (SELECT id FROM devices WHERE node_id = :node)"
             ),
-            {"low": poisoned, "high": poisoned + timedelta(hours=1)},
+            {"node": hostile.id},
         )
-    failed_before = _sample("blkpilot_telemetry_rollup_failed_hours_total")
-
+        innocent_ios = connection.execute(
+            text(
+                f"SELECT sum(read_ios) FROM {repository.RAW}"  # noqa: S608
+                " WHERE device_id IN (SELECT id FROM devices WHERE node_id = :node)"
+            ),
+            {"node": innocent.id},
+        ).scalar()
     report = maintain(scratch, POLICY, now)
-    assert report.failed_hours == [poisoned]
-    assert _sample("blkpilot_telemetry_rollup_failed_hours_total") == failed_before + 1
-    hours = {h.hour: h for h in _hours(scratch)}
-    assert poisoned not in hours
-    assert hours[good].windows == 1  # the later hour is rolled up all the same
+    assert report.failed_hours == []
     with Session(scratch) as session:
-        (failure,) = repository.rollup_failures(session)
-    assert failure.hour == poisoned
-    assert "out of range" in failure.error
-
-    # the next pass does not try it again (nothing to retry until the day is dropped)
-    assert maintain(scratch, POLICY, now).failed_hours == []
-
-    # past the raw retention: tried once more, still fails, set aside; the day is dropped
-    later = now + timedelta(days=20)
-    report = maintain(scratch, POLICY, later)
-    assert repository.day_partition(poisoned.date()).table in report.dropped
-    assert report.failed_hours == [poisoned]
-    assert report.windows_set_aside == 2
-    with Session(scratch) as session:
-        kept = session.execute(
-            text(f"SELECT read_ios FROM {repository.SET_ASIDE} ORDER BY window_start")  # noqa: S608
-        ).scalars()
-        assert list(kept) == [9223372036854775807] * 2
-        (failure,) = repository.rollup_failures(session)
-        assert (failure.attempts, failure.windows_set_aside) == (2, 2)
-        assert session.scalar(select(func.count()).select_from(TelemetryWindowRow)) == 0
+        owners: dict[Any, Any] = dict(
+            session.execute(text("SELECT id, node_id FROM devices")).all()
+        )
+        rows = {owners[h.device_id]: h for h in session.scalars(select(TelemetryHourlyRow))}
+    assert rows[innocent.id].windows == 2
+    assert rows[innocent.id].read_ios == innocent_ios
+    assert rows[hostile.id].windows == 3
+    assert rows[hostile.id].read_ios == 2**63 - 1  # clamped, its own hour alone
 
 
 def test_one_window_at_the_old_maximum_rolls_up(scratch: Engine) -> None:
