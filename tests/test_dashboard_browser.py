@@ -108,8 +108,14 @@ class Demo:
             ],
             # no Ray to be had (RAY_ADDRESS=auto and none running): the demo must still reach
             # its recommendations, with the nightly job in-process, as on a host too busy for
-            # Ray's start (test_nightly runs the job on a local Ray)
-            env={**clean_env(data_dir), "RAY_ADDRESS": "auto"},
+            # Ray's start (test_nightly runs the job on a local Ray). RAY_TMPDIR of its own:
+            # "auto" would otherwise join the cluster another test has started meanwhile
+            # (/tmp/ray/ray_current_cluster) and hang once that test stops it
+            env={
+                **clean_env(data_dir),
+                "RAY_ADDRESS": "auto",
+                "RAY_TMPDIR": str(data_dir / "ray"),
+            },
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

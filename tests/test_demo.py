@@ -126,3 +126,26 @@ def test_demo_runs_the_loop_on_lab_devices_and_stops_cleanly(tmp_path: Path) -> 
         assert len(_get(base, fresh, "/nodes")) == 1
     finally:
         assert stop(process, signal.SIGINT) == 0
+
+
+def test_a_step_that_hangs_is_stopped_at_its_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A demo step that never ends (the nightly job on a Ray that stopped answering) is
+    stopped once its budget has passed, so the demo goes on to its in-process fallback."""
+    import sys
+
+    from service import demo
+
+    monkeypatch.setitem(demo.STEP_BUDGET_S, "-c", 1.0)
+    running: list[subprocess.Popen[bytes]] = []
+    began = time.monotonic()
+    code = demo._step(
+        [sys.executable, "-c", "import time; time.sleep(120)"], tmp_path / "log", running
+    )
+    assert code == demo.STEP_TIMED_OUT
+    assert time.monotonic() - began < 60
+    assert running == []
+    assert "stopped after 1 s" in (tmp_path / "log").read_text()
+    # a step that ends in time gives its own exit status
+    assert demo._step([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "log", []) == 3
