@@ -84,23 +84,12 @@ unit:
 	pytest --numprocesses 2 --dist loadfile -m "not solo"
 	pytest -m solo
 
+# Every benchmark's full run, one after another (hours; python -m bench list says which
+# takes how long): python -m bench run NAME runs one
 bench: setup
-	python -m bench.ingest
-	python -m bench.ingest --replicas 2
-	python -m bench.partitions
-	python -m bench.fleet
-	python -m bench.agent_footprint
-	python -m bench.canary
-	python -m bench.live_canary
-	python -m bench.live_canary --hog
-	python -m bench.agent_footprint --load
-	python -m bench.lab_overhead
-	python -m bench.lab_flash
-	python -m bench.lab_fios_review
-	python -m bench.fleet_gaps
-	python -m bench.fleet_gaps --hog
-	python -m bench.canary --hog
-	python -m bench.soak
+	for name in $$(python -m bench list | cut -d' ' -f1); do \
+	  python -m bench run $$name || exit $$?; \
+	done
 
 # What a deployment installs (docs/operations.md, "Deploying"): the wheel built from this
 # checkout, and the locked versions of everything it depends on as pip constraints, so that a

@@ -47,7 +47,7 @@ from agent.contract.wire import DeviceClass
 from bench.cpu import cpu_seconds, peak_rss_mib, postmaster_pid, tree_cpu_seconds
 from bench.http import LeanClient
 from bench.ingest import AGENT_JSON, UNLIMITED_SHAPE, with_distributions
-from bench.record import provenance, record
+from bench.record import provenance, quick, record
 from bench.unwind import on_termination
 from tests.factories import device_inventory
 from tests.proc import BLKPILOT, clean_env, start_replicas, stop
@@ -575,7 +575,8 @@ def main() -> int:
         held = f"{result['windows_per_second']:,} windows/s against"
         held += f" {result['real_time_windows_per_second']:,} needed"
     print(f"{'PASS' if ok else 'SHORT'}: {held}; slowest read p95 {slowest} ms")
-    return 0 if ok else 1
+    # a quick look is too short to judge the target: it says where it stands, and succeeds
+    return 0 if ok or quick() else 1
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from typing import Any
 from agent.contract import histograms
 from agent.live_canary import baseline_tail_us
 from agent.live_judge import LiveSettings
+from bench.record import evidence_bundles
 
 Tail = Callable[[Sequence[float], int], float | None]
 
@@ -75,13 +76,16 @@ def ends(evidence: dict[str, Any], tail_of: Tail, ratio: float, settings: LiveSe
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("bundles", nargs="+", type=Path)
+    parser.add_argument(
+        "bundles", nargs="*", type=Path, help="default: every bundle bench.live_apps recorded"
+    )
+    parser.add_argument("--latest", type=int, help="only the newest N bundles")
     parser.add_argument("--ratio", type=float, action="append")
     args = parser.parse_args()
     settings = LiveSettings()
     ratios = args.ratio or [settings.guard_ratio, 1.5]
     runs = []
-    for bundle in args.bundles:
+    for bundle in evidence_bundles(args.bundles, args.latest):
         host = "hog" if "hog" in bundle.name else "quiet"
         for run in json.loads(gzip.decompress(bundle.read_bytes())):
             if "latency" in run["evidence"]:

@@ -40,7 +40,7 @@ import httpx
 from agent.contract import histograms
 from bench.cpu import cpu_seconds, postmaster_pid, tree_cpu_seconds
 from bench.http import LeanClient
-from bench.record import provenance, record
+from bench.record import provenance, quick, record
 from bench.unwind import on_termination
 from tests.factories import device_inventory
 from tests.proc import BLKPILOT, clean_env, start_replicas, stop
@@ -487,7 +487,8 @@ def main() -> int:
         f"{'PASS' if ok else 'BELOW TARGET'}: {result['windows_per_second']:,} windows/s,"
         f" {result['share_of_copy']:.0%} of COPY's {result['copy_rows_per_second']:,} rows/s"
     )
-    return 0 if ok else 1
+    # a quick look is too short to judge the target: it says where it stands, and succeeds
+    return 0 if ok or quick() else 1
 
 
 if __name__ == "__main__":

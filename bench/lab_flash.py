@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.record import RESULTS, provenance
+from bench.record import out_dir, provenance, record, recording
 from kernel.lab.scenarios import FLASH_LIKE, STOCK, run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,9 +76,10 @@ def main() -> int:
         **provenance("lab_flash.py"),
     }
     print(json.dumps(doc, indent=2))
-    if not args.no_record:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "lab_flash.json").write_text(json.dumps(doc, indent=2) + "\n")
+    if recording() and not args.no_record:
+        out = out_dir()
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "lab_flash.json").write_text(json.dumps(doc, indent=2) + "\n")
         lines = [
             f"# lab_flash ({doc['when']}, {doc['commit']}, `{doc['command']}`)",
             "",
@@ -113,7 +114,13 @@ def main() -> int:
                 f"| {key} | {cell['lat_mean_us']} | {cell['lat_p50_us']} |"
                 f" {cell['context_switches_per_io']} | {cell['cpu_sys_pct']} |"
             )
-        (RESULTS / "lab_flash.md").write_text("\n".join(lines) + "\n")
+        (out / "lab_flash.md").write_text("\n".join(lines) + "\n")
+        problems = fairness.kernel_problems + polling.kernel_problems
+        record(
+            "lab_flash",
+            {**doc, "kernel_problem_count": len(problems)},
+            {"kernel problems": "kernel_problem_count"},
+        )
     return 0 if not doc["kernel_problems"] else 1
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.record import provenance, record
+from bench.record import out_dir, provenance, record, recording
 from bench.unwind import on_termination
 from kernel.lab.devices import TMPFS, DataDevice, data_device
 from tests.apps import (
@@ -49,7 +49,8 @@ from tests.apps import (
 )
 
 BLKPILOT = str(Path(sys.executable).parent / "blkpilot")
-EVIDENCE = Path(__file__).resolve().parent / "results" / "live_apps_evidence"
+# evidence files go where the records go (bench/results unless --out)
+EVIDENCE = out_dir() / "live_apps_evidence"
 TOLERANCE = 0.10  # the application metric this much worse is a regression a pass must not hide
 VERDICTS = {0: "pass", 1: "fail", 3: "inconclusive", 4: "could not run"}
 
@@ -398,7 +399,7 @@ def main() -> None:
                         runs.append(
                             Run(app.name, candidate.name, verdict, seconds, effect, notes, evidence)
                         )
-                        if not args.no_record:
+                        if recording() and not args.no_record:
                             save_evidence(evidence_file, runs)
                         log(
                             f"{app.name} {candidate.name} #{index + 1}: {verdict} in"
@@ -411,10 +412,10 @@ def main() -> None:
         "hog": args.hog,
         "summary": rows,
         "runs": [{k: v for k, v in r.__dict__.items() if k != "evidence"} for r in runs],
-        "evidence": str(evidence_file.relative_to(EVIDENCE.parent.parent.parent)),
+        "evidence": str(evidence_file.relative_to(EVIDENCE.parent)),
     }
     print(json.dumps(rows, indent=2))
-    if not args.no_record:
+    if recording() and not args.no_record:
         for row in rows:
             record(
                 "live_apps",

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from bench.grid import grid_workloads
 from bench.grid.host import measure_host_grid
-from bench.record import provenance, record
+from bench.record import RESULTS, out_dir, provenance, record
 from bench.unwind import on_termination
 from kernel.lab import devices as lab
 from models.grid import Grid
@@ -117,9 +117,14 @@ def main() -> int:
     parser.add_argument("--device", action="append", help="only this device (repeatable)")
     parser.add_argument("--workload", action="append", help="only this workload (repeatable)")
     parser.add_argument(
-        "--out", type=Path, default=RESULT, help="the grid file to grow (default: the main grid)"
+        "--out",
+        type=Path,
+        default=RESULT,
+        help="the grid file to grow (default: the main grid; a grid in the harness's --out)",
     )
     args = parser.parse_args()
+    if args.out == RESULT and out_dir() != RESULTS:  # the harness's --out: never the checkout
+        args.out = out_dir() / RESULT.name
     if not (args.host or args.lab):
         parser.error("give --host, --lab or both")
     on_termination()  # a stopped run still detaches its devices

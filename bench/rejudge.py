@@ -28,6 +28,7 @@ from typing import Any
 from agent.contract import histograms
 from agent.contract.verdict import levels
 from agent.live_judge import judge_evidence
+from bench.record import evidence_bundles
 
 
 def single_interval(alpha: float, metrics: int) -> tuple[float, float]:
@@ -78,10 +79,13 @@ def pooled_tail(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("bundles", nargs="+", type=Path)
+    parser.add_argument(
+        "bundles", nargs="*", type=Path, help="default: every bundle bench.live_apps recorded"
+    )
+    parser.add_argument("--latest", type=int, help="only the newest N bundles")
     args = parser.parse_args()
     tally: Counter[tuple[str, str, str, str]] = Counter()
-    for bundle in args.bundles:
+    for bundle in evidence_bundles(args.bundles, args.latest):
         with gzip.open(bundle, "rt") as handle:
             runs = json.load(handle)
         for run in runs:
