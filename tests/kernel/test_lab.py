@@ -475,7 +475,7 @@ def test_fios_holds_writes_for_reads_only_where_writes_cost_more(smp: LabResult)
     paper's): on null_blk calibrated as it is (a write costs what a read does) they do not —
     holding writes behind readers there only idled it; on uncalibrated flashsim they do. So
     does anticipation: null_blk's readers are never waited for (it held the device from
-    every spent task for no fairness: docs/benchmarks.md), flashsim's are."""
+    every spent task for no fairness: bench/results/notebook.md), flashsim's are."""
     runs = smp.summary["runs"]
     assert runs["nullb0/fios"]["reads_first"] == "0", runs["nullb0/fios"]
     assert runs["flashsim0/fios"]["reads_first"] == "1", runs["flashsim0/fios"]
@@ -547,7 +547,7 @@ def test_writers_cannot_take_the_tags_readers_need(depth: LabResult) -> None:
 
 def test_the_depth_runs_complete_on_smp(smp: LabResult) -> None:
     """On 2 and 4 vCPUs each hardware queue has its own tags and the writers spread over them,
-    so the limit's effect on the reader is within the runs' spread (docs/benchmarks.md): what
+    so the limit's effect on the reader is within the runs' spread (bench/results/notebook.md): what
     must hold is that every run completes."""
     _depth_runs_complete(smp)
 
