@@ -58,7 +58,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -75,12 +75,16 @@ from agent.contract.wire import CanaryVerdict
 from agent.contract.workloads import WorkloadSpec
 from agent.errors import AgentError, ChangeFailed
 from agent.live_judge import (
+    MIN_PAIRS,
     Interval,
     LiveSettings,
     Stratum,
+    baseline_tail_us,
     class_effects,
     decided_by,
     describe_workload,
+    guard_confirm_limit_us,
+    guard_limit_us,
     judge,
     loop_kind,
     pair_order,
@@ -157,14 +161,6 @@ def run_live_canary(
         canary = _LiveCanary(applier, device, candidate, collector, settings, sleep)
         canary.baseline_txid = baseline_txid
         return canary.run()
-
-
-def baseline_tail_us(p99s: Sequence[float], min_intervals: int) -> float | None:
-    """The guard's estimate of the baseline's tail from its intervals' p99s: the largest but
-    one, once there are `min_intervals` (at least two) of them; None before."""
-    if len(p99s) < max(2, min_intervals):
-        return None
-    return sorted(p99s)[-2]
 
 
 class _LiveCanary:
@@ -262,18 +258,9 @@ class _LiveCanary:
         return baseline_tail_us(self.baseline_p99s, self.settings.guard_min_intervals)
 
     def limit_us(self) -> tuple[float, float] | None:
-        """The guard's limit and the baseline tail it comes from; None while there is too
-        little to judge by."""
-        tail = self.baseline_tail_us()
-        if self.settings.guard_p99_us is not None:
-            relative = self.settings.guard_ratio * max(tail or 0.0, 1.0)
-            limit = (
-                min(relative, self.settings.guard_p99_us) if tail else self.settings.guard_p99_us
-            )
-            return limit, tail or 0.0
-        if tail is None:
-            return None
-        return self.settings.guard_ratio * max(tail, 1.0), tail
+        """The guard's limit and the baseline tail it comes from (the judge's rule:
+        `guard_limit_us`); None while there is too little to judge by."""
+        return guard_limit_us(self.settings, self.baseline_tail_us())
 
     def trip(self, p99: float, ios: int, limit: float, source: str) -> None:
         self.report.guard_tripped = (
@@ -304,15 +291,7 @@ class _LiveCanary:
         if found is None or interval.ios < self.settings.min_ios:
             return  # too little to confirm or clear it: the next candidate interval will
         recent = (histograms.quantile(histograms.merge(self.since_strike), 0.99) or 0.0) / 1000
-        limit, tail = found
-        ratio = self.settings.guard_ratio
-        source = f"{ratio:g}x the baseline's {tail:.0f}, the largest p99 of its intervals but one"
-        if self.settings.guard_p99_us is None:
-            if ratio * recent > limit:
-                limit = ratio * recent
-                source = f"{ratio:g}x the baseline's p99 since the first strike, {recent:.0f}"
-        elif limit == self.settings.guard_p99_us:
-            source = "the absolute limit set"
+        limit, source = guard_confirm_limit_us(self.settings, found, recent)
         merged = histograms.merge(interval.strata.values())
         p99 = (histograms.quantile(merged, 0.99) or 0.0) / 1000
         if p99 > limit:
@@ -613,7 +592,7 @@ class _LiveCanary:
             if self.weights is None:
                 self.freeze()
             looks = look
-            if self.report.pairs_used >= 3:
+            if self.kept:
                 verdict, per_metric = judge(
                     self.samples,
                     self.judging.judged(),
@@ -693,8 +672,6 @@ class _LiveCanary:
         report.mix = {k: round(v, 4) for k, v in sorted(pooled.items())}
         if self.weights:
             report.classes = class_effects(self.kept, self.weights)
-        if report.pairs_used < 3:
-            verdict, per_metric = CanaryVerdict.INCONCLUSIVE, []
         notes = [self.decision(verdict, per_metric, looks), *self.evidence_lines(per_metric)]
         if verdict is CanaryVerdict.PASS:
             self.use("B")
@@ -707,7 +684,7 @@ class _LiveCanary:
     ) -> str:
         """The verdict's first note: the rule that decided it, after how many pairs."""
         report = self.report
-        if report.pairs_used < 3:
+        if report.pairs_used < MIN_PAIRS:
             return f"undecided: only {report.pairs_used} comparable pair(s) in the budget"
         said = decided_by(verdict, per_metric, self.fail_only())
         if verdict is CanaryVerdict.INCONCLUSIVE:

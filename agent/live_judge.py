@@ -381,6 +381,56 @@ def describe_workload(device: str, intervals: list[Interval]) -> WorkloadSpec:
     return WorkloadSpec(name=f"live-{device}"[:128], tool="live", jobs=[job])
 
 
+# --- the guard's rule: the live canary checks it as a candidate's interval runs -------------
+
+
+def baseline_tail_us(p99s: Sequence[float], min_intervals: int) -> float | None:
+    """The guard's estimate of the baseline's tail from its intervals' p99s: the largest but
+    one, once there are `min_intervals` (at least two) of them; None before."""
+    if len(p99s) < max(2, min_intervals):
+        return None
+    return sorted(p99s)[-2]
+
+
+def guard_limit_us(settings: LiveSettings, tail: float | None) -> tuple[float, float] | None:
+    """The p99 (µs) past which a candidate's pooled intervals strike the guard, and the
+    baseline tail it comes from: guard_ratio times the tail, or the absolute limit set where
+    that is lower; None while there is no tail and no absolute limit."""
+    if settings.guard_p99_us is not None:
+        relative = settings.guard_ratio * max(tail or 0.0, 1.0)
+        limit = min(relative, settings.guard_p99_us) if tail else settings.guard_p99_us
+        return limit, tail or 0.0
+    if tail is None:
+        return None
+    return settings.guard_ratio * max(tail, 1.0), tail
+
+
+def guard_confirm_limit_us(
+    settings: LiveSettings, found: tuple[float, float], recent_us: float
+) -> tuple[float, str]:
+    """The limit a strike is confirmed against, and where it comes from: the larger of the
+    baseline tail's and guard_ratio times the baseline's p99 since the strike (where the
+    traffic itself got slower, the baseline got slower with it); the absolute limit where
+    one is set."""
+    limit, tail = found
+    ratio = settings.guard_ratio
+    source = f"{ratio:g}x the baseline's {tail:.0f}, the largest p99 of its intervals but one"
+    if settings.guard_p99_us is None:
+        if ratio * recent_us > limit:
+            return ratio * recent_us, (
+                f"{ratio:g}x the baseline's p99 since the first strike, {recent_us:.0f}"
+            )
+    elif limit == settings.guard_p99_us:
+        source = "the absolute limit set"
+    return limit, source
+
+
+# Fewer comparable pairs than this and there is no verdict to give: inconclusive, whatever
+# the samples say (the signed-rank interval of two pairs spans any shift). The canary's looks
+# and an audit of its evidence both ask the judge, so the rule is said once, here.
+MIN_PAIRS = 3
+
+
 def judge(
     samples: dict[str, dict[str, list[float]]],
     rules: tuple[MetricRule, ...],
@@ -407,6 +457,10 @@ def judge(
     binding = [r for r in usable if r.metric not in fail_only]
     if not binding:
         raise ValueError("no metric measured in both arms")
+    if min(len(samples["A"][r.metric]) for r in binding) < MIN_PAIRS:
+        return CanaryVerdict.INCONCLUSIVE, []
+    # a fail-only metric measured in too few pairs can fail nothing yet
+    usable = [r for r in usable if len(samples["A"][r.metric]) >= MIN_PAIRS]
     to_pass, to_fail = levels_of(alpha, len(binding))
     found = [
         paired(samples, r, to_pass, None if r.metric in fail_only else load, to_fail)
@@ -479,8 +533,8 @@ def paired(
 
     a, b = samples["A"][rule.metric], samples["B"][rule.metric]
     n = len(a)
-    if n < 3 or len(b) != n:
-        raise ValueError("the live canary needs at least 3 complete pairs")
+    if n < MIN_PAIRS or len(b) != n:
+        raise ValueError(f"the live canary needs at least {MIN_PAIRS} complete pairs")
     logs = [math.log(max(y, 1e-9) / max(x, 1e-9)) for x, y in zip(a, b, strict=True)]
     if load is not None and len(load["A"]) == n == len(load["B"]):
         # each pair's B at the load its A saw: log(B/A) - slope * log(rate_B / rate_A)

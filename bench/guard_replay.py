@@ -3,7 +3,7 @@ histograms (bench/results/live_apps_evidence/, from 2026-11-26 20:00 UTC) replay
 interval through the guard's two steps — a strike when the candidate's pooled p99 passes the
 limit, ended when its next interval after a baseline interval passes it again (the limit then
 at least the ratio times the baseline's p99 since the strike) — with the baseline's tail taken
-as the guard takes it now (`agent.live_canary.baseline_tail_us`: the largest interval p99 but
+as the guard takes it now (`agent.live_judge.baseline_tail_us`: the largest interval p99 but
 one) and as it did before 2026-11-28 (the largest). Counts, per application, host and
 candidate, the runs each would have ended.
 
@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.contract import histograms
-from agent.live_canary import baseline_tail_us
-from agent.live_judge import LiveSettings
+from agent.live_judge import LiveSettings, baseline_tail_us
 from bench.record import evidence_bundles
 
 Tail = Callable[[Sequence[float], int], float | None]

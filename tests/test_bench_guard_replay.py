@@ -9,8 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent.live_canary import baseline_tail_us
-from agent.live_judge import LiveSettings
+from agent.live_judge import LiveSettings, baseline_tail_us
 from bench.guard_replay import ends, largest
 
 EVIDENCE = Path(__file__).parent.parent / "bench" / "results" / "live_apps_evidence"

@@ -96,3 +96,20 @@ def test_an_open_loop_is_judged_without_the_data_rate_rule() -> None:
     opened = replace(settings, rate_rule=None)
     assert opened.fail_only() == frozenset()
     assert RATE_RULE.metric not in {r.metric for r in opened.judged()}
+
+
+def test_fewer_pairs_than_the_minimum_are_inconclusive_whatever_they_show() -> None:
+    """The minimum evidence is the judge's rule: two pairs of a tenfold regression are no
+    verdict, three are (the canary's looks and an audit of its evidence ask the same judge)."""
+    from agent.live_judge import LIVE_RULES, MIN_PAIRS, judge
+
+    def samples(pairs: int) -> dict[str, dict[str, list[float]]]:
+        return {
+            "A": {r.metric: [100.0 + i for i in range(pairs)] for r in LIVE_RULES},
+            "B": {r.metric: [1000.0 + i for i in range(pairs)] for r in LIVE_RULES},
+        }
+
+    assert judge(samples(MIN_PAIRS - 1), LIVE_RULES, 0.05) == (CanaryVerdict.INCONCLUSIVE, [])
+    verdict, stats = judge(samples(MIN_PAIRS + 5), LIVE_RULES, 0.05)
+    assert verdict is CanaryVerdict.FAIL
+    assert stats
