@@ -9,10 +9,41 @@ import os
 import platform
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from agent.cli.canary_options import (
+    Alpha,
+    CanaryDevice,
+    CandidateFile,
+    Evidence,
+    GuardRatio,
+    IntervalS,
+    LoopKind,
+    MaxInterval,
+    MaxPairs,
+    MaxRounds,
+    MaxSeconds,
+    Mode,
+    NrRequests,
+    Pairs,
+    ReadAheadKb,
+    ReportVerdict,
+    Rounds,
+    RoundSeconds,
+    Scheduler,
+    SliDecides,
+    SliFile,
+    SliLabel,
+    SliMetric,
+    SliPer,
+    SliTolerance,
+    SliUrl,
+    Tunable,
+    Workload,
+    WorkloadFile,
+)
 from agent.cli.options import (
     ConfigFile,
     Devices,
@@ -30,6 +61,9 @@ from agent.effects import Effects
 from agent.errors import AgentError, ChangeFailed
 from agent.fsutil import read_json, write_json_atomic
 from agent.signals import Interrupted, restoring_on_signals
+
+if TYPE_CHECKING:  # imported when a command runs: `blkpilot --help` stays quick
+    from agent.canary_runs import CanaryRun
 
 app = typer.Typer(
     help="The node agent: discovery, telemetry with power, safe sysfs changes, reporting.",
@@ -263,125 +297,36 @@ CANARY_COULD_NOT_RUN = 4
 
 @app.command()
 def canary(
-    device: Annotated[str, typer.Argument(help="e.g. nvme0n1")],
+    device: CanaryDevice,
     state_dir: StateDir,
-    workload: Annotated[
-        str | None, typer.Option(help="A named workload (synthetic canary).")
-    ] = "hs23-single-randread-4k-qd1",
-    workload_file: Annotated[Path | None, typer.Option(help="A workload spec as JSON.")] = None,
-    scheduler: Annotated[str | None, typer.Option(help="The candidate's scheduler.")] = None,
-    tunable: Annotated[list[str], typer.Option(help="name=value; repeatable")] = [],  # noqa: B006
-    nr_requests: Annotated[int | None, typer.Option()] = None,
-    read_ahead_kb: Annotated[int | None, typer.Option()] = None,
-    config_file: Annotated[
-        Path | None, typer.Option(help="The candidate as a whole configuration (JSON).")
-    ] = None,
-    mode: Annotated[
-        str,
-        typer.Option(
-            help="live: the device's own traffic (eBPF, nothing written); synthetic: the"
-            " workload run on the device; auto: live where the device holds data."
-        ),
-    ] = "auto",
-    rounds: Annotated[
-        int, typer.Option(min=3, max=100, help="Synthetic: rounds before the first look.")
-    ] = 8,
-    max_rounds: Annotated[
-        int | None,
-        typer.Option(
-            min=3,
-            max=300,
-            help="Synthetic: the budget; more rounds while inconclusive, up to this many"
-            " (default 3 x --rounds).",
-        ),
-    ] = None,
-    round_seconds: Annotated[
-        float, typer.Option(min=0.1, max=600, help="Synthetic: seconds per sample.")
-    ] = 1.0,
-    pairs: Annotated[
-        int, typer.Option(min=3, max=1000, help="Live: interval pairs before the first look.")
-    ] = 40,
-    max_pairs: Annotated[
-        int | None,
-        typer.Option(
-            min=3,
-            max=3000,
-            help="Live: the budget; more pairs while inconclusive, up to this many"
-            " (default 3 x --pairs).",
-        ),
-    ] = None,
-    interval: Annotated[
-        float, typer.Option(min=0.05, max=60, help="Live: shortest interval, seconds.")
-    ] = 0.25,
-    max_interval: Annotated[
-        float,
-        typer.Option(
-            min=0.05,
-            max=600,
-            help="Live: longest interval, seconds; intervals grow to hold 200 I/Os each, and"
-            " thinner traffic cannot be judged (exit 4).",
-        ),
-    ] = 10.0,
-    max_seconds: Annotated[
-        float,
-        typer.Option(
-            min=10,
-            max=7200,
-            help="Live: the budget in time, seconds of intervals; then a last look.",
-        ),
-    ] = 480.0,
-    loop: Annotated[
-        str,
-        typer.Option(
-            help="Live: closed (the device sets the application's pace: a lower data rate"
-            " fails a candidate), open (its clients do: it does not), or auto (told from the"
-            " baseline's own intervals)."
-        ),
-    ] = "auto",
-    alpha: Annotated[float, typer.Option(min=0.001, max=0.5)] = 0.05,
-    guard_ratio: Annotated[
-        float,
-        typer.Option(min=1.1, help="Live: end if a candidate's p99 passes this x, twice running."),
-    ] = 3.0,
-    sli_url: Annotated[
-        str | None,
-        typer.Option(
-            help="Live: the application's Prometheus endpoint; its SLI is judged beside block"
-            " latency, and a regression of either fails the canary."
-        ),
-    ] = None,
-    sli_metric: Annotated[
-        str | None,
-        typer.Option(help="Live: the SLI's counter (with --sli-per) or histogram (without)."),
-    ] = None,
-    sli_per: Annotated[
-        str | None,
-        typer.Option(help="Live: the SLI's denominator counter: metric / per, a mean per event."),
-    ] = None,
-    sli_label: Annotated[
-        list[str], typer.Option(help="Live: key=value selecting the SLI's series; repeatable.")
-    ] = [],  # noqa: B006
-    sli_tolerance: Annotated[
-        float, typer.Option(min=0.001, max=1.0, help="Live: how much worse the SLI may get.")
-    ] = 0.10,
-    sli_decides: Annotated[
-        bool,
-        typer.Option(
-            help="Live: the SLI alone is needed for a pass; block latency can still fail it."
-        ),
-    ] = False,
-    sli_file: Annotated[
-        Path | None, typer.Option(help="Live: the SLI as JSON (agent.contract.sli.AppSli).")
-    ] = None,
-    report: Annotated[bool, typer.Option(help="Send the verdict to the service.")] = True,
-    evidence: Annotated[
-        Path | None,
-        typer.Option(
-            help="Write what was judged to this file (JSON): each metric's samples per arm in"
-            " order (a pair's or a round's), live each pair's I/O rates, and the looks — to"
-            " audit a verdict or judge it again."
-        ),
-    ] = None,
+    workload: Workload = "hs23-single-randread-4k-qd1",
+    workload_file: WorkloadFile = None,
+    scheduler: Scheduler = None,
+    tunable: Tunable = [],  # noqa: B006
+    nr_requests: NrRequests = None,
+    read_ahead_kb: ReadAheadKb = None,
+    config_file: CandidateFile = None,
+    mode: Mode = "auto",
+    rounds: Rounds = 8,
+    max_rounds: MaxRounds = None,
+    round_seconds: RoundSeconds = 1.0,
+    pairs: Pairs = 40,
+    max_pairs: MaxPairs = None,
+    interval: IntervalS = 0.25,
+    max_interval: MaxInterval = 10.0,
+    max_seconds: MaxSeconds = 480.0,
+    loop: LoopKind = "auto",
+    alpha: Alpha = 0.05,
+    guard_ratio: GuardRatio = 3.0,
+    sli_url: SliUrl = None,
+    sli_metric: SliMetric = None,
+    sli_per: SliPer = None,
+    sli_label: SliLabel = [],  # noqa: B006
+    sli_tolerance: SliTolerance = 0.10,
+    sli_decides: SliDecides = False,
+    sli_file: SliFile = None,
+    report: ReportVerdict = True,
+    evidence: Evidence = None,
     config: ConfigFile = None,
 ) -> None:
     """Candidate against the current configuration, interleaved; keep it only on pass.
@@ -389,7 +334,6 @@ def canary(
     Exit status: 0 pass (candidate kept); 1 fail; 3 inconclusive; 4 could not run (no eBPF,
     too little traffic, the device held or refused), the baseline restored in each; 128+N when
     stopped by signal N (SIGTERM, SIGINT, SIGHUP: the baseline is restored first)."""
-    from agent.canary import describe
     from agent.canary_runs import report_canary, run_any_canary
     from agent.live_canary import LiveSettings
 
@@ -440,9 +384,24 @@ def canary(
     except AgentError as error:
         typer.secho(f"could not run: {error}", err=True, fg=typer.colors.RED)
         raise typer.Exit(code=CANARY_COULD_NOT_RUN) from error
-    result = run.result
     if evidence is not None:
         write_json_atomic(evidence, run.evidence(device, candidate))
+    _say_verdict(run)
+    if report:
+        try:
+            typer.echo(report_canary(directory, device, candidate, run))
+        except AgentError as error:
+            typer.secho(
+                f"verdict not sent to the service: {error}", err=True, fg=typer.colors.YELLOW
+            )
+    raise typer.Exit(code={"pass": 0, "fail": 1, "inconclusive": 3}[run.result.verdict.value])
+
+
+def _say_verdict(run: CanaryRun) -> None:
+    """A canary's statistics (a JSON line per metric), its notes, and the verdict's line."""
+    from agent.canary import describe
+
+    result = run.result
     for row in describe(result):
         typer.echo(json.dumps(row))
     for note in result.notes:
@@ -455,14 +414,6 @@ def canary(
         f" ({result.looks} look{'s' if result.looks > 1 else ''}) in"
         f" {result.seconds:.1f} s; {outcome}"
     )
-    if report:
-        try:
-            typer.echo(report_canary(directory, device, candidate, run))
-        except AgentError as error:
-            typer.secho(
-                f"verdict not sent to the service: {error}", err=True, fg=typer.colors.YELLOW
-            )
-    raise typer.Exit(code={"pass": 0, "fail": 1, "inconclusive": 3}[result.verdict.value])
 
 
 @app.command()
