@@ -285,6 +285,30 @@ def _store(
     scored: list[ScoredDevice],
     max_canaries: int,
 ) -> None:
+    """The night's models, recommendations and scheduled canaries, and its audit record."""
+    versions = _store_models(session, report, trained)
+    _store_recommendations(session, report, trained, scored, versions)
+    _schedule_canaries(session, report, scored, max_canaries)
+    audit.record(
+        session,
+        ACTOR,
+        "nightly.run",
+        target_type="nightly_run",
+        target_id=report.run_id,
+        after={
+            "models": len(trained),
+            "recommendations": report.recommendations,
+            "canaries": len(report.canaries),
+            "samples": report.samples,
+        },
+        detail=f"ran on {report.where}",
+    )
+
+
+def _store_models(
+    session: Session, report: NightlyReport, trained: list[TrainedModel]
+) -> dict[tuple[str, str], ModelVersion]:
+    """A model version per device class and objective trained tonight, by both."""
     versions: dict[tuple[str, str], ModelVersion] = {}
     for t in trained:
         version = ModelVersion(
@@ -314,6 +338,17 @@ def _store(
             }
         )
     repository.flush(session)
+    return versions
+
+
+def _store_recommendations(
+    session: Session,
+    report: NightlyReport,
+    trained: list[TrainedModel],
+    scored: list[ScoredDevice],
+    versions: dict[tuple[str, str], ModelVersion],
+) -> None:
+    """The night's recommendations, a device's proposals before them superseded."""
     # one recommendation per device and configuration: a change best for several objectives
     # is one decision, shown with its predicted effect on each (the lead objective's row)
     by_device: dict[uuid.UUID, list[ScoredDevice]] = defaultdict(list)
@@ -328,66 +363,78 @@ def _store(
         for item in sorted(items, key=lambda i: _objective_order(i.objective)):
             groups[config_key(item.recommendation.best.config)].append(item)
         for group in groups.values():
-            lead, rest = group[0], group[1:]
-            target, rec = lead.target, lead.recommendation
-            objectives = [i.objective for i in group]
-            mixed = [str(i.recommendation.objective) for i in group if i.objective == "mix"]
-            mixes = {"mix": mixed[0]} if mixed else {}
-            # the mix's own model is not a trained one: the lead part's intervals stand for it
-            model = models_by.get((target.device_class, lead.model_objective))
-            row = RecommendationRow(
-                device_id=target.device_id,
-                model_version_id=versions[(target.device_class, lead.model_objective)].id,
-                objective=lead.objective,
-                objectives=objectives,
-                workload_name=target.workload.name,
-                workload_basis=target.basis,
-                current_config=target.current.model_dump(mode="json", exclude_none=True),
-                recommended_config=rec.best.config.model_dump(mode="json", exclude_none=True),
-                predictions={c.objective.value: _comparison(c) for c in lead.comparisons},
-                confidence=rec.confidence,
-                evidence={
-                    "observations_of_cell": rec.best.observations,
-                    "model_rows": rec_rows(rec),
-                    "priors": [
-                        {
-                            "name": p.name,
-                            "reason": p.reason,
-                            "citation": p.citation,
-                            "avoid": p.avoid,
-                        }
-                        for p in rec.best.priors
-                    ],
-                    "device_facts": _facts(lead.facts),
-                    "agreement": {
-                        i.objective: round(i.recommendation.confidence, 3) for i in group
-                    },
-                    "intervals": _intervals(model),
-                    # the lead model's cross-validated skill on held-out devices or cells (R²
-                    # of the log metric): at or below zero it predicts no better than the mean
-                    "skill": {
-                        "r2_log": versions[(target.device_class, lead.model_objective)].scores.get(
-                            "r2_log"
-                        )
-                    },
-                    # the model's pick, or, where its evidence is weak, the class's rule
-                    "basis": rec.basis,
-                    "doubts": list(rec.doubts),
-                    **mixes,
-                },
-                reason="; ".join(
-                    [rec.reason]
-                    + [f"also best for {i.objective}: {i.recommendation.reason}" for i in rest]
-                ),
-                next_canary=rec.next_canary.config.model_dump(mode="json", exclude_none=True)
-                if rec.next_canary
-                else None,
-                expected_gain=rec.expected_gain,
-                status="proposed",
-            )
-            repository.add(session, row)
+            repository.add(session, _recommendation_row(group, models_by, versions))
+            lead = group[0]
             report.recommendations += 1
-            report.changes += int(config_key(rec.best.config) != config_key(target.current))
+            report.changes += int(
+                config_key(lead.recommendation.best.config) != config_key(lead.target.current)
+            )
+
+
+def _recommendation_row(
+    group: list[ScoredDevice],
+    models_by: dict[tuple[str, str], ObjectiveModel],
+    versions: dict[tuple[str, str], ModelVersion],
+) -> RecommendationRow:
+    """One device's recommendation of one configuration, best for each objective in group
+    (the lead objective first): its predicted effect on each, its evidence and its reason."""
+    lead, rest = group[0], group[1:]
+    target, rec = lead.target, lead.recommendation
+    objectives = [i.objective for i in group]
+    mixed = [str(i.recommendation.objective) for i in group if i.objective == "mix"]
+    mixes = {"mix": mixed[0]} if mixed else {}
+    # the mix's own model is not a trained one: the lead part's intervals stand for it
+    model = models_by.get((target.device_class, lead.model_objective))
+    return RecommendationRow(
+        device_id=target.device_id,
+        model_version_id=versions[(target.device_class, lead.model_objective)].id,
+        objective=lead.objective,
+        objectives=objectives,
+        workload_name=target.workload.name,
+        workload_basis=target.basis,
+        current_config=target.current.model_dump(mode="json", exclude_none=True),
+        recommended_config=rec.best.config.model_dump(mode="json", exclude_none=True),
+        predictions={c.objective.value: _comparison(c) for c in lead.comparisons},
+        confidence=rec.confidence,
+        evidence={
+            "observations_of_cell": rec.best.observations,
+            "model_rows": rec_rows(rec),
+            "priors": [
+                {
+                    "name": p.name,
+                    "reason": p.reason,
+                    "citation": p.citation,
+                    "avoid": p.avoid,
+                }
+                for p in rec.best.priors
+            ],
+            "device_facts": _facts(lead.facts),
+            "agreement": {i.objective: round(i.recommendation.confidence, 3) for i in group},
+            "intervals": _intervals(model),
+            # the lead model's cross-validated skill on held-out devices or cells (R²
+            # of the log metric): at or below zero it predicts no better than the mean
+            "skill": {
+                "r2_log": versions[(target.device_class, lead.model_objective)].scores.get("r2_log")
+            },
+            # the model's pick, or, where its evidence is weak, the class's rule
+            "basis": rec.basis,
+            "doubts": list(rec.doubts),
+            **mixes,
+        },
+        reason="; ".join(
+            [rec.reason] + [f"also best for {i.objective}: {i.recommendation.reason}" for i in rest]
+        ),
+        next_canary=rec.next_canary.config.model_dump(mode="json", exclude_none=True)
+        if rec.next_canary
+        else None,
+        expected_gain=rec.expected_gain,
+        status="proposed",
+    )
+
+
+def _schedule_canaries(
+    session: Session, report: NightlyReport, scored: list[ScoredDevice], max_canaries: int
+) -> None:
     # canaries: the most promising first, one per device, replacing the last run's
     repository.cancel_scheduled_canaries(session)
     wanting = sorted(
@@ -427,20 +474,6 @@ def _store(
                 "expected_gain": gain,
             }
         )
-    audit.record(
-        session,
-        ACTOR,
-        "nightly.run",
-        target_type="nightly_run",
-        target_id=report.run_id,
-        after={
-            "models": len(trained),
-            "recommendations": report.recommendations,
-            "canaries": len(report.canaries),
-            "samples": report.samples,
-        },
-        detail=f"ran on {report.where}",
-    )
 
 
 def run_in_database(settings: Settings, **options: Any) -> NightlyReport:
