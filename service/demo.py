@@ -31,7 +31,14 @@ from agent.contract.wire import Heartbeat
 from agent.enrollment import enroll_node
 from agent.errors import AgentError, NotEnrolled, ServiceRejected
 from agent.state import NodeState
-from kernel.lab.devices import TMPFS, data_device, lab_devices, start_workload, stop_workload
+from kernel.lab.devices import (
+    TMPFS,
+    DataDevice,
+    data_device,
+    lab_devices,
+    start_workload,
+    stop_workload,
+)
 from service.app import create_app
 from service.db import Database
 from service.rollouts.worker import RolloutWorker
@@ -264,60 +271,7 @@ def _tune(
     blkpilot_cli = str(Path(sys.executable).parent / "blkpilot")
     known = set(devices.values()) | ({data} if data else set())
     _await_inventory(base_url, admin_token, state_dir, known, server)
-    steps = [
-        [
-            blkpilot_cli,
-            "bench",
-            "sweep",
-            "--state-dir",
-            str(state_dir),
-            "--device",
-            device,
-            "--duration",
-            str(seconds),
-            *[a for w in DEMO_WORKLOADS for a in ("--workload", w)],
-            *[a for s in DEMO_SCHEDULERS for a in ("--scheduler", s)],
-        ]
-        for _, device in sorted(devices.items())
-    ]
-    steps.append([blkpilot_cli, "nightly", "--max-canaries", "2"])
-    # the canaries the nightly job scheduled, run as any node runs them
-    steps.append(
-        [
-            blkpilot_cli,
-            "agent",
-            "canaries",
-            "--state-dir",
-            str(state_dir),
-            "--run",
-            "--limit",
-            "2",
-            "--rounds",
-            "3",
-            "--round-seconds",
-            str(seconds),
-        ]
-    )
-    if data is not None:
-        # the device that holds data: no benchmark may write to it; its own traffic judges
-        # a candidate (the agent picks the live canary for a device that holds data)
-        steps.append(
-            [
-                blkpilot_cli,
-                "agent",
-                "canary",
-                data,
-                "--state-dir",
-                str(state_dir),
-                "--scheduler",
-                LIVE_CANDIDATE,
-                "--pairs",
-                "16",
-                # a verdict (or "inconclusive") within a few minutes, however busy the host
-                "--max-seconds",
-                "180",
-            ]
-        )
+    steps = _demo_steps(blkpilot_cli, state_dir, devices, seconds, data)
     print(
         f"blkpilot demo: benchmarking {len(DEMO_SCHEDULERS)} schedulers x"
         f" {len(DEMO_WORKLOADS)} workloads on the lab devices, then the nightly job and its"
@@ -372,6 +326,69 @@ def _tune(
     print("blkpilot demo recommendations ready", flush=True)
 
 
+def _demo_steps(
+    blkpilot_cli: str, state_dir: Path, devices: dict[str, str], seconds: float, data: str | None
+) -> list[list[str]]:
+    """The demo's tuning, as the commands an operator would run: a benchmark sweep of each
+    lab device, the nightly job, the canaries it scheduled, and a live canary on the device
+    that holds data."""
+    steps = [
+        [
+            blkpilot_cli,
+            "bench",
+            "sweep",
+            "--state-dir",
+            str(state_dir),
+            "--device",
+            device,
+            "--duration",
+            str(seconds),
+            *[a for w in DEMO_WORKLOADS for a in ("--workload", w)],
+            *[a for s in DEMO_SCHEDULERS for a in ("--scheduler", s)],
+        ]
+        for _, device in sorted(devices.items())
+    ]
+    steps.append([blkpilot_cli, "nightly", "--max-canaries", "2"])
+    # the canaries the nightly job scheduled, run as any node runs them
+    steps.append(
+        [
+            blkpilot_cli,
+            "agent",
+            "canaries",
+            "--state-dir",
+            str(state_dir),
+            "--run",
+            "--limit",
+            "2",
+            "--rounds",
+            "3",
+            "--round-seconds",
+            str(seconds),
+        ]
+    )
+    if data is not None:
+        # the device that holds data: no benchmark may write to it; its own traffic judges
+        # a candidate (the agent picks the live canary for a device that holds data)
+        steps.append(
+            [
+                blkpilot_cli,
+                "agent",
+                "canary",
+                data,
+                "--state-dir",
+                str(state_dir),
+                "--scheduler",
+                LIVE_CANDIDATE,
+                "--pairs",
+                "16",
+                # a verdict (or "inconclusive") within a few minutes, however busy the host
+                "--max-seconds",
+                "180",
+            ]
+        )
+    return steps
+
+
 def _rollout_worker(
     settings: Settings, database: Database, node: NodeState, state_dir: Path
 ) -> RolloutWorker:
@@ -394,6 +411,33 @@ def _rollout_worker(
     return worker
 
 
+def _access_log_to_file(path: Path) -> None:
+    """The service's access log (a JSON line per request) to a file, with its time, request
+    id, route, status and duration as the service writes it: on the terminal it buried the
+    banner that says where everything is."""
+    access = logging.getLogger("blkpilot.access")
+    access.addHandler(dressed(logging.FileHandler(path)))
+    access.propagate = False
+
+
+def _lab(data_dir: Path, port: int) -> dict[str, tuple[Path, int]]:
+    """The two scratch devices: loop devices on files, one in memory, one on disk."""
+    return {
+        # memory speed: the closest this machine has to an ultra-low-latency device
+        "tmpfs": (TMPFS / f"blkpilot-demo-{port}.img", 256 << 20),
+        # the machine's disk through the loop driver, SSD-like
+        "disk": (data_dir / "lab" / "disk.img", 512 << 20),
+    }
+
+
+def _start_as_udev_would(devices: dict[str, str]) -> None:
+    """The disk-backed device starts where a common udev rule puts a rotational device: on
+    bfq, set as udev would set it (not by blkpilot, which has nothing to undo). Whether that
+    is right here is for the measurements and the nightly job to say."""
+    for kind, scheduler in START_ON.items():
+        (Path("/sys/block") / devices[kind] / "queue" / "scheduler").write_text(scheduler)
+
+
 def run_demo(
     settings: Settings,
     *,
@@ -405,13 +449,7 @@ def run_demo(
 ) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not every request the demo makes
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-
-    # the service's access log (a JSON line per request) to a file: on the terminal it buried
-    # the banner that says where everything is
-    access = logging.getLogger("blkpilot.access")
-    # with its time, request id, route, status and duration, as the service writes it
-    access.addHandler(dressed(logging.FileHandler(settings.data_dir / "access.log")))
-    access.propagate = False
+    _access_log_to_file(settings.data_dir / "access.log")
     port = port or settings.port
     host = settings.host
     shown_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
@@ -419,12 +457,7 @@ def run_demo(
     state_dir = agent_state_dir or settings.data_dir / "agent"
     settings.data_dir.mkdir(parents=True, exist_ok=True)
 
-    lab = {
-        # memory speed: the closest this machine has to an ultra-low-latency device
-        "tmpfs": (TMPFS / f"blkpilot-demo-{port}.img", 256 << 20),
-        # the machine's disk through the loop driver, SSD-like
-        "disk": (settings.data_dir / "lab" / "disk.img", 512 << 20),
-    }
+    lab = _lab(settings.data_dir, port)
     agents: list[subprocess.Popen[bytes]] = []
     workers: list[RolloutWorker] = []
     with (
@@ -438,11 +471,7 @@ def run_demo(
         traffic = start_workload(
             holding.data_file, iodepth=1, engine="psync", rate_iops=DATA_WORKLOAD_IOPS
         )
-        # the disk-backed device starts where a common udev rule puts a rotational device: on
-        # bfq, set as udev would set it (not by blkpilot, which has nothing to undo). Whether
-        # that is right here is for the measurements and the nightly job to say.
-        for kind, scheduler in START_ON.items():
-            (Path("/sys/block") / devices[kind] / "queue" / "scheduler").write_text(scheduler)
+        _start_as_udev_would(devices)
         admin_token, token_path = _fresh_admin_token(database, settings.data_dir)
         app = create_app(settings, database)
         tuning = Tuning()
@@ -473,38 +502,17 @@ def run_demo(
                 )
             )
             workers.append(_rollout_worker(settings, database, state, state_dir))
-            verb = "enrolled" if new else "already enrolled"
-            lab_line = ", ".join(f"{name} ({kind})" for kind, name in sorted(devices.items()))
             print(
-                "\n".join(
-                    [
-                        "",
-                        "blkpilot demo is running",
-                        f"  API            {base_url}/api/v1",
-                        f"  API docs       {base_url}/docs   (OpenAPI: {base_url}/openapi.json)",
-                        f"  health         {base_url}/healthz  {base_url}/readyz",
-                        f"  metrics        {base_url}/metrics",
-                        f"  dashboard      {base_url}/ui/   (sign in with the admin token)",
-                        f"  admin token    {token_path}",
-                        f"  local node     {state.hostname} {verb} as {state.node_id}",
-                        f"  lab devices    {lab_line}: loop devices on empty files;"
-                        f" {devices['disk']} starts on {START_ON['disk']} (a common udev rule's"
-                        " choice for rotational devices)",
-                        f"  data device    {holding.name}: ext4 with files at {holding.mountpoint},"
-                        f" fio reading {DATA_WORKLOAD_IOPS} 4 KiB blocks/s of it; a live canary"
-                        f" tries {LIVE_CANDIDATE} on its own traffic",
-                        f"  local agent    every {agent_interval:g} s; metrics on"
-                        f" http://127.0.0.1:{agent_metrics_port}/metrics;"
-                        f" log {settings.data_dir / 'agent.log'}",
-                        f"  access log     {settings.data_dir / 'access.log'}",
-                        f"  service log    {settings.data_dir / 'service.log'}",
-                        f"  database       embedded PostgreSQL in {settings.data_dir / 'postgres'}"
-                        if settings.database_url is None
-                        else "  database       BLKPILOT_DATABASE_URL",
-                        "Press Ctrl-C to stop: the agent stops, the lab devices are detached,"
-                        " the embedded database stops.",
-                        "blkpilot demo ready",
-                    ]
+                _banner(
+                    settings,
+                    base_url,
+                    token_path,
+                    f"{state.hostname} {'enrolled' if new else 'already enrolled'} as"
+                    f" {state.node_id}",
+                    devices,
+                    holding,
+                    agent_interval,
+                    agent_metrics_port,
                 ),
                 flush=True,
             )
@@ -542,3 +550,47 @@ def run_demo(
             stop_workload(traffic)
         if failure:
             raise SystemExit(f"demo failed to enroll the local node: {failure[0]}")
+
+
+def _banner(
+    settings: Settings,
+    base_url: str,
+    token_path: Path,
+    node: str,
+    devices: dict[str, str],
+    holding: DataDevice,
+    agent_interval: float,
+    agent_metrics_port: int,
+) -> str:
+    """What the demo prints once it runs: where everything is."""
+    lab_line = ", ".join(f"{name} ({kind})" for kind, name in sorted(devices.items()))
+    return "\n".join(
+        [
+            "",
+            "blkpilot demo is running",
+            f"  API            {base_url}/api/v1",
+            f"  API docs       {base_url}/docs   (OpenAPI: {base_url}/openapi.json)",
+            f"  health         {base_url}/healthz  {base_url}/readyz",
+            f"  metrics        {base_url}/metrics",
+            f"  dashboard      {base_url}/ui/   (sign in with the admin token)",
+            f"  admin token    {token_path}",
+            f"  local node     {node}",
+            f"  lab devices    {lab_line}: loop devices on empty files;"
+            f" {devices['disk']} starts on {START_ON['disk']} (a common udev rule's"
+            " choice for rotational devices)",
+            f"  data device    {holding.name}: ext4 with files at {holding.mountpoint},"
+            f" fio reading {DATA_WORKLOAD_IOPS} 4 KiB blocks/s of it; a live canary"
+            f" tries {LIVE_CANDIDATE} on its own traffic",
+            f"  local agent    every {agent_interval:g} s; metrics on"
+            f" http://127.0.0.1:{agent_metrics_port}/metrics;"
+            f" log {settings.data_dir / 'agent.log'}",
+            f"  access log     {settings.data_dir / 'access.log'}",
+            f"  service log    {settings.data_dir / 'service.log'}",
+            f"  database       embedded PostgreSQL in {settings.data_dir / 'postgres'}"
+            if settings.database_url is None
+            else "  database       BLKPILOT_DATABASE_URL",
+            "Press Ctrl-C to stop: the agent stops, the lab devices are detached,"
+            " the embedded database stops.",
+            "blkpilot demo ready",
+        ]
+    )
