@@ -581,15 +581,55 @@ def recommend(
     if current is not None and config_key(current) not in {config_key(c) for c in grid}:
         grid.append(current)
     keys = [config_key(config) for config in grid]
-    rows = [row(device, workload, config) for config in grid]
     found = _estimate(model, device_id, device, workload, grid)
-    mean, members, std, spread = found.mean, found.members, found.std, found.spread
+    scored, utility = _scored(model, device_id, device, workload, grid, keys, found, priors)
+    here = keys.index(config_key(current)) if current is not None else None
+    allowed = set(range(len(grid)))
+    if guard is not None and here is not None:
+        allowed = _within_guard(guard, [row(device, workload, c) for c in grid], here)
+    order = _ranked(model, found, utility, allowed, here, caution)
+    doubts = _doubts(model, device, grid, utility, allowed, order, here, skill, range_margin)
+    basis = "model"
+    if doubts and here is not None:
+        pick, basis = here, "current"
+        if fallback is not None and config_key(fallback) in keys:
+            rule = keys.index(config_key(fallback))
+            if rule != here and rule in allowed and utility[rule] >= utility[here]:
+                pick, basis = rule, "class rule"
+        order = [pick, *(i for i in order if i != pick)]
+    next_canary, gain = _next_canary(scored, utility, found, order, keys, current, beta, min_gain)
+    return SearchResult(
+        model.objective,
+        scored[order[0]],
+        scored[here] if here is not None else None,
+        next_canary,
+        gain,
+        [scored[i] for i in order],
+        _confidence(model, found, utility, allowed, order[0]),
+        basis,
+        tuple(doubts),
+    )
+
+
+def _scored(
+    model: ObjectiveModel | MixModel,
+    device_id: str,
+    device: DeviceFacts,
+    workload: WorkloadSpec,
+    grid: list[DeviceConfig],
+    keys: list[str],
+    found: _Estimates,
+    priors: Sequence[Prior] | None,
+) -> tuple[list[ScoredConfig], list[float]]:
+    """Each candidate's prediction with its calibrated interval, and its utility (higher is
+    better, whatever the objective) with the applicable priors' shift."""
+    mean = found.mean
     calibration = model.calibration
     sign = 1.0 if model.higher_is_better else -1.0
     applicable = _priors(model, device, workload, priors)
     # a prior moves its configuration by an effect of at least 5 % (or the spread between
     # the candidates, if larger), weighted s / (n + s): n observations of the cell outweigh it
-    effect = max(spread, PRIOR_EFFECT)
+    effect = max(found.spread, PRIOR_EFFECT)
     scored, utility = [], []
     for i, config in enumerate(grid):
         seen = model.cells[(device_id, workload.name, keys[i])]
@@ -607,41 +647,73 @@ def recommend(
         half = calibration.value_half_width(float(found.raw_std[i])) * found.shrink[i]
         low, high = math.exp(mean[i] - half), math.exp(mean[i] + half)
         scored.append(
-            ScoredConfig(config, math.exp(mean[i]), low, high, float(std[i]), seen, matched)
+            ScoredConfig(config, math.exp(mean[i]), low, high, float(found.std[i]), seen, matched)
         )
         utility.append(sign * value)
-    allowed = set(range(len(grid)))
-    if guard is not None and current is not None:
-        guard_model, limit = guard
-        # each member's change from the current configuration, paired: what the members are
-        # all unsure of alike (how this device does this workload at all) cancels, and only
-        # their doubt about the difference makes a candidate look risky
-        g_members = guard_model.members(rows)
-        here = keys.index(config_key(current))
-        change = g_members - g_members[:, [here]]
-        g_sign = 1.0 if guard_model.higher_is_better else -1.0
-        for i in range(len(grid)):
-            if i == here:
-                continue  # the yardstick: staying put is always allowed
-            pessimistic = change[:, i].mean() - g_sign * change[:, i].std()
-            if g_sign * pessimistic < math.log(1 - limit):
-                allowed.discard(i)
-    # the recommendation leaves what the device runs only for what the model expects to be
-    # better by more than `caution` calibrated half-widths of the change's interval: a pick
-    # among many candidates whose predicted differences are mostly noise is otherwise the one
-    # the model overrates most (the canary's UCB below still explores the promising ones)
+    return scored, utility
+
+
+def _within_guard(
+    guard: tuple[ObjectiveModel, float], rows: list[dict[str, float]], here: int
+) -> set[int]:
+    """The candidates the guard objective's model does not expect to lose more than its
+    limit against the current configuration (index `here`), pessimistically."""
+    guard_model, limit = guard
+    allowed = set(range(len(rows)))
+    # each member's change from the current configuration, paired: what the members are
+    # all unsure of alike (how this device does this workload at all) cancels, and only
+    # their doubt about the difference makes a candidate look risky
+    g_members = guard_model.members(rows)
+    change = g_members - g_members[:, [here]]
+    g_sign = 1.0 if guard_model.higher_is_better else -1.0
+    for i in range(len(rows)):
+        if i == here:
+            continue  # the yardstick: staying put is always allowed
+        pessimistic = change[:, i].mean() - g_sign * change[:, i].std()
+        if g_sign * pessimistic < math.log(1 - limit):
+            allowed.discard(i)
+    return allowed
+
+
+def _ranked(
+    model: ObjectiveModel | MixModel,
+    found: _Estimates,
+    utility: list[float],
+    allowed: set[int],
+    here: int | None,
+    caution: float,
+) -> list[int]:
+    """The allowed candidates, best first. The recommendation leaves what the device runs
+    only for what the model expects to be better by more than `caution` calibrated
+    half-widths of the change's interval: a pick among many candidates whose predicted
+    differences are mostly noise is otherwise the one the model overrates most (the canary's
+    UCB still explores the promising ones)."""
     ranking = list(utility)
-    if current is not None and caution > 0:
-        here = keys.index(config_key(current))
+    if here is not None and caution > 0:
+        members = found.members
         for i in allowed - {here}:
             diff = members[:, i] - members[:, here]
             shrink = max(found.shrink[i], found.shrink[here])
-            ranking[i] -= caution * calibration.change_half_width(float(diff.std())) * shrink
-    order = sorted(allowed, key=lambda i: -ranking[i])
+            ranking[i] -= caution * model.calibration.change_half_width(float(diff.std())) * shrink
+    return sorted(allowed, key=lambda i: -ranking[i])
+
+
+def _doubts(
+    model: ObjectiveModel | MixModel,
+    device: DeviceFacts,
+    grid: list[DeviceConfig],
+    utility: list[float],
+    allowed: set[int],
+    order: list[int],
+    here: int | None,
+    skill: float | None,
+    range_margin: float,
+) -> list[str]:
+    """Why the model's pick is not to be trusted before a canary, if it is not."""
     doubts = []
-    if current is not None and keys[order[0]] == config_key(current):
+    if here is not None and config_key(grid[order[0]]) == config_key(grid[here]):
         favourite = max(allowed, key=lambda i: utility[i])
-        if keys[favourite] != config_key(current):
+        if config_key(grid[favourite]) != config_key(grid[here]):
             doubts.append(
                 f"{config_label(grid[favourite])} is predicted better, but its 80 % interval"
                 " crosses zero"
@@ -650,50 +722,48 @@ def recommend(
         doubts.append(
             f"cross-validated R² {skill:.2f}: no skill on devices (or cells) it had not seen"
         )
-    doubts += model_outside(model, device, range_margin)
-    basis = "model"
-    if doubts and current is not None:
-        here = keys.index(config_key(current))
-        pick, basis = here, "current"
-        if fallback is not None and config_key(fallback) in keys:
-            rule = keys.index(config_key(fallback))
-            if rule != here and rule in allowed and utility[rule] >= utility[here]:
-                pick, basis = rule, "class rule"
-        order = [pick, *(i for i in order if i != pick)]
-    best = scored[order[0]]
-    # each member of the ensemble, with the same priors, votes for its own best
-    shifts = np.array([sign * u - m for u, m in zip(utility, mean, strict=True)])
-    votes = sign * (members + shifts)
+    return doubts + model_outside(model, device, range_margin)
+
+
+def _confidence(
+    model: ObjectiveModel | MixModel,
+    found: _Estimates,
+    utility: list[float],
+    allowed: set[int],
+    pick: int,
+) -> float:
+    """The share of the ensemble's members that, with the same priors, vote for the pick."""
+    sign = 1.0 if model.higher_is_better else -1.0
+    shifts = np.array([sign * u - m for u, m in zip(utility, found.mean, strict=True)])
+    votes = sign * (found.members + shifts)
     candidates_allowed = sorted(allowed)
     firsts = [candidates_allowed[int(np.argmax(v[candidates_allowed]))] for v in votes]
-    confidence = sum(1 for first in firsts if first == order[0]) / len(firsts)
-    # the configuration the device runs is never a canary's candidate: every canary measures
-    # it anyway, as its baseline arm
+    return sum(1 for first in firsts if first == pick) / len(firsts)
+
+
+def _next_canary(
+    scored: list[ScoredConfig],
+    utility: list[float],
+    found: _Estimates,
+    order: list[int],
+    keys: list[str],
+    current: DeviceConfig | None,
+    beta: float,
+    min_gain: float,
+) -> tuple[ScoredConfig | None, float]:
+    """The untried candidate a canary should measure next (upper confidence bound), and the
+    gain it could bring; None below min_gain. The configuration the device runs is never a
+    canary's candidate: every canary measures it anyway, as its baseline arm."""
     running = config_key(current) if current is not None else None
     untried = [i for i in order if scored[i].observations == 0 and keys[i] != running]
-    next_canary, gain = None, 0.0
-    if untried:
-        # an untried cell is also uncertain for want of data: the model's spread between
-        # configurations stands in for what a first canary could reveal
-        ucb = {i: utility[i] + beta * math.hypot(std[i], spread) for i in untried}
-        pick = max(ucb, key=lambda i: ucb[i])
-        gain = math.expm1(ucb[pick] - utility[order[0]])
-        if gain >= min_gain:
-            next_canary = scored[pick]
-    current_scored = None
-    if current is not None:
-        current_scored = scored[keys.index(config_key(current))]
-    return SearchResult(
-        model.objective,
-        best,
-        current_scored,
-        next_canary,
-        gain,
-        [scored[i] for i in order],
-        confidence,
-        basis,
-        tuple(doubts),
-    )
+    if not untried:
+        return None, 0.0
+    # an untried cell is also uncertain for want of data: the model's spread between
+    # configurations stands in for what a first canary could reveal
+    ucb = {i: utility[i] + beta * math.hypot(found.std[i], found.spread) for i in untried}
+    pick = max(ucb, key=lambda i: ucb[i])
+    gain = math.expm1(ucb[pick] - utility[order[0]])
+    return (scored[pick] if gain >= min_gain else None), gain
 
 
 def strongest_rule(
