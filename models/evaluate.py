@@ -400,6 +400,63 @@ def with_observations(model: ObjectiveModel, samples: Sequence[Sample]) -> Objec
     return dataclasses.replace(model, cells=cells, cell_logs=logs)
 
 
+def _model_after(
+    k: int,
+    base: ObjectiveModel,
+    training: list[Sample],
+    canaries: list[Sample],
+    objective: Objective,
+    seed: int,
+    refit: bool,
+) -> ObjectiveModel:
+    """The model after k canaries: the one fitted before any, refitted on the training data
+    and the canaries' rounds, or (without refit) the same with the canaries as observations."""
+    if k == 0:
+        return base
+    if refit:
+        return fit(training + canaries, objective, random_state=seed)
+    return with_observations(base, canaries)
+
+
+def _baseline_regrets(
+    grid: Grid,
+    device: str,
+    truth: dict[str, float],
+    oracle: str,
+    higher: bool,
+    strongest: str | None,
+) -> dict[str, float]:
+    """The regret of each fixed rule on the cell (the kernel default, none, the udev rule)
+    and of the class's strongest rule where there is one."""
+    baselines = {
+        rule_name: regret(truth[config_key(config)], truth[oracle], higher)
+        for rule_name, config in grid.baselines(device).items()
+        if config_key(config) in truth
+    }
+    if strongest is not None:
+        baselines[FIXED_RULE] = regret(truth[strongest], truth[oracle], higher)
+    return baselines
+
+
+def _replayed_canary(
+    baseline: list[Sample], candidate: list[Sample], metric: str, rule: MetricRule, at: datetime
+) -> tuple[CanaryVerdict, list[Sample]]:
+    """A canary replayed from the grid's repetitions (the candidate's rounds against the
+    baseline's), and what it measured: both arms' rounds, as the agent reports them (the
+    baseline arm as a benchmark of the configuration the device runs: agent.bench.report).
+    No rounds of the candidate: no verdict and nothing measured."""
+    if not candidate:
+        return CanaryVerdict.INCONCLUSIVE, []
+    verdict = replay_canary(
+        [s.metrics[metric] for s in baseline], [s.metrics[metric] for s in candidate], rule
+    )
+    measured = [
+        Sample(s.device_id, s.device, s.workload, s.config, s.metrics, at)
+        for s in [*candidate, *baseline]
+    ]
+    return verdict, measured
+
+
 def evaluate_cell(
     grid: Grid,
     device: str,
@@ -456,13 +513,7 @@ def evaluate_cell(
     strongest = fixed_rule(grid, device, objective, training_cells, truth, truths)
     by_key = {config_key(c): c for c in measured}
     for k in range(max_canaries + 1):
-        samples = training + canaries
-        if k == 0:
-            model = base
-        elif refit:
-            model = fit(samples, objective, random_state=seed)
-        else:
-            model = with_observations(base, canaries)
+        model = _model_after(k, base, training, canaries, objective, seed, refit)
         facts = held_out_facts(grid, device, canaries)
         rec = recommend(
             model,
@@ -495,30 +546,17 @@ def evaluate_cell(
         candidate = config_key(rec.next_canary.config)
         if candidate == current or candidate in names:
             raise AssertionError(f"the search named {candidate} for a canary again")
-        arm_b = rounds(candidate)
-        if not arm_b:
-            raise ValueError(f"the grid did not measure {candidate} on {device} / {workload}")
-        verdict = replay_canary(
-            [s.metrics[metric] for s in baseline_rounds], [s.metrics[metric] for s in arm_b], rule
+        verdict, measured_now = _replayed_canary(
+            baseline_rounds, rounds(candidate), metric, rule, start + timedelta(seconds=k + 1)
         )
+        if not measured_now:
+            raise ValueError(f"the grid did not measure {candidate} on {device} / {workload}")
         verdicts.append(verdict.value)
         names.append(candidate)
         if verdict is CanaryVerdict.PASS:
             kept.add(candidate)
-        # both arms' rounds are measurements the agent reports (the baseline arm as a
-        # benchmark of the configuration the device runs: agent.bench.report)
-        at = start + timedelta(seconds=k + 1)
-        canaries += [
-            Sample(s.device_id, s.device, s.workload, s.config, s.metrics, at)
-            for s in [*arm_b, *baseline_rounds]
-        ]
-    baselines = {
-        rule_name: regret(truth[config_key(config)], truth[oracle], higher)
-        for rule_name, config in grid.baselines(device).items()
-        if config_key(config) in truth
-    }
-    if strongest is not None:
-        baselines[FIXED_RULE] = regret(truth[strongest], truth[oracle], higher)
+        canaries += measured_now
+    baselines = _baseline_regrets(grid, device, truth, oracle, higher, strongest)
     floor, cv = _noise(grid, device, workload, objective, truth, truth[oracle], higher)
     best_runs = [r.metrics[metric] for r in grid.repeats(device, workload, oracle)]
     return CellResult(

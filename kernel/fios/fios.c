@@ -1683,14 +1683,19 @@ static ssize_t fios_show_u64(char *page, u64 value)
 	return sysfs_emit(page, "%llu\n", value);
 }
 
-/* Parse a decimal; out-of-range values are clamped, anything else is -EINVAL. */
+/*
+ * Parse a decimal within [min, max]; anything else, a number out of range too, is -EINVAL
+ * and changes nothing. (mq-deadline and bfq clamp an out-of-range number; a value that
+ * silently reads back as another is worse for a tool that checks what it wrote.)
+ */
 static int fios_parse(const char *page, u64 min, u64 max, u64 *value)
 {
 	int err = kstrtoull(page, 10, value);
 
 	if (err)
 		return err;
-	*value = clamp(*value, min, max);
+	if (*value < min || *value > max)
+		return -EINVAL;
 	return 0;
 }
 

@@ -21,7 +21,8 @@ class LabRunError(RuntimeError):
 
 
 # printed by the guest's script when a tunable written for a variant does not read back as
-# written (fios clamps a value out of its range): NAME=VALUE, then what it reads
+# written (a value the module would not take: fios refuses one out of its range with EINVAL):
+# NAME=VALUE, then what it reads
 TUNABLE_NOT_SET = "BLKPILOT-TUNABLE-NOT-SET"
 
 

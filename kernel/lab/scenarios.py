@@ -748,6 +748,19 @@ CGROUP_WEIGHTS = {"heavy": 200, "light": 100}
 CGROUP_WEIGHT_FILES = {"bfq": "io.bfq.weight", "fios": "io.fios.weight"}
 CGROUP = "/sys/fs/cgroup"
 
+# a value just out of each fios tunable's range (kernel/README.md): refused with EINVAL
+FIOS_OUT_OF_RANGE = {
+    "alpha_permille": 991,
+    "timeslice_us": 99,
+    "read_preference": 3,
+    "max_depth": 0,
+    "write_depth": 257,
+    "weigh_idle": 2,
+    "lend_permille": 10001,
+    "async_depth": 100000,
+    "cost_read_4k_ns": 100000001,
+}
+
 
 def cgroup_weights_script(seconds: float, schedulers: tuple[str, ...] = WEIGHT_SCHEDULERS) -> str:
     """The two writers of weights_script at the same I/O priority, each in its own cgroup
@@ -793,6 +806,16 @@ def cgroup_weights_script(seconds: float, schedulers: tuple[str, ...] = WEIGHT_S
                 f'echo "{value}" > {light} 2>/dev/null; echo "bad_{i}_exit $?"\n'
                 for i, value in enumerate(("0", "10001", "heavy", "253:0 300"))
             )
+            # a tunable out of its range is refused (EINVAL) and keeps its value; one in range
+            # (its own value, written again) is taken
+            iosched = f"{queue}/iosched"
+            for name, bad in FIOS_OUT_OF_RANGE.items():
+                script += (
+                    f"before=$(cat {iosched}/{name}); echo {bad} > {iosched}/{name} 2>/dev/null;"
+                    f' echo "tunable_{name}_exit $?"; [ "$(cat {iosched}/{name})" = "$before" ]'
+                    f' && echo "tunable_{name}_kept 1" || echo "tunable_{name}_kept 0"\n'
+                    f'echo "$before" > {iosched}/{name}; echo "tunable_{name}_rewritten_exit $?"\n'
+                )
         if weight_file:
             script += "".join(
                 f'echo "{name}_weight $(cat {CGROUP}/{name}/{weight_file})"\n'
@@ -1378,7 +1401,7 @@ def summarize_review(
             **{
                 k: v
                 for k, v in stats.get(f"cgroup-weights/{scheduler}", {}).items()
-                if k.endswith("_weight") or k.endswith("_exit")
+                if k.endswith("_weight") or k.endswith("_exit") or k.startswith("tunable_")
             },
         }
     summary["cgroup_weights"] = cgroup_weights

@@ -183,7 +183,7 @@ def test_a_variant_is_written_over_fios_tunables_on_both_devices_and_only_fios()
     # mq-deadline's runs are as they were: nothing is written under their iosched/
     mq = script.split("echo mq-deadline >")[1].split("RESULT-BEGIN")[0]
     assert "iosched/" not in mq
-    # a value that does not read back as written (fios clamps one out of its range) is said
+    # a value that does not read back as written (fios refuses one out of its range) is said
     # so by the guest, and the boot reports it among its problems: the run is not taken for
     # the variant asked for
     for dev in EFFICIENCY_DEVICES:

@@ -698,6 +698,14 @@ def test_cgroup_weights_weigh_device_time(review: LabResult) -> None:
     assert found["none"]["ratio"] < fios["ratio"], found
     for i in range(4):
         assert fios[f"bad_{i}_exit"] != "0", fios
+    # every fios tunable refuses a number out of its range (EINVAL) and keeps its value, and
+    # takes one in range
+    from kernel.lab.scenarios import FIOS_OUT_OF_RANGE
+
+    for name in FIOS_OUT_OF_RANGE:
+        assert fios[f"tunable_{name}_exit"] != "0", (name, fios)
+        assert fios[f"tunable_{name}_kept"] == "1", (name, fios)
+        assert fios[f"tunable_{name}_rewritten_exit"] == "0", (name, fios)
 
 
 def test_readers_started_one_after_another_do_not_starve_a_writer(review: LabResult) -> None:
