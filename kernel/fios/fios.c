@@ -123,6 +123,15 @@
 #define FIOS_RQ_LENT 0x8UL     /* issued on lent time: charged to no one (lending) */
 #define FIOS_RQ_PAR_SHIFT 8    /* parallelism at issue */
 
+/*
+ * Calibrated costs that no longer hold: a request alone on the device that took more than
+ * FIOS_DRIFT times its calibrated cost, or less than 1/FIOS_DRIFT of it, is counted
+ * (stats: cost_drift), and debugfs state shows the moving ratio per direction. A starved
+ * guest's reads took 8-19 times the costs calibrated on a quiet one.
+ */
+#define FIOS_DRIFT 4
+#define FIOS_MAX_DRIFT_X256 (1000U << 8)
+
 enum { FIOS_READ = 0, FIOS_WRITE = 1 };
 
 /* read_preference */
@@ -200,6 +209,9 @@ struct fios_stats {
 				 */
 	u64 rescues;		/* waits nothing could have ended (a bug): the oldest went */
 	u64 lent;		/* requests issued on lent time (lending) */
+	u64 cost_drift;		/* requests alone on the device that took over FIOS_DRIFT times,
+				 * or under 1/FIOS_DRIFT of, their calibrated cost
+				 */
 };
 
 struct fios_data {
@@ -218,6 +230,9 @@ struct fios_data {
 	u64 epoch_start_ns;
 	u64 epoch_ns;			/* EWMA of an epoch's length (weigh_idle) */
 	u64 write_cost_ns;		/* EWMA of a write's cost (weigh_idle) */
+	u32 drift_x256[2];		/* per direction, EWMA of measured over calibrated cost of
+					 * requests alone on the device, x256 (0: none yet)
+					 */
 	u64 epoch_floor_ns;		/* least slice left (>= 0) of a task charged this epoch,
 					 * in a default-weight task's ns: what a newcomer gets,
 					 * scaled by its weight
@@ -1287,6 +1302,24 @@ found:
 }
 
 /* A request in flight left the device (now): what it cost, and what may go now. */
+/* New costs: what was measured against the old ones says nothing of them. */
+static void fios_forget_drift(struct fios_data *fd)
+{
+	fd->drift_x256[FIOS_READ] = 0;
+	fd->drift_x256[FIOS_WRITE] = 0;
+}
+
+/* A request alone on the device: its measured time against its calibrated cost. */
+static void fios_note_drift(struct fios_data *fd, int dir, u64 elapsed, u64 cost)
+{
+	u32 ratio = min_t(u64, div64_u64(elapsed << 8, cost), FIOS_MAX_DRIFT_X256);
+	u32 avg = fd->drift_x256[dir];
+
+	fd->drift_x256[dir] = avg ? avg - (avg >> 3) + (ratio >> 3) : ratio;
+	if (ratio > (FIOS_DRIFT << 8) || ratio < (1U << 8) / FIOS_DRIFT)
+		fd->stats.cost_drift++;
+}
+
 static void fios_completed(struct request *rq)
 {
 	struct fios_data *fd = rq->q->elevator->elevator_data;
@@ -1327,6 +1360,8 @@ static void fios_completed(struct request *rq)
 	if (dir == FIOS_WRITE)
 		fd->write_cost_ns = fd->write_cost_ns ?
 			fd->write_cost_ns - (fd->write_cost_ns >> 3) + (cost >> 3) : cost;
+	if ((rqflags & FIOS_RQ_CHARGED) && (rqflags >> FIOS_RQ_PAR_SHIFT) == 1)
+		fios_note_drift(fd, dir, elapsed, cost);
 
 	if (!task->inflight)
 		task->last_done_ns = now;
@@ -1736,13 +1771,13 @@ FIOS_ATTR(lend_permille, 0, FIOS_MAX_LEND_PERMILLE, fd->lend_permille,
 FIOS_ATTR(async_depth, 1, fd->q->nr_requests, fd->async_depth,
 	  (fd->async_depth = value, fd->async_depth_set = true, fios_update_shallow(fd)))
 FIOS_ATTR(cost_read_4k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_READ][0],
-	  fd->cost_ns[FIOS_READ][0] = value)
+	  (fd->cost_ns[FIOS_READ][0] = value, fios_forget_drift(fd)))
 FIOS_ATTR(cost_read_128k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_READ][1],
-	  fd->cost_ns[FIOS_READ][1] = value)
+	  (fd->cost_ns[FIOS_READ][1] = value, fios_forget_drift(fd)))
 FIOS_ATTR(cost_write_4k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_WRITE][0],
-	  fd->cost_ns[FIOS_WRITE][0] = value)
+	  (fd->cost_ns[FIOS_WRITE][0] = value, fios_forget_drift(fd)))
 FIOS_ATTR(cost_write_128k_ns, 0, FIOS_MAX_COST_NS, fd->cost_ns[FIOS_WRITE][1],
-	  fd->cost_ns[FIOS_WRITE][1] = value)
+	  (fd->cost_ns[FIOS_WRITE][1] = value, fios_forget_drift(fd)))
 
 static ssize_t fios_stats_show(struct elevator_queue *e, char *page)
 {
@@ -1769,11 +1804,11 @@ static ssize_t fios_stats_show(struct elevator_queue *e, char *page)
 			  "epoch %llu\nepochs %llu\nreads %llu\nwrites %llu\nanticipations %llu\n"
 			  "anticipation_hits %llu\nanticipation_idle_ns %llu\nwrites_held %llu\n"
 			  "refunds %llu\ntimer_early %llu\nkicks %llu\ndebt_epochs %llu\n"
-			  "rescues %llu\nlent %llu\ncost_model %s\n",
+			  "rescues %llu\nlent %llu\ncost_drift %llu\ncost_model %s\n",
 			  epoch, s.epochs, s.dispatched[FIOS_READ], s.dispatched[FIOS_WRITE],
 			  s.anticipations, s.anticipation_hits, s.anticipation_idle_ns,
 			  s.writes_held, s.refunds, s.timer_early, s.kicks, s.debt_epochs,
-			  s.rescues, s.lent, model);
+			  s.rescues, s.lent, s.cost_drift, model);
 }
 
 #define FIOS_RW(name) __ATTR(name, 0644, fios_##name##_show, fios_##name##_store)
@@ -1847,6 +1882,8 @@ static int fios_state_show(void *data, struct seq_file *m)
 		   fd->write_cost_ns, fios_reads_first(fd));
 	seq_printf(m, "epoch_slices_ns %llu\nlast_epoch_slices_ns %llu\n", fd->epoch_slices,
 		   fd->last_epoch_slices);
+	seq_printf(m, "measured_over_calibrated_x256 %u %u\n", fd->drift_x256[FIOS_READ],
+		   fd->drift_x256[FIOS_WRITE]);
 	seq_printf(m, "timer %s\nshallow_depth %u of %u\n",
 		   hrtimer_is_queued(&fd->timer) ? "armed" : "idle", fd->shallow_depth,
 		   1U << fd->word_shift);

@@ -816,6 +816,32 @@ def cgroup_weights_script(seconds: float, schedulers: tuple[str, ...] = WEIGHT_S
                     f' && echo "tunable_{name}_kept 1" || echo "tunable_{name}_kept 0"\n'
                     f'echo "$before" > {iosched}/{name}; echo "tunable_{name}_rewritten_exit $?"\n'
                 )
+            # costs far below what flashsim takes: a read alone on the device is counted as
+            # drift (stats cost_drift), and debugfs shows the measured over calibrated ratio
+            costs = (
+                "cost_read_128k_ns",
+                "cost_read_4k_ns",
+                "cost_write_128k_ns",
+                "cost_write_4k_ns",
+            )
+            low = {
+                "cost_read_128k_ns": 2000,
+                "cost_read_4k_ns": 1000,
+                "cost_write_128k_ns": 8000,
+                "cost_write_4k_ns": 4000,
+            }
+            script += "".join(f"saved_{c}=$(cat {iosched}/{c})\n" for c in costs)
+            script += f'echo "drift_before $(grep ^cost_drift {iosched}/stats | cut -d" " -f2)"\n'
+            script += "".join(f"echo {low[c]} > {iosched}/{c}\n" for c in costs)
+            script += (
+                "fio --eta=never --output=/dev/null --name=drift --filename=/dev/flashsim0"
+                " --rw=randread --bs=4k --direct=1 --ioengine=psync --time_based"
+                " --runtime=1000ms --size=64m\n"
+                f'echo "drift_after $(grep ^cost_drift {iosched}/stats | cut -d" " -f2)"\n'
+                'echo "drift_read_x256 $(grep ^measured_over_calibrated_x256'
+                ' /sys/kernel/debug/block/flashsim0/sched/state | cut -d" " -f2)"\n'
+            )
+            script += "".join(f"echo $saved_{c} > {iosched}/{c}\n" for c in reversed(costs))
         if weight_file:
             script += "".join(
                 f'echo "{name}_weight $(cat {CGROUP}/{name}/{weight_file})"\n'
@@ -1401,7 +1427,7 @@ def summarize_review(
             **{
                 k: v
                 for k, v in stats.get(f"cgroup-weights/{scheduler}", {}).items()
-                if k.endswith("_weight") or k.endswith("_exit") or k.startswith("tunable_")
+                if k.endswith(("_weight", "_exit")) or k.startswith(("tunable_", "drift_"))
             },
         }
     summary["cgroup_weights"] = cgroup_weights

@@ -706,6 +706,10 @@ def test_cgroup_weights_weigh_device_time(review: LabResult) -> None:
         assert fios[f"tunable_{name}_exit"] != "0", (name, fios)
         assert fios[f"tunable_{name}_kept"] == "1", (name, fios)
         assert fios[f"tunable_{name}_rewritten_exit"] == "0", (name, fios)
+    # calibrated costs far below what the device takes: its reads alone are counted as drift
+    # and the measured ratio shows it (4x and more: FIOS_DRIFT)
+    assert int(fios["drift_after"]) > int(fios["drift_before"]), fios
+    assert int(fios["drift_read_x256"]) > 4 * 256, fios
 
 
 def test_readers_started_one_after_another_do_not_starve_a_writer(review: LabResult) -> None:
