@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agent import calibrate
+from agent.contract.workloads import IOPattern
 from agent.errors import BenchmarkFailed
 from kernel.lab import scenarios
 
@@ -21,7 +22,7 @@ def _round(costs_us: dict[str, float], index: int) -> tuple[dict[str, Any], dict
     for tunable, cost_us in costs_us.items():
         label = f"r{index}/{tunable}"
         parsed[label] = SimpleNamespace(tasks=[SimpleNamespace(ios=1000, mean_latency_us=cost_us)])
-        reads = calibrate.POINTS[tunable][0] is calibrate.IOPattern.RANDREAD
+        reads = calibrate.POINTS[tunable][0] is IOPattern.RANDREAD
         ticks = round(cost_us)  # 1,000 requests of cost_us µs: cost_us ms in all
         after = [1000, 0, 0, ticks, 0, 0, 0, 0] if reads else [0, 0, 0, 0, 1000, 0, 0, ticks]
         stat[label] = ("0 0 0 0 0 0 0 0", " ".join(str(v) for v in after))
