@@ -831,6 +831,7 @@ def cgroup_weights_script(seconds: float, schedulers: tuple[str, ...] = WEIGHT_S
                 "cost_write_128k_ns": 8000,
                 "cost_write_4k_ns": 4000,
             }
+            script += "mount -t debugfs none /sys/kernel/debug 2>/dev/null\n"
             script += "".join(f"saved_{c}=$(cat {iosched}/{c})\n" for c in costs)
             script += f'echo "drift_before $(grep ^cost_drift {iosched}/stats | cut -d" " -f2)"\n'
             script += "".join(f"echo {low[c]} > {iosched}/{c}\n" for c in costs)
