@@ -39,7 +39,7 @@ import httpx
 
 from agent.enrollment import enroll_node
 from bench.cpu import cpu_seconds
-from bench.record import provenance, record
+from bench.record import provenance, quick, record
 from bench.unwind import on_termination
 from kernel.lab import devices as lab
 from tests.proc import (
@@ -385,7 +385,8 @@ def main() -> int:
         f" {len(agent_scrapes.missed)} of {agent_scrapes.answered + len(agent_scrapes.missed)}"
         " scrapes missed"
     )
-    return 0 if ok else 1
+    # a quick look is too short to judge the target: it says where it stands, and succeeds
+    return 0 if ok or quick() else 1
 
 
 if __name__ == "__main__":

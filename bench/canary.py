@@ -29,7 +29,7 @@ from agent.canary import run_canary
 from agent.contract.tunables import DeviceConfig, Scheduler
 from agent.contract.wire import CanaryVerdict
 from agent.host import HostPaths
-from bench.record import provenance, record
+from bench.record import provenance, quick, record
 from bench.unwind import on_termination
 from kernel.lab import devices as lab
 
@@ -160,7 +160,8 @@ def main() -> int:
         f"{'PASS' if ok else 'OFF TARGET'}: false-fail {false_fail:.0%}, detection"
         f" {detection:.0%}, good kept {kept:.0%}"
     )
-    return 0 if ok else 1
+    # a quick look is too short to judge the target: it says where it stands, and succeeds
+    return 0 if ok or quick() else 1
 
 
 if __name__ == "__main__":

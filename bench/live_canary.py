@@ -31,7 +31,7 @@ from agent.collectors.blklat import BlkLatCollector
 from agent.contract.tunables import DeviceConfig, Scheduler
 from agent.host import HostPaths
 from agent.live_canary import LiveSettings, run_live_canary
-from bench.record import provenance, record
+from bench.record import provenance, quick, record
 from bench.unwind import on_termination
 from kernel.lab.devices import TMPFS, data_device, start_workload, stop_workload
 
@@ -168,7 +168,8 @@ def main() -> int:
         )
     ok = share("aa", "fail") <= TARGET_FALSE_FAIL and share("large", "fail") >= TARGET_DETECTION
     print(f"{'PASS' if ok else 'OFF TARGET'}: {result_doc['condition']}")
-    return 0 if ok else 1
+    # a quick look is too short to judge the target: it says where it stands, and succeeds
+    return 0 if ok or quick() else 1
 
 
 if __name__ == "__main__":
