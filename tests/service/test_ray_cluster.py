@@ -7,13 +7,16 @@ devices), stored as observations in a database of the test's own."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -79,8 +82,37 @@ def ray_cluster(ray_auth: dict[str, str]) -> Iterator[str]:
         assert worker.returncode == 0, worker.stderr[-2000:]
         yield address
     finally:
-        _ray("stop", "--force", env=env)
+        # this cluster's processes only: `ray stop` kills every Ray on the machine — the local
+        # Ray a nightly test runs on the other worker (its driver, a pytest worker, then dies)
+        _stop_cluster(temp)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def _stop_cluster(temp: Path, grace_s: float = 20.0) -> None:
+    """SIGTERM, then SIGKILL after grace_s, to the processes whose command line names this
+    cluster's temp dir (its GCS, raylets, monitors and workers: their log and session
+    directories are under it)."""
+
+    def ours() -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(temp).encode() in cmdline:
+                found.append(int(entry))
+        return found
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in ours():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while ours() and time.monotonic() < deadline:
+            time.sleep(0.2)
 
 
 @pytest.fixture
